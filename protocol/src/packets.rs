@@ -1,0 +1,527 @@
+//! Protocol 5 (Minecraft 1.7.10) packets that MoonBridge reads or writes.
+//!
+//! Layouts follow the protocol 5 tables (wiki.vg "Protocol" page, revision for 1.7.6–1.7.10). Each type
+//! documents its id, state and direction; fields are in wire order.
+
+use bytes::BytesMut;
+
+use crate::codec::{put_i16_bytes, put_string, Reader};
+use crate::error::{DecodeError, EncodeError};
+use crate::frame::encode_frame;
+use crate::varint::VarInt;
+
+/// Protocol version number of Minecraft 1.7.6 to 1.7.10.
+pub const PROTOCOL_VERSION: i32 = 5;
+
+/// Longest server address in a handshake, in UTF-16 units (the reference server's limit).
+pub const MAX_HOST_CHARS: usize = 255;
+/// Longest player name in Login Start, in UTF-16 units.
+pub const MAX_NAME_CHARS: usize = 16;
+/// Longest handshake address MoonBridge *writes*, in UTF-16 units. A BungeeCord-forwarded address carries the
+/// player's IP, UUID and signed properties and is longer than 255; BungeeCord-aware servers (Spigot, Paper,
+/// Sponge) read it with a 32,767 limit.
+pub const MAX_FORWARDED_HOST_CHARS: usize = 32_767;
+/// Longest JSON chat or status string, in UTF-16 units.
+pub const MAX_JSON_CHARS: usize = 32_767;
+/// Longest plugin channel name, in UTF-16 units.
+pub const MAX_CHANNEL_CHARS: usize = 20;
+
+/// Largest possible handshake frame body in bytes: id (1) + protocol VarInt (5) + host (3-byte length +
+/// 255 × 4 bytes) + port (2) + next state VarInt (5). The handshake stage never buffers more than this.
+pub const MAX_HANDSHAKE_FRAME_LEN: usize = 1 + 5 + 3 + MAX_HOST_CHARS * 4 + 2 + 5;
+/// Largest possible Login Start frame body in bytes: id (1) + name (1-byte length + 16 × 4 bytes).
+pub const MAX_LOGIN_START_FRAME_LEN: usize = 1 + 1 + MAX_NAME_CHARS * 4;
+
+/// A packet with a fixed id in one state and direction.
+pub trait Packet: Sized {
+    /// The packet id.
+    const ID: i32;
+    /// Appends the fields (not the id) in wire order.
+    ///
+    /// # Errors
+    /// When a field is over its limit.
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError>;
+    /// Reads the fields (the id already consumed).
+    ///
+    /// # Errors
+    /// When a field is malformed or over its limit.
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// Appends the packet as one complete frame (length, id, fields).
+    ///
+    /// # Errors
+    /// As [`Packet::encode_body`], or [`EncodeError::FrameTooLarge`].
+    fn encode_frame(&self, out: &mut BytesMut) -> Result<(), EncodeError> {
+        let mut body = Vec::new();
+        self.encode_body(&mut body)?;
+        encode_frame(out, Self::ID, &body)
+    }
+
+    /// The packet as a standalone frame.
+    ///
+    /// # Errors
+    /// As [`Packet::encode_frame`].
+    fn to_frame_bytes(&self) -> Result<BytesMut, EncodeError> {
+        let mut out = BytesMut::new();
+        self.encode_frame(&mut out)?;
+        Ok(out)
+    }
+}
+
+/// The state a handshake asks to switch to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextState {
+    /// 1: server-list status.
+    Status,
+    /// 2: login.
+    Login,
+}
+
+impl NextState {
+    fn to_wire(self) -> i32 {
+        match self {
+            Self::Status => 1,
+            Self::Login => 2,
+        }
+    }
+}
+
+/// Handshake, state Handshaking, id 0x00, serverbound.
+///
+/// `VarInt protocol_version`, `String server_address` (≤ 255), `u16 server_port`, `VarInt next_state`.
+/// Forge 1.7.10 clients append `"\0FML\0"` to the address; see [`crate::handshake`]. Decoding enforces the
+/// 255-character limit; encoding allows [`MAX_FORWARDED_HOST_CHARS`] so forwarded addresses fit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handshake {
+    /// Protocol version the client speaks (5 for 1.7.10).
+    pub protocol_version: i32,
+    /// The address the player typed, possibly with a Forge marker or forwarding data after a NUL.
+    pub server_address: String,
+    /// The port the player typed.
+    pub server_port: u16,
+    /// Status or login.
+    pub next_state: NextState,
+}
+
+impl Packet for Handshake {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        VarInt(self.protocol_version).encode(out);
+        put_string(
+            out,
+            &self.server_address,
+            MAX_FORWARDED_HOST_CHARS,
+            "server_address",
+        )?;
+        out.extend_from_slice(&self.server_port.to_be_bytes());
+        VarInt(self.next_state.to_wire()).encode(out);
+        Ok(())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let protocol_version = r.var_int("protocol_version")?;
+        let server_address = r.string(MAX_HOST_CHARS, "server_address")?.to_owned();
+        let server_port = r.u16("server_port")?;
+        let next_state = match r.var_int("next_state")? {
+            1 => NextState::Status,
+            2 => NextState::Login,
+            other => return Err(DecodeError::InvalidNextState(other)),
+        };
+        Ok(Self {
+            protocol_version,
+            server_address,
+            server_port,
+            next_state,
+        })
+    }
+}
+
+/// Login Start, state Login, id 0x00, serverbound: `String name` (≤ 16).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginStart {
+    /// The player name.
+    pub name: String,
+}
+
+impl Packet for LoginStart {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.name, MAX_NAME_CHARS, "name")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let name = r.string(MAX_NAME_CHARS, "name")?;
+        if name.is_empty() {
+            return Err(DecodeError::InvalidValue {
+                field: "name",
+                reason: "empty player name",
+            });
+        }
+        Ok(Self {
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// Login Disconnect, state Login, id 0x00, clientbound: `String reason` (JSON chat, ≤ 32767).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginDisconnect {
+    /// The reason as a JSON chat component; build it with [`chat_text`].
+    pub reason_json: String,
+}
+
+impl Packet for LoginDisconnect {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.reason_json, MAX_JSON_CHARS, "reason")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned(),
+        })
+    }
+}
+
+/// Login Success, state Login, id 0x02, clientbound: `String uuid` (36, with dashes), `String name` (≤ 16).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoginSuccess {
+    /// The player UUID in its dashed form.
+    pub uuid: String,
+    /// The player name.
+    pub name: String,
+}
+
+impl Packet for LoginSuccess {
+    const ID: i32 = 0x02;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.uuid, 36, "uuid")?;
+        put_string(out, &self.name, MAX_NAME_CHARS, "name")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let uuid = r.string(36, "uuid")?.to_owned();
+        let name = r.string(MAX_NAME_CHARS, "name")?.to_owned();
+        Ok(Self { uuid, name })
+    }
+}
+
+/// Status Request, state Status, id 0x00, serverbound: no fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusRequest;
+
+impl Packet for StatusRequest {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, _out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        Ok(())
+    }
+
+    fn decode_body(_r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self)
+    }
+}
+
+/// Status Response, state Status, id 0x00, clientbound: `String json` (≤ 32767).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusResponse {
+    /// The server-list JSON (`version`, `players`, `description`).
+    pub json: String,
+}
+
+impl Packet for StatusResponse {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.json, MAX_JSON_CHARS, "json")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            json: r.string(MAX_JSON_CHARS, "json")?.to_owned(),
+        })
+    }
+}
+
+/// Status Ping (serverbound) and Pong (clientbound), state Status, id 0x01: `i64 payload`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusPing {
+    /// Echoed unchanged by the server.
+    pub payload: i64,
+}
+
+impl Packet for StatusPing {
+    const ID: i32 = 0x01;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        out.extend_from_slice(&self.payload.to_be_bytes());
+        Ok(())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            payload: r.i64("payload")?,
+        })
+    }
+}
+
+/// Keep Alive, state Play, id 0x00, both directions: `i32 id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// Echoed unchanged by the client.
+    pub id: i32,
+}
+
+impl Packet for KeepAlive {
+    const ID: i32 = 0x00;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        out.extend_from_slice(&self.id.to_be_bytes());
+        Ok(())
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self { id: r.i32("id")? })
+    }
+}
+
+/// Play Disconnect (S40), state Play, id 0x40, clientbound: `String reason` (JSON chat).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlayDisconnect {
+    /// The reason as a JSON chat component.
+    pub reason_json: String,
+}
+
+impl Packet for PlayDisconnect {
+    const ID: i32 = 0x40;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.reason_json, MAX_JSON_CHARS, "reason")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned(),
+        })
+    }
+}
+
+/// Plugin Message, state Play: clientbound S3F (id 0x3F) and serverbound C17 (id 0x17) share the layout
+/// `String channel` (≤ 20), `i16 length`, `byte[length] data` (so data ≤ 32,767 bytes in protocol 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginMessage {
+    /// Channel name, such as `FML|HS`.
+    pub channel: String,
+    /// Payload.
+    pub data: Vec<u8>,
+}
+
+impl PluginMessage {
+    /// Packet id of the clientbound form (S3F).
+    pub const CLIENTBOUND_ID: i32 = 0x3f;
+    /// Packet id of the serverbound form (C17).
+    pub const SERVERBOUND_ID: i32 = 0x17;
+
+    /// Appends the fields (without the id).
+    ///
+    /// # Errors
+    /// Channel over 20 characters or data over 32,767 bytes.
+    pub fn encode_fields(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.channel, MAX_CHANNEL_CHARS, "channel")?;
+        put_i16_bytes(out, &self.data, "data")
+    }
+
+    /// Reads the fields (id already consumed).
+    ///
+    /// # Errors
+    /// Malformed or over-long fields.
+    pub fn decode_fields(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let channel = r.string(MAX_CHANNEL_CHARS, "channel")?.to_owned();
+        let data = r.i16_bytes("data")?.to_vec();
+        Ok(Self { channel, data })
+    }
+}
+
+/// Builds a JSON chat component holding plain `text`: `{"text":"..."}` with JSON escaping.
+pub fn chat_text(text: &str) -> String {
+    serde_json::json!({ "text": text }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameDecoder;
+
+    fn one_frame(bytes: &[u8]) -> crate::frame::Frame {
+        let mut dec = FrameDecoder::new(crate::frame::MAX_FRAME_LEN);
+        dec.queue_slice(bytes);
+        let f = dec.try_next_frame().unwrap().unwrap();
+        assert!(dec.buffered().is_empty());
+        f
+    }
+
+    #[test]
+    fn handshake_vector_with_forge_marker() {
+        let f = one_frame(crate::tests::HS);
+        let hs: Handshake = f.decode().unwrap();
+        assert_eq!(
+            hs,
+            Handshake {
+                protocol_version: 5,
+                server_address: "mc.example.com\0FML\0".into(),
+                server_port: 25565,
+                next_state: NextState::Login,
+            }
+        );
+        assert_eq!(&hs.to_frame_bytes().unwrap()[..], crate::tests::HS);
+    }
+
+    #[test]
+    fn handshake_rejects_bad_next_state_and_long_host() {
+        let hs = Handshake {
+            protocol_version: 5,
+            server_address: "a".into(),
+            server_port: 1,
+            next_state: NextState::Status,
+        };
+        let mut bytes = hs.to_frame_bytes().unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] = 3;
+        assert_eq!(
+            one_frame(&bytes).decode::<Handshake>(),
+            Err(DecodeError::InvalidNextState(3))
+        );
+
+        // 256 characters encode (a forwarded address may be long) but a client may not send them.
+        let long = Handshake {
+            server_address: "a".repeat(256),
+            ..hs.clone()
+        };
+        let bytes = long.to_frame_bytes().unwrap();
+        assert!(matches!(
+            one_frame(&bytes).decode::<Handshake>(),
+            Err(DecodeError::StringTooLong { .. })
+        ));
+        let too_long = Handshake {
+            server_address: "a".repeat(MAX_FORWARDED_HOST_CHARS + 1),
+            ..hs
+        };
+        assert!(matches!(
+            too_long.to_frame_bytes(),
+            Err(EncodeError::StringTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn max_handshake_frame_fits_the_bound() {
+        // 255 four-byte characters would be 510 UTF-16 units, so the largest legal host is 255 BMP
+        // characters of three bytes each; the bound is conservative.
+        let hs = Handshake {
+            protocol_version: i32::MIN,
+            server_address: "\u{ffff}".repeat(255),
+            server_port: 65535,
+            next_state: NextState::Login,
+        };
+        let bytes = hs.to_frame_bytes().unwrap();
+        let f = one_frame(&bytes);
+        assert!(f.body.len() < MAX_HANDSHAKE_FRAME_LEN);
+        assert_eq!(f.decode::<Handshake>().unwrap(), hs);
+    }
+
+    #[test]
+    fn login_start_vector() {
+        let f = one_frame(crate::tests::LS);
+        assert_eq!(
+            f.decode::<LoginStart>().unwrap(),
+            LoginStart {
+                name: "Steve".into()
+            }
+        );
+        assert!(f.body.len() < MAX_LOGIN_START_FRAME_LEN);
+        assert_eq!(
+            &LoginStart {
+                name: "Steve".into()
+            }
+            .to_frame_bytes()
+            .unwrap()[..],
+            crate::tests::LS
+        );
+        // Empty and over-long names.
+        assert!(one_frame(&[0x02, 0x00, 0x00])
+            .decode::<LoginStart>()
+            .is_err());
+        let mut long = vec![0x13, 0x00, 0x11];
+        long.extend_from_slice(b"abcdefghijklmnopq");
+        assert!(matches!(
+            one_frame(&long).decode::<LoginStart>(),
+            Err(DecodeError::StringTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn login_disconnect_vector() {
+        let p = LoginDisconnect {
+            reason_json: chat_text("Server survival is unreachable"),
+        };
+        let bytes = p.to_frame_bytes().unwrap();
+        let mut expected = vec![0x2b, 0x00, 0x29];
+        expected.extend_from_slice(br#"{"text":"Server survival is unreachable"}"#);
+        assert_eq!(&bytes[..], &expected[..]);
+        assert_eq!(one_frame(&bytes).decode::<LoginDisconnect>().unwrap(), p);
+    }
+
+    #[test]
+    fn chat_text_escapes() {
+        assert_eq!(chat_text("a\"b\\c\n"), r#"{"text":"a\"b\\c\n"}"#);
+    }
+
+    #[test]
+    fn login_success_and_status_vectors() {
+        let p = LoginSuccess {
+            uuid: "5627dd98-e6be-3c21-b8a8-e92344183641".into(),
+            name: "Steve".into(),
+        };
+        let bytes = p.to_frame_bytes().unwrap();
+        assert_eq!(&bytes[..3], &[0x2c, 0x02, 0x24]);
+        assert_eq!(one_frame(&bytes).decode::<LoginSuccess>().unwrap(), p);
+
+        assert_eq!(&StatusRequest.to_frame_bytes().unwrap()[..], &[0x01, 0x00]);
+        let ping = StatusPing {
+            payload: 0x0102030405060708,
+        };
+        assert_eq!(
+            &ping.to_frame_bytes().unwrap()[..],
+            &[0x09, 0x01, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(
+            &KeepAlive { id: 7 }.to_frame_bytes().unwrap()[..],
+            &[0x05, 0x00, 0, 0, 0, 7]
+        );
+        let d = PlayDisconnect {
+            reason_json: chat_text("bye"),
+        };
+        assert_eq!(&d.to_frame_bytes().unwrap()[..3], &[0x10, 0x40, 0x0e]);
+    }
+
+    #[test]
+    fn plugin_message_uses_i16_length() {
+        let p = PluginMessage {
+            channel: "FML|HS".into(),
+            data: vec![1, 2, 3],
+        };
+        let mut out = Vec::new();
+        p.encode_fields(&mut out).unwrap();
+        assert_eq!(
+            out,
+            [0x06, b'F', b'M', b'L', b'|', b'H', b'S', 0x00, 0x03, 1, 2, 3]
+        );
+        assert_eq!(
+            PluginMessage::decode_fields(&mut Reader::new(&out)).unwrap(),
+            p
+        );
+    }
+}

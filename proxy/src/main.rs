@@ -1,0 +1,141 @@
+//! `moonbridge`: the proxy daemon's command line.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use moonbridge_proxy::{Config, Server};
+use tracing::{info, warn};
+
+/// MoonBridge: Minecraft 1.7.10 proxy for players over TCP, ws:// and wss://.
+///
+/// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 routing every host to the
+/// backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
+/// stderr. SIGTERM or Ctrl-C stop it gracefully.
+#[derive(Debug, Parser)]
+#[command(name = "moonbridge", version, about, long_about)]
+struct Cli {
+    /// Run with the TOML configuration in FILE (see docs/configuration.md).
+    #[arg(short, long, value_name = "FILE", conflicts_with = "check_config")]
+    config: Option<PathBuf>,
+
+    /// Validate FILE and exit: 0 when valid, 1 with one line per problem naming the key.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(path) = cli.check_config {
+        return match Config::load(&path) {
+            Ok(c) => {
+                println!(
+                    "{}: OK ({} listener(s), {} backend(s))",
+                    path.display(),
+                    c.listeners.len(),
+                    c.backends.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                for line in e.problems() {
+                    eprintln!("{}: {line}", path.display());
+                }
+                ExitCode::FAILURE
+            }
+        };
+    }
+    init_logging();
+    match run(cli.config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = match &config_path {
+        Some(p) => {
+            Config::load(p).with_context(|| format!("invalid configuration {}", p.display()))?
+        }
+        None => Config::default(),
+    };
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) if (n as usize) < config.limits.max_connections * 2 => warn!(
+            "open file limit is {n}: fewer than two per allowed connection (limits.max_connections = {})",
+            config.limits.max_connections
+        ),
+        Ok(_) => {}
+        Err(e) => warn!("cannot raise the open file limit: {e}"),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        match &config_path {
+            Some(p) => info!(
+                "moonbridge {} starting with {}",
+                env!("CARGO_PKG_VERSION"),
+                p.display()
+            ),
+            None => info!(
+                "moonbridge {} starting with built-in defaults (no --config)",
+                env!("CARGO_PKG_VERSION")
+            ),
+        }
+        for b in &config.backends {
+            info!(
+                "backend {} at {} forwarding={:?}",
+                b.name, b.address, b.forwarding
+            );
+        }
+        info!(
+            "routing: {} host route(s), default backend {}; auth mode {:?}",
+            config.routing.hosts.len(),
+            config.default_backend_name().unwrap_or("-"),
+            config.auth.mode
+        );
+        let server = Server::bind(&config).await?;
+        server.run(shutdown_signal()).await;
+        anyhow::Ok(())
+    })
+}
+
+/// Completes on SIGTERM or Ctrl-C (SIGINT).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => info!("Ctrl-C received"),
+        () = term => info!("SIGTERM received"),
+    }
+}

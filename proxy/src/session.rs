@@ -1,0 +1,680 @@
+//! One player connection, from its first byte to its end, whatever the transport.
+//!
+//! Stages:
+//! 1. **Handshake** (one deadline, `handshake_timeout_seconds`, and one `max_handshaking` slot): a legacy
+//!    `0xFE` ping, or a handshake frame and — for login — the Login Start frame. Frames here are limited to the
+//!    largest legal handshake and Login Start, so nothing bigger is ever buffered.
+//! 2. **Route** by the handshake hostname (Forge marker and one trailing dot stripped, lowercased).
+//! 3. **Backend**: connect (`backend_connect_timeout_seconds`), send the handshake (with forwarding applied),
+//!    Login Start and every byte that followed, in one write; wait for the backend's first answer
+//!    (`login_timeout_seconds`). Failures become a Login Disconnect with a clear reason.
+//! 4. **Relay** bytes both ways (see [`crate::relay`]).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid};
+use moonbridge_protocol::frame::peek_packet_id;
+use moonbridge_protocol::handshake::HostField;
+use moonbridge_protocol::legacy::{self, LegacyDetect, LegacyPing, LegacyStatus};
+use moonbridge_protocol::packets::{
+    chat_text, Handshake, LoginDisconnect, LoginStart, NextState, Packet, PlayDisconnect,
+    StatusPing, StatusRequest, StatusResponse, MAX_HANDSHAKE_FRAME_LEN, MAX_LOGIN_START_FRAME_LEN,
+    PROTOCOL_VERSION,
+};
+use moonbridge_protocol::{DecodeError, FrameDecoder, FrameError, FrameScanner};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, timeout_at, Duration};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::{AuthMode, Forwarding};
+use crate::limits::HandshakeSlot;
+use crate::relay::{RelayEnd, RELAY_CHUNK};
+use crate::server::{Backend, Shared};
+
+/// How long a connection that sent only `FE` or `FE 01` may stay silent before it is answered as a legacy
+/// ping (1.3–1.5 clients send nothing more and wait).
+pub(crate) const LEGACY_SILENCE: Duration = Duration::from_millis(500);
+
+/// Largest legacy ping accepted (a 1.6 `MC|PingHost` with a 255-character host is about 540 bytes).
+const MAX_LEGACY_PING_BYTES: usize = 1024;
+
+/// Largest legacy answer read from a backend (the `0xFF` text length is a `u16` of UTF-16 units).
+const MAX_LEGACY_ANSWER_BYTES: usize = 3 + 2 * 65_535;
+
+/// Shown to players when the proxy stops.
+pub(crate) const SHUTDOWN_REASON: &str = "Proxy is restarting, please reconnect in a moment";
+
+/// The transport-specific half of a session: how bytes reach the player and how the relay runs.
+pub(crate) trait Player: Send {
+    /// Reads more stream bytes into `buf` (appending, at most about `RELAY_CHUNK`); `Ok(0)` at end of stream.
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize>;
+    /// Sends stream bytes to the player as one write (or one WebSocket message).
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Ends the connection orderly after the last `send`.
+    async fn finish(&mut self, how: Finish);
+    /// Relays until either side ends. `first` has already been sent to the player.
+    async fn relay(&mut self, backend: TcpStream, relay: RelayStart<'_>) -> RelayReport;
+}
+
+/// Why the proxy ends a connection (WebSocket close codes are chosen from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// Normal end (WebSocket 1000).
+    Normal,
+    /// Proxy shutdown (1001).
+    Shutdown,
+    /// The player broke the protocol (1002).
+    ProtocolError,
+    /// The backend could not be reached (1011).
+    BackendUnavailable,
+}
+
+/// What the relay stage starts with.
+pub(crate) struct RelayStart<'a> {
+    pub(crate) shutdown: &'a CancellationToken,
+    /// Clientbound frame boundaries, when the clientbound stream is plaintext Play.
+    pub(crate) scanner: Option<FrameScanner>,
+    /// Bytes already counted in each direction (handshake, Login Start, first answer).
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+}
+
+/// What the relay stage reports.
+pub(crate) struct RelayReport {
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) end: RelayEnd,
+}
+
+/// Who a connection is.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnInfo {
+    /// The player's real address (TCP peer, or the one a trusted proxy vouched for).
+    pub(crate) client: SocketAddr,
+}
+
+/// What the first bytes of a connection turned out to be.
+enum Opening {
+    Legacy {
+        ping: LegacyPing,
+        raw: BytesMut,
+    },
+    Status {
+        handshake: Handshake,
+        rest: BytesMut,
+    },
+    Login {
+        handshake: Handshake,
+        login: LoginStart,
+        login_raw: BytesMut,
+        rest: BytesMut,
+    },
+}
+
+/// Why the handshake stage failed (bad input is reported at a rate-limited debug level).
+#[derive(Debug, thiserror::Error)]
+enum OpeningError {
+    #[error("connection closed during the handshake")]
+    Closed,
+    #[error("read error during the handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+    #[error("bad packet: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("legacy ping longer than {MAX_LEGACY_PING_BYTES} bytes")]
+    LegacyTooLong,
+}
+
+/// The summary logged when a session ends.
+struct Summary {
+    player: Option<String>,
+    backend: Option<String>,
+    up: u64,
+    down: u64,
+    reason: String,
+}
+
+impl Summary {
+    fn new(reason: impl Into<String>) -> Self {
+        Self {
+            player: None,
+            backend: None,
+            up: 0,
+            down: 0,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Runs a whole session and logs its end.
+pub(crate) async fn serve<P: Player>(
+    mut player: P,
+    info: ConnInfo,
+    shared: Arc<Shared>,
+    slot: HandshakeSlot,
+    shutdown: CancellationToken,
+) {
+    let started = Instant::now();
+    let summary = run(&mut player, &info, &shared, slot, &shutdown).await;
+    let secs = started.elapsed().as_secs_f64();
+    info!(
+        client = %info.client.ip(),
+        player = summary.player.as_deref().unwrap_or("-"),
+        backend = summary.backend.as_deref().unwrap_or("-"),
+        bytes_up = summary.up,
+        bytes_down = summary.down,
+        duration_s = format_args!("{secs:.3}"),
+        reason = %summary.reason,
+        "session ended"
+    );
+}
+
+async fn run<P: Player>(
+    player: &mut P,
+    info: &ConnInfo,
+    shared: &Arc<Shared>,
+    slot: HandshakeSlot,
+    shutdown: &CancellationToken,
+) -> Summary {
+    let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout();
+    let opening = tokio::select! {
+        r = timeout_at(deadline, read_opening(player)) => match r {
+            Ok(Ok(o)) => o,
+            Ok(Err(OpeningError::Closed)) => return Summary::new("closed during handshake"),
+            Ok(Err(e)) => {
+                if let Some(suppressed) = shared.bad_input_log.allow() {
+                    info!(client = %info.client.ip(), suppressed, "closing connection: {e}");
+                }
+                player.finish(Finish::ProtocolError).await;
+                return Summary::new(format!("bad input: {e}"));
+            }
+            Err(_) => {
+                if let Some(suppressed) = shared.bad_input_log.allow() {
+                    debug!(client = %info.client.ip(), suppressed, "closing connection: handshake not complete within {}s", shared.limits.handshake_timeout_seconds);
+                }
+                player.finish(Finish::ProtocolError).await;
+                return Summary::new("handshake timeout");
+            }
+        },
+        () = slot.evicted() => {
+            player.finish(Finish::ProtocolError).await;
+            return Summary::new("evicted: too many connections in the handshake stage");
+        }
+        () = shutdown.cancelled() => {
+            player.finish(Finish::Shutdown).await;
+            return Summary::new("proxy shutdown");
+        }
+    };
+    drop(slot);
+    match opening {
+        Opening::Legacy { ping, raw } => legacy_ping(player, shared, ping, raw, deadline).await,
+        Opening::Status { handshake, rest } => {
+            status(player, shared, handshake, rest, shutdown).await
+        }
+        Opening::Login {
+            handshake,
+            login,
+            login_raw,
+            rest,
+        } => {
+            login_session(
+                player, info, shared, handshake, login, login_raw, rest, shutdown,
+            )
+            .await
+        }
+    }
+}
+
+/// Reads until a whole frame is decoded.
+async fn next_frame<P: Player>(
+    player: &mut P,
+    dec: &mut FrameDecoder,
+) -> Result<moonbridge_protocol::Frame, OpeningError> {
+    loop {
+        if let Some(f) = dec.try_next_frame()? {
+            return Ok(f);
+        }
+        let mut chunk = BytesMut::with_capacity(dec.bytes_wanted()?.clamp(64, 2048));
+        if player.read_some(&mut chunk).await? == 0 {
+            return Err(OpeningError::Closed);
+        }
+        dec.queue_bytes(chunk);
+    }
+}
+
+async fn read_opening<P: Player>(player: &mut P) -> Result<Opening, OpeningError> {
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        match legacy::detect(&buf)? {
+            LegacyDetect::Modern => break,
+            LegacyDetect::Legacy { ping, len } => {
+                return Ok(Opening::Legacy {
+                    ping,
+                    raw: buf.split_to(len),
+                })
+            }
+            LegacyDetect::NeedMore { if_silent } => {
+                if buf.len() > MAX_LEGACY_PING_BYTES {
+                    return Err(OpeningError::LegacyTooLong);
+                }
+                let read = match &if_silent {
+                    Some(_) => timeout(LEGACY_SILENCE, player.read_some(&mut buf)).await,
+                    None => Ok(player.read_some(&mut buf).await),
+                };
+                match (read, if_silent) {
+                    (Err(_silent), Some(ping)) => return Ok(Opening::Legacy { ping, raw: buf }),
+                    (Ok(Ok(0)), _) => return Err(OpeningError::Closed),
+                    (Ok(Ok(_)), _) | (Err(_), None) => {}
+                    (Ok(Err(e)), _) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    let mut dec = FrameDecoder::new(MAX_HANDSHAKE_FRAME_LEN);
+    dec.queue_bytes(buf);
+    let handshake: Handshake = next_frame(player, &mut dec).await?.decode()?;
+    match handshake.next_state {
+        NextState::Status => Ok(Opening::Status {
+            handshake,
+            rest: dec.take_buffered(),
+        }),
+        NextState::Login => {
+            dec.set_max_frame_len(MAX_LOGIN_START_FRAME_LEN);
+            let frame = next_frame(player, &mut dec).await?;
+            let login: LoginStart = frame.decode()?;
+            let login_raw = login
+                .to_frame_bytes()
+                .map_err(|_| DecodeError::InvalidValue {
+                    field: "name",
+                    reason: "cannot be re-encoded",
+                })?;
+            Ok(Opening::Login {
+                handshake,
+                login,
+                login_raw,
+                rest: dec.take_buffered(),
+            })
+        }
+    }
+}
+
+/// Sends a Login Disconnect with `reason` and ends the connection.
+async fn login_disconnect<P: Player>(player: &mut P, reason: &str, finish: Finish) {
+    if let Ok(frame) = (LoginDisconnect {
+        reason_json: chat_text(reason),
+    })
+    .to_frame_bytes()
+    {
+        if player.send(&frame).await.is_ok() {
+            player.finish(finish).await;
+            return;
+        }
+    }
+    player.finish(finish).await;
+}
+
+/// Connects to a backend within the configured timeout, with TCP_NODELAY.
+async fn connect_backend(shared: &Shared, backend: &Backend) -> Result<TcpStream, String> {
+    match timeout(
+        shared.limits.backend_connect_timeout(),
+        TcpStream::connect(&backend.address),
+    )
+    .await
+    {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+        Ok(Err(e)) => Err(format!("connect to {} failed: {e}", backend.address)),
+        Err(_) => Err(format!(
+            "connect to {} timed out after {}s",
+            backend.address, shared.limits.backend_connect_timeout_seconds
+        )),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn login_session<P: Player>(
+    player: &mut P,
+    info: &ConnInfo,
+    shared: &Arc<Shared>,
+    handshake: Handshake,
+    login: LoginStart,
+    login_raw: BytesMut,
+    rest: BytesMut,
+    shutdown: &CancellationToken,
+) -> Summary {
+    let mut summary = Summary::new("");
+    summary.player = Some(login.name.clone());
+    let host = HostField::parse(&handshake.server_address);
+    let Some(backend) = shared.route(&host.routing_key()) else {
+        login_disconnect(
+            player,
+            &format!("Unknown server address {}", host.hostname),
+            Finish::Normal,
+        )
+        .await;
+        summary.reason = format!("no route for host {:?}", host.hostname);
+        return summary;
+    };
+    summary.backend = Some(backend.name.clone());
+
+    let server_address = match backend.forwarding {
+        Forwarding::None => handshake.server_address.clone(),
+        Forwarding::Bungeecord => {
+            let uuid = match shared.auth {
+                AuthMode::Offline => offline_uuid(&login.name),
+                // Refused by config validation; never reached.
+                AuthMode::Passthrough => offline_uuid(&login.name),
+            };
+            let props = host
+                .marker
+                .filter(|_| host.is_forge())
+                .map(forge_properties);
+            bungeecord_address(
+                host.hostname,
+                info.client.ip(),
+                uuid,
+                props.as_ref().map_or(&[][..], |p| &p[..]),
+            )
+        }
+    };
+    let mut opening =
+        BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
+    if (Handshake {
+        server_address,
+        ..handshake
+    })
+    .encode_frame(&mut opening)
+    .is_err()
+    {
+        login_disconnect(
+            player,
+            "Handshake could not be forwarded",
+            Finish::ProtocolError,
+        )
+        .await;
+        summary.reason = "forwarded handshake too long".into();
+        return summary;
+    }
+    opening.extend_from_slice(&login_raw);
+    opening.extend_from_slice(&rest);
+    let up = opening.len() as u64;
+
+    let mut stream = match connect_backend(shared, backend).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(backend = %backend.name, "{e}");
+            login_disconnect(
+                player,
+                &format!("Server {} is unreachable", backend.name),
+                Finish::BackendUnavailable,
+            )
+            .await;
+            summary.reason = e;
+            return summary;
+        }
+    };
+    if let Err(e) = stream.write_all(&opening).await {
+        login_disconnect(
+            player,
+            &format!("Server {} is unreachable", backend.name),
+            Finish::BackendUnavailable,
+        )
+        .await;
+        summary.reason = format!("backend write failed: {e}");
+        return summary;
+    }
+
+    // Wait for the backend's first answer (Login Success, Encryption Request or Login Disconnect).
+    let mut first = BytesMut::with_capacity(RELAY_CHUNK);
+    let answered = tokio::select! {
+        r = timeout(shared.limits.login_timeout(), stream.read_buf(&mut first)) => r,
+        () = shutdown.cancelled() => {
+            login_disconnect(player, SHUTDOWN_REASON, Finish::Shutdown).await;
+            summary.reason = "proxy shutdown".into();
+            return summary;
+        }
+    };
+    match answered {
+        Ok(Ok(n)) if n > 0 => {}
+        Ok(Ok(_)) => {
+            login_disconnect(
+                player,
+                &format!("Server {} closed the connection during login", backend.name),
+                Finish::BackendUnavailable,
+            )
+            .await;
+            summary.reason = "backend closed during login".into();
+            return summary;
+        }
+        Ok(Err(e)) => {
+            login_disconnect(
+                player,
+                &format!("Server {} is unreachable", backend.name),
+                Finish::BackendUnavailable,
+            )
+            .await;
+            summary.reason = format!("backend read failed: {e}");
+            return summary;
+        }
+        Err(_) => {
+            warn!(backend = %backend.name, "backend did not answer the login within {}s", shared.limits.login_timeout_seconds);
+            login_disconnect(
+                player,
+                &format!("Server {} did not answer the login in time", backend.name),
+                Finish::BackendUnavailable,
+            )
+            .await;
+            summary.reason = "backend login timeout".into();
+            return summary;
+        }
+    }
+    // Login Success (0x02) means the clientbound stream stays plaintext: follow its frames so a shutdown can
+    // insert a Disconnect between two of them. Anything else (encryption) is relayed opaquely.
+    let scanner = match peek_packet_id(&first) {
+        Ok(Some(0x02)) => {
+            let mut s = FrameScanner::new();
+            s.scan(&first).ok().map(|_| s)
+        }
+        _ => None,
+    };
+    let down = first.len() as u64;
+    if let Err(e) = player.send(&first).await {
+        summary.reason = format!("player write failed: {e}");
+        return summary;
+    }
+    drop(first);
+    let report = player
+        .relay(
+            stream,
+            RelayStart {
+                shutdown,
+                scanner,
+                up,
+                down,
+            },
+        )
+        .await;
+    summary.up = report.up;
+    summary.down = report.down;
+    summary.reason = report.end.to_string();
+    summary
+}
+
+/// The status JSON the proxy answers with when the backend cannot.
+fn fallback_status_json(message: &str) -> String {
+    serde_json::json!({
+        "version": { "name": "1.7.10", "protocol": PROTOCOL_VERSION },
+        "players": { "max": 0, "online": 0 },
+        "description": { "text": message },
+    })
+    .to_string()
+}
+
+async fn status<P: Player>(
+    player: &mut P,
+    shared: &Arc<Shared>,
+    handshake: Handshake,
+    rest: BytesMut,
+    shutdown: &CancellationToken,
+) -> Summary {
+    let host = HostField::parse(&handshake.server_address);
+    let Some(backend) = shared.route(&host.routing_key()) else {
+        let msg = format!("Unknown server address {}", host.hostname);
+        answer_status_locally(player, shared, &msg, rest).await;
+        return Summary::new(format!("status: no route for host {:?}", host.hostname));
+    };
+    let mut summary = Summary::new("");
+    summary.backend = Some(backend.name.clone());
+    let stream = match connect_backend(shared, backend).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(backend = %backend.name, "status: {e}");
+            answer_status_locally(
+                player,
+                shared,
+                &format!("Server {} is unreachable", backend.name),
+                rest,
+            )
+            .await;
+            summary.reason = format!("status answered by proxy: {e}");
+            return summary;
+        }
+    };
+    let mut opening = BytesMut::new();
+    if handshake.encode_frame(&mut opening).is_err() {
+        summary.reason = "status handshake could not be re-encoded".into();
+        return summary;
+    }
+    opening.extend_from_slice(&rest);
+    let up = opening.len() as u64;
+    let mut stream = stream;
+    if let Err(e) = stream.write_all(&opening).await {
+        summary.reason = format!("backend write failed: {e}");
+        return summary;
+    }
+    // A status exchange is short: the whole of it gets `login_timeout_seconds`.
+    let report = match timeout(
+        shared.limits.login_timeout(),
+        player.relay(
+            stream,
+            RelayStart {
+                shutdown,
+                scanner: None,
+                up,
+                down: 0,
+            },
+        ),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => {
+            player.finish(Finish::Normal).await;
+            summary.reason = "status exchange timeout".into();
+            return summary;
+        }
+    };
+    summary.up = report.up;
+    summary.down = report.down;
+    summary.reason = format!("status: {}", report.end);
+    summary
+}
+
+/// Answers Status Request and Ping itself, then closes.
+async fn answer_status_locally<P: Player>(
+    player: &mut P,
+    shared: &Shared,
+    message: &str,
+    rest: BytesMut,
+) {
+    let mut dec = FrameDecoder::new(64);
+    dec.queue_bytes(rest);
+    let json = fallback_status_json(message);
+    let exchange = async {
+        loop {
+            let frame = next_frame(player, &mut dec).await?;
+            let mut out = BytesMut::new();
+            if frame.id == StatusRequest::ID {
+                let _ = StatusResponse { json: json.clone() }.encode_frame(&mut out);
+                player.send(&out).await?;
+            } else {
+                let ping: StatusPing = frame.decode()?;
+                let _ = ping.encode_frame(&mut out);
+                player.send(&out).await?;
+                return Ok::<(), OpeningError>(());
+            }
+        }
+    };
+    let _ = timeout(shared.limits.handshake_timeout(), exchange).await;
+    player.finish(Finish::BackendUnavailable).await;
+}
+
+async fn legacy_ping<P: Player>(
+    player: &mut P,
+    shared: &Arc<Shared>,
+    ping: LegacyPing,
+    raw: BytesMut,
+    deadline: tokio::time::Instant,
+) -> Summary {
+    let backend = shared.default_backend();
+    let relayed = timeout_at(deadline, async {
+        let mut stream = connect_backend(shared, backend).await.ok()?;
+        stream.write_all(&raw).await.ok()?;
+        let mut answer = BytesMut::with_capacity(512);
+        loop {
+            if let Ok(Some((_, n))) = legacy::decode_kick(&answer) {
+                answer.truncate(n);
+                return Some(answer);
+            }
+            if answer.len() >= MAX_LEGACY_ANSWER_BYTES {
+                return None;
+            }
+            if stream.read_buf(&mut answer).await.ok()? == 0 {
+                return None;
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    let (answer, how) = match relayed {
+        Some(a) => (a.to_vec(), "legacy ping relayed"),
+        None => {
+            let status = LegacyStatus {
+                protocol: 127,
+                version: "1.7.10".into(),
+                motd: format!("Server {} is unreachable", backend.name),
+                online: 0,
+                max: 0,
+            };
+            (
+                legacy::encode_kick(&ping, &status),
+                "legacy ping answered by proxy",
+            )
+        }
+    };
+    let _ = player.send(&answer).await;
+    player.finish(Finish::Normal).await;
+    let mut s = Summary::new(how);
+    s.backend = Some(backend.name.clone());
+    s
+}
+
+/// The Play Disconnect frame sent to players on shutdown.
+pub(crate) fn shutdown_disconnect_frame() -> Vec<u8> {
+    (PlayDisconnect {
+        reason_json: chat_text(SHUTDOWN_REASON),
+    })
+    .to_frame_bytes()
+    .map(|b| b.to_vec())
+    .unwrap_or_default()
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every MoonBridge test, installing what the tests need first:
+#   1. Debian packages the tests use (apt-get update + install, only when one is missing),
+#   2. the pinned node-minecraft-protocol peers (npm ci in tests/peers),
+#   3. formatting and lint checks, then every Rust test in the workspace.
+# Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+APT_PACKAGES=(ca-certificates openssl)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  step "installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+for tool in cargo node npm; do
+  command -v "$tool" >/dev/null || { echo "error: '$tool' is not installed (see README.md, Requirements)" >&2; exit 1; }
+done
+
+step "installing the pinned test peers (npm ci in tests/peers)"
+npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "all tests passed"

@@ -1,0 +1,38 @@
+'use strict'
+// A real node-minecraft-protocol 1.7.10 server used as a MoonBridge backend in the cross-tests.
+//
+// Usage: node backend.js '{"port":0,"motd":"...","burstCount":70,"burstSize":30000}'
+// Prints {"event":"listening","port":N} once ready, then one JSON line per login and chat.
+// Per player: Join Game, then burstCount plugin messages (S3F, channel MB|Burst) of burstSize bytes
+// (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>".
+const mc = require('minecraft-protocol')
+const { burstPayload, emit, BURST_CHANNEL } = require('./common')
+
+const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000 },
+  JSON.parse(process.argv[2] || '{}'))
+
+const server = mc.createServer({
+  'online-mode': false,
+  host: '127.0.0.1',
+  port: opts.port,
+  version: '1.7.10',
+  motd: opts.motd,
+  maxPlayers: 100
+})
+
+server.on('login', (client) => {
+  emit({ event: 'login', username: client.username, uuid: client.uuid, serverHost: client.serverHost })
+  client.write('login', { entityId: 1, gameMode: 0, dimension: 0, difficulty: 2, maxPlayers: 100, levelType: 'default' })
+  client.write('position', { x: 0, y: 64, z: 0, yaw: 0, pitch: 0, onGround: true })
+  for (let n = 0; n < opts.burstCount; n++) {
+    client.write('custom_payload', { channel: BURST_CHANNEL, data: burstPayload(n, opts.burstSize) })
+  }
+  client.on('chat', (p) => {
+    emit({ event: 'chat', username: client.username, message: p.message })
+    client.write('chat', { message: JSON.stringify({ text: 'echo:' + p.message }) })
+  })
+  client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))
+})
+
+server.on('error', (e) => { emit({ event: 'error', error: String(e) }); process.exit(1) })
+server.on('listening', () => emit({ event: 'listening', port: server.socketServer.address().port }))

@@ -1,0 +1,75 @@
+'use strict'
+// Real node-minecraft-protocol 1.7.10 clients connecting through MoonBridge.
+//
+// Usage: node client.js '{"host":"127.0.0.1","port":N,"count":50,"serverHost":"mc.example.com","forge":true,
+//                         "burstCount":70,"burstSize":30000,"timeoutMs":60000,"url":"ws://..."}'
+// Each client logs in (Forge marker in the handshake when forge is set), waits for Join Game, checks every byte
+// of the plugin-message burst, completes a chat round trip and disconnects. One JSON line per client, then a
+// summary line {"event":"done","ok":N,"failed":M,"ms":T}; the exit code is 0 only when every client passed.
+const mc = require('minecraft-protocol')
+const { burstPayload, emit, BURST_CHANNEL } = require('./common')
+
+const opts = Object.assign({ host: '127.0.0.1', count: 1, serverHost: 'mc.example.com', forge: false,
+  burstCount: 70, burstSize: 30000, timeoutMs: 60000, prefix: 'Player' }, JSON.parse(process.argv[2] || '{}'))
+
+function openStream (opts) {
+  if (!opts.url) return undefined
+  const WebSocket = require('ws')
+  const wsOpts = { rejectUnauthorized: false }
+  if (opts.ca) wsOpts.ca = require('fs').readFileSync(opts.ca)
+  const ws = new WebSocket(opts.url, opts.subprotocol ? [opts.subprotocol] : [], wsOpts)
+  return WebSocket.createWebSocketStream(ws)
+}
+
+function runOne (i) {
+  return new Promise((resolve) => {
+    const username = opts.prefix + i
+    const started = Date.now()
+    const result = { event: 'client', username, ok: false, joined: false, burst: 0, chat: false }
+    const forge = opts.forge === 'alternate' ? i % 2 === 0 : Boolean(opts.forge)
+    result.forge = forge
+    const host = opts.serverHost + (forge ? '\0FML\0' : '')
+    const client = mc.createClient({
+      host: opts.host, port: opts.port, username, version: '1.7.10', auth: 'offline', fakeHost: host,
+      stream: openStream(opts), keepAlive: true
+    })
+    let finished = false
+    const finish = (err) => {
+      if (finished) return
+      finished = true
+      clearTimeout(timer)
+      if (err) result.error = String(err)
+      result.ms = Date.now() - started
+      emit(result)
+      client.end()
+      resolve(result.ok)
+    }
+    const timer = setTimeout(() => finish(new Error('timeout: ' + JSON.stringify(result))), opts.timeoutMs)
+    client.on('login', () => { result.joined = true })
+    client.on('custom_payload', (p) => {
+      if (p.channel !== BURST_CHANNEL) return
+      const want = burstPayload(result.burst, opts.burstSize)
+      if (!want.equals(p.data)) return finish(new Error('burst message ' + result.burst + ' differs'))
+      result.burst++
+      if (result.burst === opts.burstCount) client.write('chat', { message: 'hello from ' + username })
+    })
+    client.on('chat', (p) => {
+      const text = JSON.parse(p.message).text
+      if (text !== 'echo:hello from ' + username) return finish(new Error('unexpected chat ' + text))
+      result.chat = true
+      result.ok = result.joined && result.burst === opts.burstCount
+      finish(result.ok ? null : new Error('chat before burst complete'))
+    })
+    client.on('kick_disconnect', (p) => finish(new Error('kicked: ' + p.reason)))
+    client.on('disconnect', (p) => finish(new Error('disconnected: ' + p.reason)))
+    client.on('error', (e) => finish(e))
+    client.on('end', (reason) => finish(new Error('connection ended: ' + reason)))
+  })
+}
+
+const t0 = Date.now()
+Promise.all(Array.from({ length: opts.count }, (_, i) => runOne(i))).then((oks) => {
+  const ok = oks.filter(Boolean).length
+  emit({ event: 'done', ok, failed: oks.length - ok, ms: Date.now() - t0 })
+  process.exit(ok === oks.length ? 0 : 1)
+})
