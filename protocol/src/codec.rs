@@ -103,8 +103,7 @@ impl<'a> Reader<'a> {
     /// # Errors
     /// [`DecodeError::VarInt`] when malformed or cut off.
     pub fn var_int(&mut self, field: &'static str) -> Result<i32, DecodeError> {
-        let (v, n) = VarInt::decode_partial(self.buf)
-            .map_err(|source| DecodeError::VarInt { field, source })?;
+        let (v, n) = VarInt::decode_partial(self.buf).map_err(|source| DecodeError::VarInt { field, source })?;
         self.buf = self.buf.get(n..).unwrap_or_default();
         Ok(v)
     }
@@ -114,30 +113,18 @@ impl<'a> Reader<'a> {
     /// # Errors
     /// [`DecodeError::StringTooLong`], [`DecodeError::NegativeLength`], [`DecodeError::InvalidText`] or
     /// [`DecodeError::UnexpectedEnd`].
-    pub fn string(
-        &mut self,
-        max_chars: usize,
-        field: &'static str,
-    ) -> Result<&'a str, DecodeError> {
+    pub fn string(&mut self, max_chars: usize, field: &'static str) -> Result<&'a str, DecodeError> {
         let len = self.var_int(field)?;
         let len = usize::try_from(len).map_err(|_| DecodeError::NegativeLength(field))?;
         let max_bytes = max_chars.saturating_mul(4);
         if len > max_bytes {
-            return Err(DecodeError::StringTooLong {
-                field,
-                len,
-                max: max_bytes,
-            });
+            return Err(DecodeError::StringTooLong { field, len, max: max_bytes });
         }
         let raw = self.bytes(len, field)?;
         let s = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidText(field))?;
         let units = utf16_len(s);
         if units > max_chars {
-            return Err(DecodeError::StringTooLong {
-                field,
-                len: units,
-                max: max_chars,
-            });
+            return Err(DecodeError::StringTooLong { field, len: units, max: max_chars });
         }
         Ok(s)
     }
@@ -162,19 +149,10 @@ pub fn utf16_len(s: &str) -> usize {
 ///
 /// # Errors
 /// [`EncodeError::StringTooLong`] when `s` has more than `max_chars` UTF-16 units.
-pub fn put_string(
-    out: &mut impl BufMut,
-    s: &str,
-    max_chars: usize,
-    field: &'static str,
-) -> Result<(), EncodeError> {
+pub fn put_string(out: &mut impl BufMut, s: &str, max_chars: usize, field: &'static str) -> Result<(), EncodeError> {
     let units = utf16_len(s);
     if units > max_chars {
-        return Err(EncodeError::StringTooLong {
-            field,
-            len: units,
-            max: max_chars,
-        });
+        return Err(EncodeError::StringTooLong { field, len: units, max: max_chars });
     }
     // `s.len()` is at most 4 * 32767 here for every field in this crate, well inside i32.
     VarInt(i32::try_from(s.len()).unwrap_or(i32::MAX)).encode(out);
@@ -186,15 +164,8 @@ pub fn put_string(
 ///
 /// # Errors
 /// [`EncodeError::ArrayTooLong`] when `data` is over 32,767 bytes.
-pub fn put_i16_bytes(
-    out: &mut impl BufMut,
-    data: &[u8],
-    field: &'static str,
-) -> Result<(), EncodeError> {
-    let len = i16::try_from(data.len()).map_err(|_| EncodeError::ArrayTooLong {
-        field,
-        len: data.len(),
-    })?;
+pub fn put_i16_bytes(out: &mut impl BufMut, data: &[u8], field: &'static str) -> Result<(), EncodeError> {
+    let len = i16::try_from(data.len()).map_err(|_| EncodeError::ArrayTooLong { field, len: data.len() })?;
     out.put_i16(len);
     out.put_slice(data);
     Ok(())
@@ -215,32 +186,17 @@ mod tests {
 
         assert_eq!(
             put_string(&mut Vec::new(), "abcdefghijklmnopq", 16, "name"),
-            Err(EncodeError::StringTooLong {
-                field: "name",
-                len: 17,
-                max: 16
-            })
+            Err(EncodeError::StringTooLong { field: "name", len: 17, max: 16 })
         );
         // Byte length over 4 * max is refused before reading the bytes.
         let r = Reader::new(&[0x41]).string(16, "name");
-        assert_eq!(
-            r,
-            Err(DecodeError::StringTooLong {
-                field: "name",
-                len: 65,
-                max: 64
-            })
-        );
+        assert_eq!(r, Err(DecodeError::StringTooLong { field: "name", len: 65, max: 64 }));
         // 17 characters within 64 bytes: refused on the character count.
         let mut raw = vec![17u8];
         raw.extend_from_slice(b"abcdefghijklmnopq");
         assert_eq!(
             Reader::new(&raw).string(16, "name"),
-            Err(DecodeError::StringTooLong {
-                field: "name",
-                len: 17,
-                max: 16
-            })
+            Err(DecodeError::StringTooLong { field: "name", len: 17, max: 16 })
         );
         // Negative length.
         assert_eq!(
@@ -248,15 +204,9 @@ mod tests {
             Err(DecodeError::NegativeLength("name"))
         );
         // Invalid UTF-8.
-        assert_eq!(
-            Reader::new(&[0x01, 0xff]).string(16, "name"),
-            Err(DecodeError::InvalidText("name"))
-        );
+        assert_eq!(Reader::new(&[0x01, 0xff]).string(16, "name"), Err(DecodeError::InvalidText("name")));
         // Truncated.
-        assert_eq!(
-            Reader::new(&[0x05, b'S']).string(16, "name"),
-            Err(DecodeError::UnexpectedEnd("name"))
-        );
+        assert_eq!(Reader::new(&[0x05, b'S']).string(16, "name"), Err(DecodeError::UnexpectedEnd("name")));
     }
 
     #[test]
@@ -265,16 +215,10 @@ mod tests {
         put_i16_bytes(&mut out, &[1, 2, 3], "data").unwrap();
         assert_eq!(out, [0x00, 0x03, 1, 2, 3]);
         assert_eq!(Reader::new(&out).i16_bytes("data").unwrap(), &[1, 2, 3]);
-        assert_eq!(
-            Reader::new(&[0xff, 0xff]).i16_bytes("data"),
-            Err(DecodeError::NegativeLength("data"))
-        );
+        assert_eq!(Reader::new(&[0xff, 0xff]).i16_bytes("data"), Err(DecodeError::NegativeLength("data")));
         assert_eq!(
             put_i16_bytes(&mut Vec::new(), &[0; 32768], "data"),
-            Err(EncodeError::ArrayTooLong {
-                field: "data",
-                len: 32768
-            })
+            Err(EncodeError::ArrayTooLong { field: "data", len: 32768 })
         );
     }
 }

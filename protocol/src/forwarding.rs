@@ -34,11 +34,7 @@ pub struct Property {
 /// The offline-mode UUID of a player: version 3 (MD5) over the UTF-8 bytes of `"OfflinePlayer:" + name`,
 /// as Java's `UUID.nameUUIDFromBytes` computes it (no namespace).
 pub fn offline_uuid(name: &str) -> Uuid {
-    let mut hash: [u8; 16] = Md5::new()
-        .chain_update(b"OfflinePlayer:")
-        .chain_update(name.as_bytes())
-        .finalize()
-        .into();
+    let mut hash: [u8; 16] = Md5::new().chain_update(b"OfflinePlayer:").chain_update(name.as_bytes()).finalize().into();
     hash[6] = (hash[6] & 0x0f) | 0x30;
     hash[8] = (hash[8] & 0x3f) | 0x80;
     Uuid::from_bytes(hash)
@@ -48,11 +44,7 @@ pub fn offline_uuid(name: &str) -> Uuid {
 /// hostname (normally `"\0FML\0"`).
 pub fn forge_properties(marker: &str) -> [Property; 2] {
     [
-        Property {
-            name: FORGE_CLIENT_PROPERTY.into(),
-            value: "true".into(),
-            signature: None,
-        },
+        Property { name: FORGE_CLIENT_PROPERTY.into(), value: "true".into(), signature: None },
         Property {
             name: EXTRA_DATA_PROPERTY.into(),
             value: marker.replace('\0', "\u{1}"),
@@ -65,12 +57,7 @@ pub fn forge_properties(marker: &str) -> [Property; 2] {
 ///
 /// `ip` is written in its canonical text form (an IPv4-mapped IPv6 address becomes IPv4); `properties` is
 /// omitted when empty. `hostname` must not contain NUL (take it from [`crate::handshake::HostField`]).
-pub fn bungeecord_address(
-    hostname: &str,
-    ip: IpAddr,
-    uuid: Uuid,
-    properties: &[Property],
-) -> String {
+pub fn bungeecord_address(hostname: &str, ip: IpAddr, uuid: Uuid, properties: &[Property]) -> String {
     let mut s = format!("{hostname}\0{}\0{}", ip.to_canonical(), uuid.simple());
     if !properties.is_empty() {
         s.push('\0');
@@ -88,14 +75,8 @@ mod tests {
     #[test]
     fn offline_uuid_vectors() {
         // Values a vanilla offline-mode server assigns (UUID.nameUUIDFromBytes).
-        assert_eq!(
-            offline_uuid("Steve").to_string(),
-            "5627dd98-e6be-3c21-b8a8-e92344183641"
-        );
-        assert_eq!(
-            offline_uuid("Notch").to_string(),
-            "b50ad385-829d-3141-a216-7e7d7539ba7f"
-        );
+        assert_eq!(offline_uuid("Steve").to_string(), "5627dd98-e6be-3c21-b8a8-e92344183641");
+        assert_eq!(offline_uuid("Notch").to_string(), "b50ad385-829d-3141-a216-7e7d7539ba7f");
         assert_eq!(offline_uuid("Steve").get_version_num(), 3);
     }
 
@@ -122,16 +103,8 @@ mod tests {
     fn vanilla_client_gets_three_fields() {
         let ip: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
         let addr = bungeecord_address("mc.example.com", ip, offline_uuid("Steve"), &[]);
-        assert_eq!(
-            addr,
-            "mc.example.com\x00203.0.113.7\x005627dd98e6be3c21b8a8e92344183641"
-        );
+        assert_eq!(addr, "mc.example.com\x00203.0.113.7\x005627dd98e6be3c21b8a8e92344183641");
         let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(
-            bungeecord_address("h", v6, Uuid::nil(), &[])
-                .split('\0')
-                .nth(1),
-            Some("2001:db8::1")
-        );
+        assert_eq!(bungeecord_address("h", v6, Uuid::nil(), &[]).split('\0').nth(1), Some("2001:db8::1"));
     }
 }

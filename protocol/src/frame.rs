@@ -35,10 +35,7 @@ impl Frame {
     /// [`crate::DecodeError::UnexpectedPacketId`] or any field error of `P`.
     pub fn decode<P: crate::packets::Packet>(&self) -> Result<P, crate::DecodeError> {
         if self.id != P::ID {
-            return Err(crate::DecodeError::UnexpectedPacketId {
-                expected: P::ID,
-                got: self.id,
-            });
+            return Err(crate::DecodeError::UnexpectedPacketId { expected: P::ID, got: self.id });
         }
         let mut r = crate::codec::Reader::new(&self.body);
         let p = P::decode_body(&mut r)?;
@@ -77,10 +74,7 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     /// A decoder that refuses bodies longer than `max_frame_len` bytes (clamped to [`MAX_FRAME_LEN`]).
     pub fn new(max_frame_len: usize) -> Self {
-        Self {
-            buf: BytesMut::new(),
-            max_frame_len: max_frame_len.min(MAX_FRAME_LEN),
-        }
+        Self { buf: BytesMut::new(), max_frame_len: max_frame_len.min(MAX_FRAME_LEN) }
     }
 
     /// Changes the limit for frames not yet returned (for example after the handshake stage).
@@ -133,10 +127,7 @@ impl FrameDecoder {
         if len == 0 {
             Err(FrameError::Empty)
         } else if len > self.max_frame_len {
-            Err(FrameError::TooLarge {
-                len,
-                max: self.max_frame_len,
-            })
+            Err(FrameError::TooLarge { len, max: self.max_frame_len })
         } else {
             Ok(())
         }
@@ -285,18 +276,10 @@ mod tests {
 
     #[test]
     fn c2_wider_lengths_are_refused_at_once() {
-        for bad in [
-            &[0x80, 0x80, 0x80, 0x01][..],
-            &[0xff, 0xff, 0xff, 0xff, 0x0f],
-            &[0xff; 64],
-        ] {
+        for bad in [&[0x80, 0x80, 0x80, 0x01][..], &[0xff, 0xff, 0xff, 0xff, 0x0f], &[0xff; 64]] {
             let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
             dec.queue_slice(bad);
-            assert_eq!(
-                dec.try_next_frame(),
-                Err(FrameError::LengthPrefixTooLong),
-                "{bad:02x?}"
-            );
+            assert_eq!(dec.try_next_frame(), Err(FrameError::LengthPrefixTooLong), "{bad:02x?}");
             assert_eq!(dec.bytes_wanted(), Err(FrameError::LengthPrefixTooLong));
         }
         // Even the first three bytes alone are enough to refuse.
@@ -317,10 +300,7 @@ mod tests {
 
         let mut dec = FrameDecoder::new(16);
         dec.queue_slice(&[0x11]); // 17 > 16, refused before any body byte arrives
-        assert_eq!(
-            dec.try_next_frame(),
-            Err(FrameError::TooLarge { len: 17, max: 16 })
-        );
+        assert_eq!(dec.try_next_frame(), Err(FrameError::TooLarge { len: 17, max: 16 }));
         dec.set_max_frame_len(17);
         assert_eq!(dec.try_next_frame(), Ok(None));
         // The limit never exceeds the protocol maximum.
@@ -377,10 +357,7 @@ mod tests {
         assert_eq!(peek_packet_id(&[0x03, 0x80]), Ok(None));
         assert_eq!(peek_packet_id(&[0x01, 0x80]), Err(FrameError::BadPacketId));
         assert_eq!(peek_packet_id(&[0x00]), Err(FrameError::Empty));
-        assert_eq!(
-            peek_packet_id(&[0xff, 0xff, 0xff]),
-            Err(FrameError::LengthPrefixTooLong)
-        );
+        assert_eq!(peek_packet_id(&[0xff, 0xff, 0xff]), Err(FrameError::LengthPrefixTooLong));
     }
 
     #[test]
@@ -394,10 +371,7 @@ mod tests {
         assert_eq!(s.scan(&stream[1..]).unwrap(), 2);
         assert!(s.at_boundary());
         assert_eq!(s.frames(), 2);
-        assert_eq!(
-            FrameScanner::new().scan(&[0x80, 0x80, 0x80]),
-            Err(FrameError::LengthPrefixTooLong)
-        );
+        assert_eq!(FrameScanner::new().scan(&[0x80, 0x80, 0x80]), Err(FrameError::LengthPrefixTooLong));
         assert_eq!(FrameScanner::new().scan(&[0x00]), Err(FrameError::Empty));
     }
 

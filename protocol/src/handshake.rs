@@ -20,14 +20,8 @@ impl<'a> HostField<'a> {
     /// Splits a raw handshake address.
     pub fn parse(server_address: &'a str) -> Self {
         match server_address.find('\0') {
-            Some(i) => Self {
-                hostname: server_address.get(..i).unwrap_or_default(),
-                marker: server_address.get(i..),
-            },
-            None => Self {
-                hostname: server_address,
-                marker: None,
-            },
+            Some(i) => Self { hostname: server_address.get(..i).unwrap_or_default(), marker: server_address.get(i..) },
+            None => Self { hostname: server_address, marker: None },
         }
     }
 
@@ -54,10 +48,7 @@ impl<'a> HostField<'a> {
 
 /// Normalises a hostname for routing: strips one trailing dot (a fully qualified name), lowercases ASCII.
 pub fn routing_key(hostname: &str) -> String {
-    hostname
-        .strip_suffix('.')
-        .unwrap_or(hostname)
-        .to_ascii_lowercase()
+    hostname.strip_suffix('.').unwrap_or(hostname).to_ascii_lowercase()
 }
 
 #[cfg(test)]

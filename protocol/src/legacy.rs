@@ -60,25 +60,15 @@ pub fn detect(buf: &[u8]) -> Result<LegacyDetect, DecodeError> {
     match buf {
         [] => Ok(LegacyDetect::NeedMore { if_silent: None }),
         [first, ..] if *first != 0xfe => Ok(LegacyDetect::Modern),
-        [_] => Ok(LegacyDetect::NeedMore {
-            if_silent: Some(LegacyPing::V1_3),
-        }),
-        [_, 0x01] => Ok(LegacyDetect::NeedMore {
-            if_silent: Some(LegacyPing::V1_4),
-        }),
+        [_] => Ok(LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_3) }),
+        [_, 0x01] => Ok(LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_4) }),
         [_, 0x01, 0x00, ..] => Ok(LegacyDetect::Modern),
         [_, 0x01, 0xfa, rest @ ..] => match parse_ping_host(rest)? {
             Some((ping, n)) => Ok(LegacyDetect::Legacy { ping, len: 3 + n }),
             None => Ok(LegacyDetect::NeedMore { if_silent: None }),
         },
-        [_, 0x01, ..] => Ok(LegacyDetect::Legacy {
-            ping: LegacyPing::V1_4,
-            len: 2,
-        }),
-        [_, ..] => Ok(LegacyDetect::Legacy {
-            ping: LegacyPing::V1_3,
-            len: 1,
-        }),
+        [_, 0x01, ..] => Ok(LegacyDetect::Legacy { ping: LegacyPing::V1_4, len: 2 }),
+        [_, ..] => Ok(LegacyDetect::Legacy { ping: LegacyPing::V1_3, len: 1 }),
     }
 }
 
@@ -89,19 +79,13 @@ fn parse_ping_host(buf: &[u8]) -> Result<Option<(LegacyPing, usize)>, DecodeErro
         return Ok(None);
     };
     if usize::from(chan_len) != PING_HOST_CHANNEL.len() {
-        return Err(DecodeError::InvalidValue {
-            field: "channel",
-            reason: "not MC|PingHost",
-        });
+        return Err(DecodeError::InvalidValue { field: "channel", reason: "not MC|PingHost" });
     }
     let Ok(chan) = r.bytes(2 * PING_HOST_CHANNEL.len(), "channel") else {
         return Ok(None);
     };
     if utf16be(chan, "channel")? != PING_HOST_CHANNEL {
-        return Err(DecodeError::InvalidValue {
-            field: "channel",
-            reason: "not MC|PingHost",
-        });
+        return Err(DecodeError::InvalidValue { field: "channel", reason: "not MC|PingHost" });
     }
     let Ok(data_len) = r.u16("data") else {
         return Ok(None);
@@ -109,10 +93,7 @@ fn parse_ping_host(buf: &[u8]) -> Result<Option<(LegacyPing, usize)>, DecodeErro
     // protocol (1) + host length (2) + host + port (4); the host takes the rest.
     let data_len = usize::from(data_len);
     if data_len < 7 {
-        return Err(DecodeError::InvalidValue {
-            field: "data",
-            reason: "too short",
-        });
+        return Err(DecodeError::InvalidValue { field: "data", reason: "too short" });
     }
     let Ok(data) = r.bytes(data_len, "data") else {
         return Ok(None);
@@ -124,21 +105,11 @@ fn parse_ping_host(buf: &[u8]) -> Result<Option<(LegacyPing, usize)>, DecodeErro
     let port = d.i32("port")?;
     d.finish()?;
     let used = buf.len() - r.remaining().len();
-    Ok(Some((
-        LegacyPing::V1_6 {
-            protocol,
-            host,
-            port,
-        },
-        used,
-    )))
+    Ok(Some((LegacyPing::V1_6 { protocol, host, port }, used)))
 }
 
 fn utf16be(bytes: &[u8], field: &'static str) -> Result<String, DecodeError> {
-    let units: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_be_bytes(c.try_into().unwrap_or_default()))
-        .collect();
+    let units: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_be_bytes(c.try_into().unwrap_or_default())).collect();
     String::from_utf16(&units).map_err(|_| DecodeError::InvalidText(field))
 }
 
@@ -159,17 +130,12 @@ pub struct LegacyStatus {
 
 /// Encodes the `0xFF` kick packet answering `ping`: `FF`, `u16` length in UTF-16 units, UTF-16BE text.
 pub fn encode_kick(ping: &LegacyPing, status: &LegacyStatus) -> Vec<u8> {
-    let motd: String = status
-        .motd
-        .chars()
-        .filter(|c| *c != '§' && *c != '\0')
-        .collect();
+    let motd: String = status.motd.chars().filter(|c| *c != '§' && *c != '\0').collect();
     let text = match ping {
         LegacyPing::V1_3 => format!("{motd}§{}§{}", status.online, status.max),
-        LegacyPing::V1_4 | LegacyPing::V1_6 { .. } => format!(
-            "§1\0{}\0{}\0{motd}\0{}\0{}",
-            status.protocol, status.version, status.online, status.max
-        ),
+        LegacyPing::V1_4 | LegacyPing::V1_6 { .. } => {
+            format!("§1\0{}\0{}\0{motd}\0{}\0{}", status.protocol, status.version, status.online, status.max)
+        }
     };
     let units: Vec<u16> = text.encode_utf16().take(usize::from(u16::MAX)).collect();
     let mut out = Vec::with_capacity(3 + units.len() * 2);
@@ -190,10 +156,7 @@ pub fn decode_kick(buf: &[u8]) -> Result<Option<(String, usize)>, DecodeError> {
     let mut r = crate::codec::Reader::new(buf);
     let Ok(id) = r.u8("id") else { return Ok(None) };
     if id != 0xff {
-        return Err(DecodeError::UnexpectedPacketId {
-            expected: 0xff,
-            got: i32::from(id),
-        });
+        return Err(DecodeError::UnexpectedPacketId { expected: 0xff, got: i32::from(id) });
     }
     let Ok(len) = r.u16("reason") else {
         return Ok(None);
@@ -209,57 +172,23 @@ mod tests {
     use super::*;
 
     fn status() -> LegacyStatus {
-        LegacyStatus {
-            protocol: 127,
-            version: "1.7.10".into(),
-            motd: "Hi".into(),
-            online: 1,
-            max: 20,
-        }
+        LegacyStatus { protocol: 127, version: "1.7.10".into(), motd: "Hi".into(), online: 1, max: 20 }
     }
 
     #[test]
     fn c6_detects_every_form() {
-        assert_eq!(
-            detect(&[]).unwrap(),
-            LegacyDetect::NeedMore { if_silent: None }
-        );
-        assert_eq!(
-            detect(&[0xfe]).unwrap(),
-            LegacyDetect::NeedMore {
-                if_silent: Some(LegacyPing::V1_3)
-            }
-        );
-        assert_eq!(
-            detect(&[0xfe, 0x01]).unwrap(),
-            LegacyDetect::NeedMore {
-                if_silent: Some(LegacyPing::V1_4)
-            }
-        );
-        assert_eq!(
-            detect(&[0xfe, 0x05]).unwrap(),
-            LegacyDetect::Legacy {
-                ping: LegacyPing::V1_3,
-                len: 1
-            }
-        );
-        assert_eq!(
-            detect(&[0xfe, 0x01, 0x02]).unwrap(),
-            LegacyDetect::Legacy {
-                ping: LegacyPing::V1_4,
-                len: 2
-            }
-        );
+        assert_eq!(detect(&[]).unwrap(), LegacyDetect::NeedMore { if_silent: None });
+        assert_eq!(detect(&[0xfe]).unwrap(), LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_3) });
+        assert_eq!(detect(&[0xfe, 0x01]).unwrap(), LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_4) });
+        assert_eq!(detect(&[0xfe, 0x05]).unwrap(), LegacyDetect::Legacy { ping: LegacyPing::V1_3, len: 1 });
+        assert_eq!(detect(&[0xfe, 0x01, 0x02]).unwrap(), LegacyDetect::Legacy { ping: LegacyPing::V1_4, len: 2 });
         assert_eq!(detect(crate::tests::HS).unwrap(), LegacyDetect::Modern);
     }
 
     #[test]
     fn modern_frame_of_254_bytes_is_not_a_ping() {
         // FE 01 is the length prefix 254; the body starts with the handshake id 00.
-        assert_eq!(
-            detect(&[0xfe, 0x01, 0x00, 0x05]).unwrap(),
-            LegacyDetect::Modern
-        );
+        assert_eq!(detect(&[0xfe, 0x01, 0x00, 0x05]).unwrap(), LegacyDetect::Modern);
     }
 
     #[test]
@@ -277,25 +206,11 @@ mod tests {
             p.extend_from_slice(&u.to_be_bytes());
         }
         p.extend_from_slice(&25565i32.to_be_bytes());
-        let expected = LegacyPing::V1_6 {
-            protocol: 78,
-            host: "localhost".into(),
-            port: 25565,
-        };
-        assert_eq!(
-            detect(&p).unwrap(),
-            LegacyDetect::Legacy {
-                ping: expected,
-                len: p.len()
-            }
-        );
+        let expected = LegacyPing::V1_6 { protocol: 78, host: "localhost".into(), port: 25565 };
+        assert_eq!(detect(&p).unwrap(), LegacyDetect::Legacy { ping: expected, len: p.len() });
         // Every prefix past FE 01 FA is undecided, not a different ping.
         for cut in 3..p.len() {
-            assert_eq!(
-                detect(&p[..cut]).unwrap(),
-                LegacyDetect::NeedMore { if_silent: None },
-                "cut {cut}"
-            );
+            assert_eq!(detect(&p[..cut]).unwrap(), LegacyDetect::NeedMore { if_silent: None }, "cut {cut}");
         }
         // A wrong channel is an error.
         let mut bad = p.clone();
@@ -307,19 +222,13 @@ mod tests {
     fn kick_vectors() {
         let k = encode_kick(&LegacyPing::V1_3, &status());
         assert_eq!(&k[..3], &[0xff, 0x00, 0x07]);
-        assert_eq!(
-            decode_kick(&k).unwrap(),
-            Some(("Hi§1§20".to_string(), k.len()))
-        );
+        assert_eq!(decode_kick(&k).unwrap(), Some(("Hi§1§20".to_string(), k.len())));
 
         let k = encode_kick(&LegacyPing::V1_4, &status());
         let (text, n) = decode_kick(&k).unwrap().unwrap();
         assert_eq!(n, k.len());
         assert!(text.starts_with("§1\0"));
-        assert_eq!(
-            text.split('\0').collect::<Vec<_>>(),
-            ["§1", "127", "1.7.10", "Hi", "1", "20"]
-        );
+        assert_eq!(text.split('\0').collect::<Vec<_>>(), ["§1", "127", "1.7.10", "Hi", "1", "20"]);
         // "§1" is UTF-16BE 00 A7 00 31.
         assert_eq!(&k[3..7], &[0x00, 0xa7, 0x00, 0x31]);
         assert_eq!(decode_kick(&k[..k.len() - 1]).unwrap(), None);
@@ -327,13 +236,8 @@ mod tests {
 
     #[test]
     fn motd_control_characters_are_removed() {
-        let s = LegacyStatus {
-            motd: "a§b\0c".into(),
-            ..status()
-        };
-        let (text, _) = decode_kick(&encode_kick(&LegacyPing::V1_4, &s))
-            .unwrap()
-            .unwrap();
+        let s = LegacyStatus { motd: "a§b\0c".into(), ..status() };
+        let (text, _) = decode_kick(&encode_kick(&LegacyPing::V1_4, &s)).unwrap().unwrap();
         assert_eq!(text.split('\0').nth(3), Some("abc"));
     }
 }

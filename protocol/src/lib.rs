@@ -9,6 +9,7 @@
 //! - [`handshake`]: the Forge marker and the routing key of a handshake address.
 //! - [`legacy`]: pre-1.7 `0xFE` server-list pings and their `0xFF` answers.
 //! - [`forwarding`]: offline UUIDs and BungeeCord IP forwarding.
+//! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule.
 //!
 //! The wire facts come from the protocol 5 (1.7.6–1.7.10) packet tables.
 
@@ -20,6 +21,7 @@ pub mod handshake;
 pub mod legacy;
 pub mod packets;
 pub mod varint;
+pub mod ws;
 
 pub use error::{DecodeError, EncodeError, FrameError};
 pub use frame::{Frame, FrameDecoder, FrameScanner, MAX_FRAME_LEN};
@@ -29,8 +31,8 @@ pub use varint::{VarInt, VarIntDecodeError, VarLong};
 pub(crate) mod tests {
     /// Case file `HS`: handshake for `mc.example.com:25565`, next state login, with the Forge marker.
     pub(crate) const HS: &[u8] = &[
-        0x19, 0x00, 0x05, 0x13, b'm', b'c', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.',
-        b'c', b'o', b'm', 0x00, b'F', b'M', b'L', 0x00, 0x63, 0xdd, 0x02,
+        0x19, 0x00, 0x05, 0x13, b'm', b'c', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o', b'm',
+        0x00, b'F', b'M', b'L', 0x00, 0x63, 0xdd, 0x02,
     ];
     /// Case file `LS`: Login Start for `Steve`.
     pub(crate) const LS: &[u8] = &[0x07, 0x00, 0x05, b'S', b't', b'e', b'v', b'e'];

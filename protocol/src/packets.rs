@@ -108,12 +108,7 @@ impl Packet for Handshake {
 
     fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         VarInt(self.protocol_version).encode(out);
-        put_string(
-            out,
-            &self.server_address,
-            MAX_FORWARDED_HOST_CHARS,
-            "server_address",
-        )?;
+        put_string(out, &self.server_address, MAX_FORWARDED_HOST_CHARS, "server_address")?;
         out.extend_from_slice(&self.server_port.to_be_bytes());
         VarInt(self.next_state.to_wire()).encode(out);
         Ok(())
@@ -128,12 +123,7 @@ impl Packet for Handshake {
             2 => NextState::Login,
             other => return Err(DecodeError::InvalidNextState(other)),
         };
-        Ok(Self {
-            protocol_version,
-            server_address,
-            server_port,
-            next_state,
-        })
+        Ok(Self { protocol_version, server_address, server_port, next_state })
     }
 }
 
@@ -154,14 +144,9 @@ impl Packet for LoginStart {
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let name = r.string(MAX_NAME_CHARS, "name")?;
         if name.is_empty() {
-            return Err(DecodeError::InvalidValue {
-                field: "name",
-                reason: "empty player name",
-            });
+            return Err(DecodeError::InvalidValue { field: "name", reason: "empty player name" });
         }
-        Ok(Self {
-            name: name.to_owned(),
-        })
+        Ok(Self { name: name.to_owned() })
     }
 }
 
@@ -180,9 +165,7 @@ impl Packet for LoginDisconnect {
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned(),
-        })
+        Ok(Self { reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned() })
     }
 }
 
@@ -241,9 +224,7 @@ impl Packet for StatusResponse {
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            json: r.string(MAX_JSON_CHARS, "json")?.to_owned(),
-        })
+        Ok(Self { json: r.string(MAX_JSON_CHARS, "json")?.to_owned() })
     }
 }
 
@@ -263,9 +244,7 @@ impl Packet for StatusPing {
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            payload: r.i64("payload")?,
-        })
+        Ok(Self { payload: r.i64("payload")? })
     }
 }
 
@@ -304,9 +283,7 @@ impl Packet for PlayDisconnect {
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned(),
-        })
+        Ok(Self { reason_json: r.string(MAX_JSON_CHARS, "reason")?.to_owned() })
     }
 }
 
@@ -391,29 +368,14 @@ mod tests {
         let mut bytes = hs.to_frame_bytes().unwrap();
         let last = bytes.len() - 1;
         bytes[last] = 3;
-        assert_eq!(
-            one_frame(&bytes).decode::<Handshake>(),
-            Err(DecodeError::InvalidNextState(3))
-        );
+        assert_eq!(one_frame(&bytes).decode::<Handshake>(), Err(DecodeError::InvalidNextState(3)));
 
         // 256 characters encode (a forwarded address may be long) but a client may not send them.
-        let long = Handshake {
-            server_address: "a".repeat(256),
-            ..hs.clone()
-        };
+        let long = Handshake { server_address: "a".repeat(256), ..hs.clone() };
         let bytes = long.to_frame_bytes().unwrap();
-        assert!(matches!(
-            one_frame(&bytes).decode::<Handshake>(),
-            Err(DecodeError::StringTooLong { .. })
-        ));
-        let too_long = Handshake {
-            server_address: "a".repeat(MAX_FORWARDED_HOST_CHARS + 1),
-            ..hs
-        };
-        assert!(matches!(
-            too_long.to_frame_bytes(),
-            Err(EncodeError::StringTooLong { .. })
-        ));
+        assert!(matches!(one_frame(&bytes).decode::<Handshake>(), Err(DecodeError::StringTooLong { .. })));
+        let too_long = Handshake { server_address: "a".repeat(MAX_FORWARDED_HOST_CHARS + 1), ..hs };
+        assert!(matches!(too_long.to_frame_bytes(), Err(EncodeError::StringTooLong { .. })));
     }
 
     #[test]
@@ -435,38 +397,19 @@ mod tests {
     #[test]
     fn login_start_vector() {
         let f = one_frame(crate::tests::LS);
-        assert_eq!(
-            f.decode::<LoginStart>().unwrap(),
-            LoginStart {
-                name: "Steve".into()
-            }
-        );
+        assert_eq!(f.decode::<LoginStart>().unwrap(), LoginStart { name: "Steve".into() });
         assert!(f.body.len() < MAX_LOGIN_START_FRAME_LEN);
-        assert_eq!(
-            &LoginStart {
-                name: "Steve".into()
-            }
-            .to_frame_bytes()
-            .unwrap()[..],
-            crate::tests::LS
-        );
+        assert_eq!(&LoginStart { name: "Steve".into() }.to_frame_bytes().unwrap()[..], crate::tests::LS);
         // Empty and over-long names.
-        assert!(one_frame(&[0x02, 0x00, 0x00])
-            .decode::<LoginStart>()
-            .is_err());
+        assert!(one_frame(&[0x02, 0x00, 0x00]).decode::<LoginStart>().is_err());
         let mut long = vec![0x13, 0x00, 0x11];
         long.extend_from_slice(b"abcdefghijklmnopq");
-        assert!(matches!(
-            one_frame(&long).decode::<LoginStart>(),
-            Err(DecodeError::StringTooLong { .. })
-        ));
+        assert!(matches!(one_frame(&long).decode::<LoginStart>(), Err(DecodeError::StringTooLong { .. })));
     }
 
     #[test]
     fn login_disconnect_vector() {
-        let p = LoginDisconnect {
-            reason_json: chat_text("Server survival is unreachable"),
-        };
+        let p = LoginDisconnect { reason_json: chat_text("Server survival is unreachable") };
         let bytes = p.to_frame_bytes().unwrap();
         let mut expected = vec![0x2b, 0x00, 0x29];
         expected.extend_from_slice(br#"{"text":"Server survival is unreachable"}"#);
@@ -481,47 +424,25 @@ mod tests {
 
     #[test]
     fn login_success_and_status_vectors() {
-        let p = LoginSuccess {
-            uuid: "5627dd98-e6be-3c21-b8a8-e92344183641".into(),
-            name: "Steve".into(),
-        };
+        let p = LoginSuccess { uuid: "5627dd98-e6be-3c21-b8a8-e92344183641".into(), name: "Steve".into() };
         let bytes = p.to_frame_bytes().unwrap();
         assert_eq!(&bytes[..3], &[0x2c, 0x02, 0x24]);
         assert_eq!(one_frame(&bytes).decode::<LoginSuccess>().unwrap(), p);
 
         assert_eq!(&StatusRequest.to_frame_bytes().unwrap()[..], &[0x01, 0x00]);
-        let ping = StatusPing {
-            payload: 0x0102030405060708,
-        };
-        assert_eq!(
-            &ping.to_frame_bytes().unwrap()[..],
-            &[0x09, 0x01, 1, 2, 3, 4, 5, 6, 7, 8]
-        );
-        assert_eq!(
-            &KeepAlive { id: 7 }.to_frame_bytes().unwrap()[..],
-            &[0x05, 0x00, 0, 0, 0, 7]
-        );
-        let d = PlayDisconnect {
-            reason_json: chat_text("bye"),
-        };
+        let ping = StatusPing { payload: 0x0102030405060708 };
+        assert_eq!(&ping.to_frame_bytes().unwrap()[..], &[0x09, 0x01, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&KeepAlive { id: 7 }.to_frame_bytes().unwrap()[..], &[0x05, 0x00, 0, 0, 0, 7]);
+        let d = PlayDisconnect { reason_json: chat_text("bye") };
         assert_eq!(&d.to_frame_bytes().unwrap()[..3], &[0x10, 0x40, 0x0e]);
     }
 
     #[test]
     fn plugin_message_uses_i16_length() {
-        let p = PluginMessage {
-            channel: "FML|HS".into(),
-            data: vec![1, 2, 3],
-        };
+        let p = PluginMessage { channel: "FML|HS".into(), data: vec![1, 2, 3] };
         let mut out = Vec::new();
         p.encode_fields(&mut out).unwrap();
-        assert_eq!(
-            out,
-            [0x06, b'F', b'M', b'L', b'|', b'H', b'S', 0x00, 0x03, 1, 2, 3]
-        );
-        assert_eq!(
-            PluginMessage::decode_fields(&mut Reader::new(&out)).unwrap(),
-            p
-        );
+        assert_eq!(out, [0x06, b'F', b'M', b'L', b'|', b'H', b'S', 0x00, 0x03, 1, 2, 3]);
+        assert_eq!(PluginMessage::decode_fields(&mut Reader::new(&out)).unwrap(), p);
     }
 }

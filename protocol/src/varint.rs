@@ -103,10 +103,7 @@ impl VarLong {
 /// Decodes at most `max_bytes` bytes of a 7-bit group varint into a `u64`.
 ///
 /// Bits beyond 32 (VarInt) or 64 (VarLong) are dropped the way the reference implementation drops them.
-pub(crate) fn decode_bounded(
-    buf: &[u8],
-    max_bytes: usize,
-) -> Result<(u64, usize), VarIntDecodeError> {
+pub(crate) fn decode_bounded(buf: &[u8], max_bytes: usize) -> Result<(u64, usize), VarIntDecodeError> {
     let mut value: u64 = 0;
     for (i, &byte) in buf.iter().take(max_bytes).enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
@@ -150,11 +147,7 @@ mod tests {
         ];
         for &(v, bytes) in cases {
             assert_eq!(enc(v), bytes, "encode {v}");
-            assert_eq!(
-                VarInt::decode_partial(bytes),
-                Ok((v, bytes.len())),
-                "decode {v}"
-            );
+            assert_eq!(VarInt::decode_partial(bytes), Ok((v, bytes.len())), "decode {v}");
             assert_eq!(VarInt(v).written_size(), bytes.len(), "size {v}");
         }
     }
@@ -166,62 +159,28 @@ mod tests {
             (127, &[0x7f]),
             (128, &[0x80, 0x01]),
             (2_147_483_647, &[0xff, 0xff, 0xff, 0xff, 0x07]),
-            (
-                i64::MAX,
-                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
-            ),
-            (
-                -1,
-                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
-            ),
-            (
-                i64::MIN,
-                &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01],
-            ),
+            (i64::MAX, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]),
+            (-1, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
+            (i64::MIN, &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),
         ];
         for &(v, bytes) in cases {
             let mut out = Vec::new();
             VarLong(v).encode(&mut out);
             assert_eq!(out, bytes, "encode {v}");
-            assert_eq!(
-                VarLong::decode_partial(bytes),
-                Ok((v, bytes.len())),
-                "decode {v}"
-            );
+            assert_eq!(VarLong::decode_partial(bytes), Ok((v, bytes.len())), "decode {v}");
             assert_eq!(VarLong(v).written_size(), bytes.len(), "size {v}");
         }
     }
 
     #[test]
     fn incomplete_and_too_long_are_distinct() {
-        assert_eq!(
-            VarInt::decode_partial(&[]),
-            Err(VarIntDecodeError::Incomplete)
-        );
-        assert_eq!(
-            VarInt::decode_partial(&[0x80]),
-            Err(VarIntDecodeError::Incomplete)
-        );
-        assert_eq!(
-            VarInt::decode_partial(&[0xff, 0xff, 0xff, 0xff]),
-            Err(VarIntDecodeError::Incomplete)
-        );
-        assert_eq!(
-            VarInt::decode_partial(&[0xff; 5]),
-            Err(VarIntDecodeError::TooLong)
-        );
-        assert_eq!(
-            VarInt::decode_partial(&[0xff; 6]),
-            Err(VarIntDecodeError::TooLong)
-        );
-        assert_eq!(
-            VarLong::decode_partial(&[0xff; 9]),
-            Err(VarIntDecodeError::Incomplete)
-        );
-        assert_eq!(
-            VarLong::decode_partial(&[0xff; 10]),
-            Err(VarIntDecodeError::TooLong)
-        );
+        assert_eq!(VarInt::decode_partial(&[]), Err(VarIntDecodeError::Incomplete));
+        assert_eq!(VarInt::decode_partial(&[0x80]), Err(VarIntDecodeError::Incomplete));
+        assert_eq!(VarInt::decode_partial(&[0xff, 0xff, 0xff, 0xff]), Err(VarIntDecodeError::Incomplete));
+        assert_eq!(VarInt::decode_partial(&[0xff; 5]), Err(VarIntDecodeError::TooLong));
+        assert_eq!(VarInt::decode_partial(&[0xff; 6]), Err(VarIntDecodeError::TooLong));
+        assert_eq!(VarLong::decode_partial(&[0xff; 9]), Err(VarIntDecodeError::Incomplete));
+        assert_eq!(VarLong::decode_partial(&[0xff; 10]), Err(VarIntDecodeError::TooLong));
     }
 
     proptest! {

@@ -4,14 +4,20 @@
 //! [`Config::check`] returns every problem at once, one line each naming the key, for `--check-config`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::SocketAddr;
-use std::path::Path;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
 /// Address of the built-in TCP listener.
 pub const DEFAULT_TCP_BIND: &str = "0.0.0.0:25577";
+/// Address of the built-in WebSocket listener.
+pub const DEFAULT_WS_BIND: &str = "0.0.0.0:8080";
+/// Request path of WebSocket listeners without `path`.
+pub const DEFAULT_WS_PATH: &str = "/mc";
+/// Keepalive ping interval of WebSocket listeners without `ping_interval_seconds`, in seconds.
+pub const DEFAULT_PING_INTERVAL_SECONDS: u64 = 30;
 /// Name of the built-in backend.
 pub const DEFAULT_BACKEND_NAME: &str = "default";
 /// Address of the built-in backend.
@@ -21,7 +27,8 @@ pub const DEFAULT_BACKEND_ADDRESS: &str = "127.0.0.1:25565";
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// `[[listener]]`: where players connect. Default: one `tcp` listener on `0.0.0.0:25577`.
+    /// `[[listener]]`: where players connect. Default: `tcp` on `0.0.0.0:25577` and `ws` on `0.0.0.0:8080`
+    /// path `/mc`.
     #[serde(default = "default_listeners", rename = "listener")]
     pub listeners: Vec<ListenerConfig>,
     /// `[[backend]]`: the 1.7.10 servers. Default: one backend `default` at `127.0.0.1:25565`.
@@ -51,13 +58,16 @@ impl Default for Config {
 }
 
 fn default_listeners() -> Vec<ListenerConfig> {
-    vec![ListenerConfig {
-        transport: Transport::Tcp,
-        bind: DEFAULT_TCP_BIND
-            .parse()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 25577))),
-        proxy_protocol: false,
-    }]
+    vec![
+        ListenerConfig {
+            bind: DEFAULT_TCP_BIND.parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 25577))),
+            ..ListenerConfig::new(Transport::Tcp)
+        },
+        ListenerConfig {
+            bind: DEFAULT_WS_BIND.parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 8080))),
+            ..ListenerConfig::new(Transport::Ws)
+        },
+    ]
 }
 
 fn default_backends() -> Vec<BackendConfig> {
@@ -74,27 +84,128 @@ fn default_backends() -> Vec<BackendConfig> {
 pub enum Transport {
     /// Plain Minecraft over TCP.
     Tcp,
+    /// WebSocket over plain HTTP (`ws://`), for a CDN or TLS terminator in front.
+    Ws,
+    /// WebSocket over TLS 1.2/1.3 (`wss://`), with rustls.
+    Wss,
 }
 
 impl std::fmt::Display for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Tcp => "tcp",
+            Self::Ws => "ws",
+            Self::Wss => "wss",
         })
     }
 }
 
-/// One `[[listener]]`.
+/// The HTTP header a trusted proxy puts the player's address in.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum RealIpHeader {
+    /// `CF-Connecting-IP`: Cloudflare's single address.
+    #[default]
+    #[serde(rename = "CF-Connecting-IP")]
+    CfConnectingIp,
+    /// `X-Forwarded-For`: a list; the rightmost address that is not a trusted proxy is the player.
+    #[serde(rename = "X-Forwarded-For")]
+    XForwardedFor,
+    /// `X-Real-IP`: a single address (nginx).
+    #[serde(rename = "X-Real-IP")]
+    XRealIp,
+}
+
+impl RealIpHeader {
+    /// The header name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CfConnectingIp => "CF-Connecting-IP",
+            Self::XForwardedFor => "X-Forwarded-For",
+            Self::XRealIp => "X-Real-IP",
+        }
+    }
+}
+
+/// One `[[listener]]`. Keys marked ws/wss or wss are errors on other transports.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    /// `transport`: `"tcp"`. Required.
+    /// `transport`: `"tcp"`, `"ws"` or `"wss"`. Required.
     pub transport: Transport,
     /// `bind`: `IP:port` to listen on, such as `"0.0.0.0:25565"`. Required.
     pub bind: SocketAddr,
-    /// `proxy_protocol` (tcp only): require a PROXY v1/v2 header from every peer. Default `false`.
+    /// `proxy_protocol` (tcp): require a PROXY v1 or v2 header from every peer (behind a load balancer).
+    /// Default `false`.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// `path` (ws/wss): the one accepted request path; others get HTTP 404. Default `"/mc"`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `tls_cert` (wss, required): PEM certificate chain, leaf first. Reloaded when the file changes.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// `tls_key` (wss, required): PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// `ping_interval_seconds` (ws/wss): send a WebSocket Ping after this long without writing; 0 disables
+    /// pings and dead-peer detection. Default 30 seconds.
+    #[serde(default)]
+    pub ping_interval_seconds: Option<u64>,
+    /// `trusted_proxies` (ws/wss, or tcp with `proxy_protocol`): CIDRs or addresses whose `real_ip_header`
+    /// (or PROXY header) is believed. Default empty: the TCP peer is the player.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// `real_ip_header` (ws/wss): `"CF-Connecting-IP"` (default), `"X-Forwarded-For"` or `"X-Real-IP"`.
+    #[serde(default)]
+    pub real_ip_header: Option<RealIpHeader>,
+}
+
+impl ListenerConfig {
+    /// A listener of `transport` on `0.0.0.0:0` with every optional key at its default.
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            transport,
+            bind: SocketAddr::from(([0, 0, 0, 0], 0)),
+            proxy_protocol: false,
+            path: None,
+            tls_cert: None,
+            tls_key: None,
+            ping_interval_seconds: None,
+            trusted_proxies: Vec::new(),
+            real_ip_header: None,
+        }
+    }
+
+    /// The request path (ws/wss).
+    pub fn path(&self) -> &str {
+        self.path.as_deref().unwrap_or(DEFAULT_WS_PATH)
+    }
+
+    /// The keepalive interval (ws/wss); `None` when disabled.
+    pub fn ping_interval(&self) -> Option<Duration> {
+        match self.ping_interval_seconds.unwrap_or(DEFAULT_PING_INTERVAL_SECONDS) {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        }
+    }
+
+    /// The header carrying the player's address from a trusted proxy.
+    pub fn real_ip_header(&self) -> RealIpHeader {
+        self.real_ip_header.unwrap_or_default()
+    }
+
+    /// `trusted_proxies` parsed; entries that do not parse are skipped (validation reports them).
+    pub fn trusted_networks(&self) -> Vec<ipnet::IpNet> {
+        self.trusted_proxies.iter().filter_map(|t| parse_network(t).ok()).collect()
+    }
+}
+
+/// Parses `"10.0.0.0/8"`, `"2001:db8::/32"` or a single address (a /32 or /128).
+fn parse_network(text: &str) -> Result<ipnet::IpNet, String> {
+    if let Ok(net) = text.parse::<ipnet::IpNet>() {
+        return Ok(net.trunc());
+    }
+    text.parse::<IpAddr>().map(ipnet::IpNet::from).map_err(|_| format!("\"{text}\" is not an IP address or CIDR"))
 }
 
 /// How a backend learns who the player is.
@@ -106,6 +217,9 @@ pub enum Forwarding {
     None,
     /// BungeeCord IP forwarding in the handshake address (backend in offline mode with `bungeecord: true`).
     Bungeecord,
+    /// A PROXY protocol v2 header with the player's address before the handshake (backend or its load
+    /// balancer must expect it).
+    ProxyProtocol,
 }
 
 /// One `[[backend]]`.
@@ -116,7 +230,7 @@ pub struct BackendConfig {
     pub name: String,
     /// `address`: `host:port` of the 1.7.10 server; a hostname is resolved at each connect. Required.
     pub address: String,
-    /// `forwarding`: `"none"` (default) or `"bungeecord"`.
+    /// `forwarding`: `"none"` (default), `"bungeecord"` or `"proxy-protocol"`.
     #[serde(default)]
     pub forwarding: Forwarding,
 }
@@ -161,10 +275,7 @@ pub struct AuthConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self {
-            mode: AuthMode::default(),
-            session_server: default_session_server(),
-        }
+        Self { mode: AuthMode::default(), session_server: default_session_server() }
     }
 }
 
@@ -279,10 +390,7 @@ impl Config {
         toml::from_str(text).map_err(|e| {
             let (line, col) = e.span().map_or((0, 0), |s| line_col(text, s.start));
             let message = e.message().replace('\n', " ");
-            ConfigError::Parse(ConfigProblem {
-                key: format!("line {line}, column {col}"),
-                message,
-            })
+            ConfigError::Parse(ConfigProblem { key: format!("line {line}, column {col}"), message })
         })
     }
 
@@ -291,10 +399,8 @@ impl Config {
     /// # Errors
     /// Any [`ConfigError`].
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
         let config = Self::from_toml(&text)?;
         config.validate()?;
         Ok(config)
@@ -318,41 +424,24 @@ impl Config {
         let mut p = Vec::new();
         let mut push = |key: String, message: String| p.push(ConfigProblem { key, message });
         if self.listeners.is_empty() {
-            push(
-                "listener".into(),
-                "at least one [[listener]] is needed".into(),
-            );
+            push("listener".into(), "at least one [[listener]] is needed".into());
         }
         let mut binds = HashSet::new();
         for (i, l) in self.listeners.iter().enumerate() {
-            if l.proxy_protocol {
-                push(
-                    format!("listener[{i}].proxy_protocol"),
-                    "PROXY protocol headers are not supported yet".into(),
-                );
-            }
             if !binds.insert(l.bind) {
-                push(
-                    format!("listener[{i}].bind"),
-                    format!("{} is used by another listener", l.bind),
-                );
+                push(format!("listener[{i}].bind"), format!("{} is used by another listener", l.bind));
             }
+            check_listener(i, l, &mut push);
         }
         if self.backends.is_empty() {
-            push(
-                "backend".into(),
-                "at least one [[backend]] is needed".into(),
-            );
+            push("backend".into(), "at least one [[backend]] is needed".into());
         }
         let mut names = HashSet::new();
         for (i, b) in self.backends.iter().enumerate() {
             if b.name.is_empty() {
                 push(format!("backend[{i}].name"), "must not be empty".into());
             } else if !names.insert(b.name.as_str()) {
-                push(
-                    format!("backend[{i}].name"),
-                    format!("\"{}\" is used by another backend", b.name),
-                );
+                push(format!("backend[{i}].name"), format!("\"{}\" is used by another backend", b.name));
             }
             if let Err(m) = check_host_port(&b.address) {
                 push(format!("backend[{i}].address"), m);
@@ -368,40 +457,25 @@ impl Config {
         }
         if let Some(d) = &self.routing.default_backend {
             if !names.contains(d.as_str()) {
-                push(
-                    "routing.default_backend".into(),
-                    format!("no [[backend]] is named \"{d}\""),
-                );
+                push("routing.default_backend".into(), format!("no [[backend]] is named \"{d}\""));
             }
         }
         let mut keys = HashSet::new();
         for (host, backend) in &self.routing.hosts {
             let key = moonbridge_protocol::handshake::routing_key(host);
             if !names.contains(backend.as_str()) {
-                push(
-                    format!("routing.hosts.\"{host}\""),
-                    format!("no [[backend]] is named \"{backend}\""),
-                );
+                push(format!("routing.hosts.\"{host}\""), format!("no [[backend]] is named \"{backend}\""));
             }
             if !keys.insert(key.clone()) {
-                push(
-                    format!("routing.hosts.\"{host}\""),
-                    format!("duplicates another entry for \"{key}\""),
-                );
+                push(format!("routing.hosts.\"{host}\""), format!("duplicates another entry for \"{key}\""));
             }
         }
         let l = &self.limits;
         for (key, value) in [
             ("limits.max_connections", l.max_connections as u64),
             ("limits.max_handshaking", l.max_handshaking as u64),
-            (
-                "limits.handshake_timeout_seconds",
-                l.handshake_timeout_seconds,
-            ),
-            (
-                "limits.backend_connect_timeout_seconds",
-                l.backend_connect_timeout_seconds,
-            ),
+            ("limits.handshake_timeout_seconds", l.handshake_timeout_seconds),
+            ("limits.backend_connect_timeout_seconds", l.backend_connect_timeout_seconds),
             ("limits.login_timeout_seconds", l.login_timeout_seconds),
         ] {
             if value == 0 {
@@ -409,20 +483,11 @@ impl Config {
             }
         }
         if l.max_connections > 1_000_000 {
-            push(
-                "limits.max_connections".into(),
-                "must be at most 1000000".into(),
-            );
+            push("limits.max_connections".into(), "must be at most 1000000".into());
         }
         for (key, value) in [
-            (
-                "limits.handshake_timeout_seconds",
-                l.handshake_timeout_seconds,
-            ),
-            (
-                "limits.backend_connect_timeout_seconds",
-                l.backend_connect_timeout_seconds,
-            ),
+            ("limits.handshake_timeout_seconds", l.handshake_timeout_seconds),
+            ("limits.backend_connect_timeout_seconds", l.backend_connect_timeout_seconds),
             ("limits.login_timeout_seconds", l.login_timeout_seconds),
             ("limits.shutdown_grace_seconds", l.shutdown_grace_seconds),
         ] {
@@ -433,10 +498,7 @@ impl Config {
         // A 2 MiB Minecraft frame plus its prefix must fit one message.
         let min_ws = moonbridge_protocol::MAX_FRAME_LEN + 3;
         if l.max_ws_message_bytes < min_ws {
-            push(
-                "limits.max_ws_message_bytes".into(),
-                format!("must be at least {min_ws} (one 1.7.10 frame)"),
-            );
+            push("limits.max_ws_message_bytes".into(), format!("must be at least {min_ws} (one 1.7.10 frame)"));
         }
         if self.auth.session_server.is_empty() {
             push("auth.session_server".into(), "must not be empty".into());
@@ -446,10 +508,65 @@ impl Config {
 
     /// The backend for hosts without a route.
     pub fn default_backend_name(&self) -> Option<&str> {
-        self.routing
-            .default_backend
-            .as_deref()
-            .or_else(|| self.backends.first().map(|b| b.name.as_str()))
+        self.routing.default_backend.as_deref().or_else(|| self.backends.first().map(|b| b.name.as_str()))
+    }
+}
+
+/// Transport-specific keys and values of one listener.
+fn check_listener(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, String)) {
+    let key = |k: &str| format!("listener[{i}].{k}");
+    let ws = matches!(l.transport, Transport::Ws | Transport::Wss);
+    let only = |t: &str| format!("only applies to {t} listeners (this one is {})", l.transport);
+    if !ws {
+        for (set, k) in [
+            (l.path.is_some(), "path"),
+            (l.ping_interval_seconds.is_some(), "ping_interval_seconds"),
+            (l.real_ip_header.is_some(), "real_ip_header"),
+        ] {
+            if set {
+                push(key(k), only("ws and wss"));
+            }
+        }
+        if !l.trusted_proxies.is_empty() && !l.proxy_protocol {
+            push(key("trusted_proxies"), "on a tcp listener it needs proxy_protocol = true".into());
+        }
+    } else if l.proxy_protocol {
+        push(key("proxy_protocol"), only("tcp"));
+    }
+    if l.transport == Transport::Wss {
+        for (path, k) in [(&l.tls_cert, "tls_cert"), (&l.tls_key, "tls_key")] {
+            match path {
+                None => push(key(k), "is required for a wss listener".into()),
+                Some(p) if std::fs::metadata(p).is_err() => push(key(k), format!("cannot read {}", p.display())),
+                Some(_) => {}
+            }
+        }
+        if let (Some(cert), Some(key_path)) = (&l.tls_cert, &l.tls_key) {
+            if std::fs::metadata(cert).is_ok() && std::fs::metadata(key_path).is_ok() {
+                if let Err(e) = crate::tls::load_certified_key(cert, key_path) {
+                    push(key("tls_cert"), e.to_string());
+                }
+            }
+        }
+    } else {
+        for (set, k) in [(l.tls_cert.is_some(), "tls_cert"), (l.tls_key.is_some(), "tls_key")] {
+            if set {
+                push(key(k), only("wss"));
+            }
+        }
+    }
+    if let Some(p) = &l.path {
+        if !p.starts_with('/') || p.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
+            push(key("path"), format!("\"{p}\" must start with / and hold no spaces, ? or #"));
+        }
+    }
+    if l.ping_interval_seconds.is_some_and(|s| s > 3600) {
+        push(key("ping_interval_seconds"), "must be at most 3600 seconds".into());
+    }
+    for t in &l.trusted_proxies {
+        if let Err(m) = parse_network(t) {
+            push(key("trusted_proxies"), m);
+        }
     }
 }
 
@@ -482,6 +599,10 @@ mod tests {
         let c = Config::from_toml("").unwrap();
         assert_eq!(c, Config::default());
         assert_eq!(c.listeners[0].bind.to_string(), "0.0.0.0:25577");
+        assert_eq!(c.listeners[1].transport, Transport::Ws);
+        assert_eq!(c.listeners[1].bind.to_string(), "0.0.0.0:8080");
+        assert_eq!(c.listeners[1].path(), "/mc");
+        assert_eq!(c.listeners[1].ping_interval(), Some(Duration::from_secs(30)));
         assert_eq!(c.default_backend_name(), Some("default"));
         assert!(c.check().is_empty());
     }
@@ -523,16 +644,83 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named_with_their_line() {
-        let e = Config::from_toml("[[listener]]\ntransport = \"tcp\"\nbindd = \"0.0.0.0:1\"\n")
-            .unwrap_err();
+        let e = Config::from_toml("[[listener]]\ntransport = \"tcp\"\nbindd = \"0.0.0.0:1\"\n").unwrap_err();
         let s = e.to_string();
         assert!(s.contains("bindd"), "{s}");
         assert!(s.contains("line 3"), "{s}");
         let e = Config::from_toml("[limits]\nmax_conections = 5\n").unwrap_err();
         assert!(e.to_string().contains("max_conections"), "{e}");
-        let e = Config::from_toml("[[listener]]\ntransport = \"udp\"\nbind = \"0.0.0.0:1\"\n")
-            .unwrap_err();
+        let e = Config::from_toml("[[listener]]\ntransport = \"udp\"\nbind = \"0.0.0.0:1\"\n").unwrap_err();
         assert!(e.to_string().contains("udp"), "{e}");
+    }
+
+    #[test]
+    fn websocket_listener_keys() {
+        let c = Config::from_toml(
+            r#"
+            [[listener]]
+            transport = "ws"
+            bind = "127.0.0.1:8080"
+            path = "/play"
+            ping_interval_seconds = 0
+            trusted_proxies = ["127.0.0.1", "10.0.0.0/8", "2001:db8::/32"]
+            real_ip_header = "X-Forwarded-For"
+            [[backend]]
+            name = "b"
+            address = "127.0.0.1:1"
+            forwarding = "proxy-protocol"
+            "#,
+        )
+        .unwrap();
+        assert!(c.check().is_empty(), "{:?}", c.check());
+        let l = &c.listeners[0];
+        assert_eq!(l.path(), "/play");
+        assert_eq!(l.ping_interval(), None);
+        assert_eq!(l.real_ip_header(), RealIpHeader::XForwardedFor);
+        assert_eq!(l.trusted_networks().len(), 3);
+        assert!(l.trusted_networks()[0].contains(&"127.0.0.1".parse::<IpAddr>().unwrap()));
+        assert_eq!(c.backends[0].forwarding, Forwarding::ProxyProtocol);
+    }
+
+    #[test]
+    fn transport_specific_keys_are_checked() {
+        let c = Config::from_toml(
+            r#"
+            [[listener]]
+            transport = "tcp"
+            bind = "127.0.0.1:1"
+            path = "/mc"
+            trusted_proxies = ["1.2.3.4"]
+            [[listener]]
+            transport = "ws"
+            bind = "127.0.0.1:2"
+            proxy_protocol = true
+            tls_cert = "x.pem"
+            path = "mc"
+            ping_interval_seconds = 7200
+            trusted_proxies = ["not-an-ip"]
+            [[listener]]
+            transport = "wss"
+            bind = "127.0.0.1:3"
+            tls_key = "/nonexistent/key.pem"
+            "#,
+        )
+        .unwrap();
+        let keys: Vec<String> = c.check().into_iter().map(|p| p.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "listener[0].path",
+                "listener[0].trusted_proxies",
+                "listener[1].proxy_protocol",
+                "listener[1].tls_cert",
+                "listener[1].path",
+                "listener[1].ping_interval_seconds",
+                "listener[1].trusted_proxies",
+                "listener[2].tls_cert",
+                "listener[2].tls_key",
+            ]
+        );
     }
 
     #[test]

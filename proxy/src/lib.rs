@@ -1,14 +1,17 @@
 //! # moonbridge-proxy
 //!
-//! The MoonBridge proxy daemon as a library: [`config::Config`] describes listeners, backends, routing,
-//! authentication and limits; [`Server::bind`] opens the listeners and [`Server::run`] serves players until a
-//! shutdown signal. The `moonbridge` binary is a thin command line around these two calls.
+//! The MoonBridge proxy daemon as a library: [`config::Config`] describes listeners (`tcp`, `ws`, `wss`),
+//! backends, routing, authentication and limits; [`Server::bind`] opens the listeners and [`Server::run`]
+//! serves players until a shutdown signal. The `moonbridge` binary is a thin command line around these calls.
 
 pub mod config;
 mod limits;
+mod proxy_header;
 mod relay;
 mod server;
 mod session;
+pub mod tls;
+mod ws;
 
 pub use config::Config;
 pub use server::{Server, ServerError, ServerStats, StatsHandle};

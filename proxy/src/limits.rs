@@ -25,10 +25,7 @@ struct SlotsInner {
 
 impl HandshakeSlots {
     pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self {
-            max: max.max(1),
-            inner: Mutex::new(SlotsInner::default()),
-        })
+        Arc::new(Self { max: max.max(1), inner: Mutex::new(SlotsInner::default()) })
     }
 
     /// Takes a slot; returns it and whether an older connection was evicted for it.
@@ -49,23 +46,12 @@ impl HandshakeSlots {
         inner.next_id += 1;
         inner.live.insert(id, token.clone());
         drop(inner);
-        (
-            HandshakeSlot {
-                id,
-                slots: Arc::clone(self),
-                evicted: token,
-            },
-            evicted,
-        )
+        (HandshakeSlot { id, slots: Arc::clone(self), evicted: token }, evicted)
     }
 
     /// Connections in the handshake stage now.
     pub(crate) fn in_use(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .live
-            .len()
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).live.len()
     }
 }
 
@@ -86,11 +72,7 @@ impl HandshakeSlot {
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
-        let mut inner = self
-            .slots
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.slots.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.live.remove(&self.id);
     }
 }
@@ -116,11 +98,7 @@ impl LogLimiter {
         Self {
             interval,
             per_interval,
-            state: Mutex::new(LimiterState {
-                window_start: Instant::now(),
-                in_window: 0,
-                suppressed: 0,
-            }),
+            state: Mutex::new(LimiterState { window_start: Instant::now(), in_window: 0, suppressed: 0 }),
         }
     }
 

@@ -11,8 +11,8 @@ use tracing::{info, warn};
 
 /// MoonBridge: Minecraft 1.7.10 proxy for players over TCP, ws:// and wss://.
 ///
-/// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 routing every host to the
-/// backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
+/// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 and a ws listener on
+/// 0.0.0.0:8080 path /mc, routing every host to the backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
 /// stderr. SIGTERM or Ctrl-C stop it gracefully.
 #[derive(Debug, Parser)]
 #[command(name = "moonbridge", version, about, long_about)]
@@ -31,12 +31,7 @@ fn main() -> ExitCode {
     if let Some(path) = cli.check_config {
         return match Config::load(&path) {
             Ok(c) => {
-                println!(
-                    "{}: OK ({} listener(s), {} backend(s))",
-                    path.display(),
-                    c.listeners.len(),
-                    c.backends.len()
-                );
+                println!("{}: OK ({} listener(s), {} backend(s))", path.display(), c.listeners.len(), c.backends.len());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -69,9 +64,7 @@ fn init_logging() {
 
 fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let config = match &config_path {
-        Some(p) => {
-            Config::load(p).with_context(|| format!("invalid configuration {}", p.display()))?
-        }
+        Some(p) => Config::load(p).with_context(|| format!("invalid configuration {}", p.display()))?,
         None => Config::default(),
     };
     match rlimit::increase_nofile_limit(u64::MAX) {
@@ -82,27 +75,15 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(e) => warn!("cannot raise the open file limit: {e}"),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async {
         match &config_path {
-            Some(p) => info!(
-                "moonbridge {} starting with {}",
-                env!("CARGO_PKG_VERSION"),
-                p.display()
-            ),
-            None => info!(
-                "moonbridge {} starting with built-in defaults (no --config)",
-                env!("CARGO_PKG_VERSION")
-            ),
+            Some(p) => info!("moonbridge {} starting with {}", env!("CARGO_PKG_VERSION"), p.display()),
+            None => info!("moonbridge {} starting with built-in defaults (no --config)", env!("CARGO_PKG_VERSION")),
         }
         for b in &config.backends {
-            info!(
-                "backend {} at {} forwarding={:?}",
-                b.name, b.address, b.forwarding
-            );
+            info!("backend {} at {} forwarding={:?}", b.name, b.address, b.forwarding);
         }
         info!(
             "routing: {} host route(s), default backend {}; auth mode {:?}",

@@ -43,11 +43,7 @@ pub(crate) struct Direction {
 
 impl Direction {
     pub(crate) fn new(scanner: Option<FrameScanner>) -> Self {
-        Self {
-            bytes: 0,
-            pending: Vec::new(),
-            scanner,
-        }
+        Self { bytes: 0, pending: Vec::new(), scanner }
     }
 
     /// Counts bytes going through and follows frame boundaries; a stream that stops parsing (encryption,
@@ -114,6 +110,44 @@ impl std::fmt::Display for RelayEnd {
     }
 }
 
+/// Runs `f` with this worker thread's relay scratch buffer ([`RELAY_CHUNK`] bytes). `f` must not await.
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    SCRATCH.with_borrow_mut(|buf| f(buf))
+}
+
+/// Writes all of `data` to a shared socket (readiness + `try_write`, so both directions can use one socket).
+pub(crate) async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(n) => data = data.get(n..).unwrap_or_default(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads and discards from a shared socket until EOF, an error, or `within`.
+pub(crate) async fn discard_until_eof(from: &TcpStream, within: Duration) {
+    let _ = tokio::time::timeout(within, async {
+        loop {
+            if from.readable().await.is_err() {
+                return;
+            }
+            let done = with_scratch(|buf| match from.try_read(buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+            });
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
 /// Writes `dir.pending` to `to` until it is empty.
 async fn drain(to: &TcpStream, dir: &mut Direction) -> io::Result<()> {
     while !dir.pending.is_empty() {
@@ -140,12 +174,8 @@ enum Batch {
 }
 
 /// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
-fn forward_batch(
-    from: &TcpStream,
-    to: &TcpStream,
-    dir: &mut Direction,
-) -> Result<Batch, PumpError> {
-    SCRATCH.with_borrow_mut(|buf| {
+fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<Batch, PumpError> {
+    with_scratch(|buf| {
         let n = match from.try_read(buf) {
             Ok(0) => return Ok(Batch::Eof),
             Ok(n) => n,
@@ -155,9 +185,7 @@ fn forward_batch(
         let data = buf.get(..n).unwrap_or_default();
         dir.account(data);
         match to.try_write(data) {
-            Ok(m) => dir
-                .pending
-                .extend_from_slice(data.get(m..).unwrap_or_default()),
+            Ok(m) => dir.pending.extend_from_slice(data.get(m..).unwrap_or_default()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => dir.pending.extend_from_slice(data),
             Err(e) => return Err(PumpError::Write(e)),
         }
@@ -167,11 +195,7 @@ fn forward_batch(
 
 /// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side) or an error.
 /// Cancel-safe: all progress lives in `dir`.
-pub(crate) async fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    dir: &mut Direction,
-) -> Result<(), PumpError> {
+pub(crate) async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<(), PumpError> {
     loop {
         drain(to, dir).await.map_err(PumpError::Write)?;
         from.readable().await.map_err(PumpError::Read)?;
@@ -243,10 +267,7 @@ pub(crate) async fn relay_tcp(
         let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
             drain(player, down).await?;
             if down.at_frame_boundary() {
-                let mut dir = Direction {
-                    pending: disconnect.to_vec(),
-                    ..Direction::default()
-                };
+                let mut dir = Direction { pending: disconnect.to_vec(), ..Direction::default() };
                 drain(player, &mut dir).await?;
             }
             io::Result::Ok(())

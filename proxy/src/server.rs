@@ -8,24 +8,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::{timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::config::{AuthMode, Config, Forwarding, LimitsConfig, Transport};
-use crate::limits::{HandshakeSlots, LogLimiter};
+use crate::config::{AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, Transport};
+use crate::limits::{HandshakeSlot, HandshakeSlots, LogLimiter};
 use crate::relay::{relay_tcp, Direction};
-use crate::session::{
-    self, shutdown_disconnect_frame, ConnInfo, Finish, Player, RelayReport, RelayStart,
-};
+use crate::session::{self, shutdown_disconnect_frame, ConnInfo, Finish, Player, RelayReport, RelayStart};
+use crate::tls::{ReloadingCert, Tls, TLS_LIBRARY, TLS_VERSIONS};
+use crate::ws::{accept_upgrade, WsPlayer, WsSettings};
 
-/// How long an orderly close keeps reading (and discarding) after sending FIN, so a final message is not lost
-/// to a reset when the peer still had bytes in flight.
-const LINGER: Duration = Duration::from_secs(1);
+/// How long an orderly close keeps reading (and discarding) after sending FIN or a WebSocket Close, so a
+/// final message is not lost to a reset when the peer still had bytes in flight.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
 
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -46,6 +47,9 @@ pub enum ServerError {
         /// The I/O error.
         source: io::Error,
     },
+    /// A `wss` listener's certificate or key could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A backend as the sessions see it.
@@ -69,6 +73,10 @@ pub(crate) struct Shared {
     conn_limit: Arc<Semaphore>,
     handshaking: Arc<HandshakeSlots>,
     next_id: AtomicU64,
+    /// WebSocket messages received from players (every listener).
+    pub(crate) ws_messages_in: AtomicU64,
+    /// WebSocket messages sent to players (every listener).
+    pub(crate) ws_messages_out: AtomicU64,
 }
 
 impl Shared {
@@ -76,23 +84,14 @@ impl Shared {
         let backends: Vec<Backend> = config
             .backends
             .iter()
-            .map(|b| Backend {
-                name: b.name.clone(),
-                address: b.address.clone(),
-                forwarding: b.forwarding,
-            })
+            .map(|b| Backend { name: b.name.clone(), address: b.address.clone(), forwarding: b.forwarding })
             .collect();
         let index = |name: &str| backends.iter().position(|b| b.name == name);
         let routes = config
             .routing
             .hosts
             .iter()
-            .filter_map(|(host, name)| {
-                Some((
-                    moonbridge_protocol::handshake::routing_key(host),
-                    index(name)?,
-                ))
-            })
+            .filter_map(|(host, name)| Some((moonbridge_protocol::handshake::routing_key(host), index(name)?)))
             .collect();
         let default_backend = config.default_backend_name().and_then(index).unwrap_or(0);
         Self {
@@ -106,96 +105,158 @@ impl Shared {
             conn_limit: Arc::new(Semaphore::new(config.limits.max_connections)),
             handshaking: HandshakeSlots::new(config.limits.max_handshaking),
             next_id: AtomicU64::new(1),
+            ws_messages_in: AtomicU64::new(0),
+            ws_messages_out: AtomicU64::new(0),
         }
     }
 
     /// The backend for a routing key (see [`moonbridge_protocol::handshake::routing_key`]).
     pub(crate) fn route(&self, key: &str) -> Option<&Backend> {
-        let i = self
-            .routes
-            .get(key)
-            .copied()
-            .unwrap_or(self.default_backend);
+        let i = self.routes.get(key).copied().unwrap_or(self.default_backend);
         self.backends.get(i)
     }
 
-    /// The backend legacy pings and unknown hosts go to.
-    pub(crate) fn default_backend(&self) -> &Backend {
-        // `Config::check` guarantees at least one backend; index 0 is the fallback.
-        self.backends
-            .get(self.default_backend)
-            .or_else(|| self.backends.first())
-            .unwrap_or_else(|| unreachable_backend())
+    /// The backend legacy pings go to (`None` only if the configuration had no backend, which validation
+    /// refuses).
+    pub(crate) fn default_backend(&self) -> Option<&Backend> {
+        self.backends.get(self.default_backend).or_else(|| self.backends.first())
     }
 }
 
-#[allow(clippy::panic)]
-fn unreachable_backend() -> &'static Backend {
-    // Validation refuses a configuration without backends before a server is built.
-    panic!("server built without backends")
-}
-
-/// A point-in-time view of the server's load.
+/// A point-in-time view of the server's load and counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerStats {
     /// Open player connections (every stage).
     pub connections: usize,
-    /// Connections still in the handshake stage.
+    /// Connections still in the handshake stage (TLS, HTTP upgrade, Minecraft handshake).
     pub handshaking: usize,
+    /// WebSocket messages received from players since start.
+    pub ws_messages_in: u64,
+    /// WebSocket messages sent to players since start.
+    pub ws_messages_out: u64,
+    /// Successful certificate reloads (every `wss` listener).
+    pub tls_reloads: u64,
+    /// Certificate reloads refused because the new files were bad (the old certificate stayed).
+    pub tls_reload_failures: u64,
+}
+
+/// How a listener accepts players.
+enum Kind {
+    Tcp { proxy_protocol: bool, trusted: Vec<ipnet::IpNet> },
+    Ws(WsSettings),
+    Wss(WsSettings, Tls),
 }
 
 struct BoundListener {
     transport: Transport,
     listener: TcpListener,
+    kind: Arc<Kind>,
+    banner: String,
 }
 
 /// A proxy with every listener bound, ready to [`Server::run`].
 pub struct Server {
     listeners: Vec<BoundListener>,
     shared: Arc<Shared>,
+    certs: Vec<Arc<ReloadingCert>>,
     max_connections: usize,
 }
 
+fn kind_of(l: &ListenerConfig, limits: &LimitsConfig) -> Result<Kind, ServerError> {
+    let ws = || WsSettings {
+        path: l.path().to_owned(),
+        trusted: l.trusted_networks(),
+        real_ip_header: l.real_ip_header(),
+        ping_interval: l.ping_interval(),
+        max_message_bytes: limits.max_ws_message_bytes,
+    };
+    Ok(match l.transport {
+        Transport::Tcp => Kind::Tcp { proxy_protocol: l.proxy_protocol, trusted: l.trusted_networks() },
+        Transport::Ws => Kind::Ws(ws()),
+        Transport::Wss => {
+            let (Some(cert), Some(key)) = (&l.tls_cert, &l.tls_key) else {
+                return Err(crate::config::ConfigError::Invalid(vec![crate::config::ConfigProblem {
+                    key: "listener.tls_cert".into(),
+                    message: "is required for a wss listener".into(),
+                }])
+                .into());
+            };
+            Kind::Wss(ws(), Tls::new(cert, key)?)
+        }
+    })
+}
+
+fn banner(l: &ListenerConfig, addr: SocketAddr) -> String {
+    let mut b = format!("listening {} {addr}", l.transport);
+    match l.transport {
+        Transport::Tcp => {
+            if l.proxy_protocol {
+                b.push_str(" proxy_protocol=v1,v2");
+            }
+        }
+        Transport::Ws | Transport::Wss => {
+            b.push_str(&format!(" path={}", l.path()));
+            if l.transport == Transport::Wss {
+                b.push_str(&format!(" tls={TLS_LIBRARY} versions={TLS_VERSIONS} alpn=http/1.1"));
+            }
+            match l.ping_interval() {
+                Some(i) => b.push_str(&format!(" ping={}s", i.as_secs())),
+                None => b.push_str(" ping=off"),
+            }
+            if !l.trusted_proxies.is_empty() {
+                b.push_str(&format!(" real_ip={} trusted={}", l.real_ip_header().name(), l.trusted_proxies.join(",")));
+            }
+        }
+    }
+    b
+}
+
 impl Server {
-    /// Validates `config` and binds every listener.
+    /// Validates `config`, loads certificates and binds every listener.
     ///
     /// # Errors
-    /// [`ServerError::Config`] for an invalid configuration, [`ServerError::Bind`] when an address is taken.
+    /// [`ServerError::Config`] for an invalid configuration, [`ServerError::Tls`] for unusable certificate
+    /// files, [`ServerError::Bind`] when an address is taken.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         config.validate()?;
         let mut listeners = Vec::with_capacity(config.listeners.len());
+        let mut certs = Vec::new();
         for l in &config.listeners {
-            let listener = TcpListener::bind(l.bind)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    transport: l.transport,
-                    bind: l.bind,
-                    source,
-                })?;
+            let kind = kind_of(l, &config.limits)?;
+            if let Kind::Wss(_, tls) = &kind {
+                certs.push(Arc::clone(&tls.cert));
+            }
+            let listener = TcpListener::bind(l.bind).await.map_err(|source| ServerError::Bind {
+                transport: l.transport,
+                bind: l.bind,
+                source,
+            })?;
+            let addr = listener.local_addr().unwrap_or(l.bind);
             listeners.push(BoundListener {
                 transport: l.transport,
                 listener,
+                kind: Arc::new(kind),
+                banner: banner(l, addr),
             });
         }
         Ok(Self {
             listeners,
             shared: Arc::new(Shared::new(config)),
+            certs,
             max_connections: config.limits.max_connections,
         })
     }
 
     /// The bound address of each listener, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> Vec<(Transport, SocketAddr)> {
-        self.listeners
-            .iter()
-            .filter_map(|l| l.listener.local_addr().ok().map(|a| (l.transport, a)))
-            .collect()
+        self.listeners.iter().filter_map(|l| l.listener.local_addr().ok().map(|a| (l.transport, a))).collect()
     }
 
     /// A handle that reads the server's load while it runs.
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
             shared: Arc::clone(&self.shared),
+            certs: self.certs.clone(),
             max_connections: self.max_connections,
         }
     }
@@ -206,32 +267,20 @@ impl Server {
         let token = CancellationToken::new();
         let tracker = TaskTracker::new();
         for l in self.listeners {
-            let addr = l
-                .listener
-                .local_addr()
-                .map_or_else(|_| "?".to_string(), |a| a.to_string());
-            info!("listening {} {addr}", l.transport);
-            tracker.spawn(accept_loop(
-                l,
-                Arc::clone(&self.shared),
-                token.clone(),
-                tracker.clone(),
-            ));
+            info!("{}", l.banner);
+            if let Kind::Wss(_, tls) = &*l.kind {
+                tracker.spawn(Tls::watch(Arc::clone(&tls.cert), token.clone()));
+            }
+            tracker.spawn(accept_loop(l, Arc::clone(&self.shared), token.clone(), tracker.clone()));
         }
         shutdown.await;
         let open = self.max_connections - self.shared.conn_limit.available_permits();
-        info!(
-            sessions = open,
-            "shutting down: no longer accepting, disconnecting players"
-        );
+        info!(sessions = open, "shutting down: no longer accepting, disconnecting players");
         token.cancel();
         tracker.close();
         let grace = self.shared.limits.shutdown_grace();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            warn!(
-                "shutdown grace period of {}s over; closing the remaining connections",
-                grace.as_secs()
-            );
+            warn!("shutdown grace period of {}s over; closing the remaining connections", grace.as_secs());
         } else {
             info!("shutdown complete");
         }
@@ -242,25 +291,25 @@ impl Server {
 #[derive(Clone, Debug)]
 pub struct StatsHandle {
     shared: Arc<Shared>,
+    certs: Vec<Arc<ReloadingCert>>,
     max_connections: usize,
 }
 
 impl StatsHandle {
-    /// Current load.
+    /// Current load and counters.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
             connections: self.max_connections - self.shared.conn_limit.available_permits(),
             handshaking: self.shared.handshaking.in_use(),
+            ws_messages_in: self.shared.ws_messages_in.load(Ordering::Relaxed),
+            ws_messages_out: self.shared.ws_messages_out.load(Ordering::Relaxed),
+            tls_reloads: self.certs.iter().map(|c| c.reloads.load(Ordering::Relaxed)).sum(),
+            tls_reload_failures: self.certs.iter().map(|c| c.reload_failures.load(Ordering::Relaxed)).sum(),
         }
     }
 }
 
-async fn accept_loop(
-    l: BoundListener,
-    shared: Arc<Shared>,
-    token: CancellationToken,
-    tracker: TaskTracker,
-) {
+async fn accept_loop(l: BoundListener, shared: Arc<Shared>, token: CancellationToken, tracker: TaskTracker) {
     loop {
         let accepted = tokio::select! {
             r = l.listener.accept() => r,
@@ -288,35 +337,154 @@ async fn accept_loop(
         let (slot, evicted) = shared.handshaking.enter();
         if evicted {
             if let Some(suppressed) = shared.limit_log.allow() {
-                warn!(suppressed, "max_handshaking ({}) reached: closed the connection waiting longest in the handshake", shared.limits.max_handshaking);
+                warn!(
+                    suppressed,
+                    "max_handshaking ({}) reached: closed the connection waiting longest in the handshake",
+                    shared.limits.max_handshaking
+                );
             }
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
-        let shared = Arc::clone(&shared);
-        let token = token.clone();
+        let conn = Conn { shared: Arc::clone(&shared), slot, token: token.clone(), peer };
+        let kind = Arc::clone(&l.kind);
         tracker.spawn(
             async move {
                 let _permit = permit;
-                let info = ConnInfo { client: peer };
-                match l.transport {
-                    Transport::Tcp => {
-                        session::serve(TcpPlayer { stream }, info, shared, slot, token).await
-                    }
-                }
+                conn.serve(stream, &kind).await;
             }
             .instrument(span),
         );
     }
 }
 
-/// A player on a plain TCP connection.
-struct TcpPlayer {
+/// A freshly accepted connection: the transport setup (PROXY header, TLS, HTTP upgrade) runs under the same
+/// handshake deadline and slot as the Minecraft handshake that follows.
+struct Conn {
+    shared: Arc<Shared>,
+    slot: HandshakeSlot,
+    token: CancellationToken,
+    peer: SocketAddr,
+}
+
+/// What a transport setup produced.
+enum Setup<P> {
+    Ready(P, SocketAddr),
+    Failed(String),
+}
+
+impl Conn {
+    async fn serve(self, stream: TcpStream, kind: &Kind) {
+        let deadline = Instant::now() + self.shared.limits.handshake_timeout();
+        let (peer, shared) = (self.peer, Arc::clone(&self.shared));
+        match kind {
+            Kind::Tcp { proxy_protocol, trusted } => {
+                self.run(deadline, tcp_setup(stream, peer, *proxy_protocol, trusted)).await;
+            }
+            Kind::Ws(settings) => self.run(deadline, ws_setup(stream, peer, settings, shared)).await,
+            Kind::Wss(settings, tls) => self.run(deadline, wss_setup(stream, peer, settings, tls, shared)).await,
+        }
+    }
+
+    async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Setup<P>>) {
+        let outcome = tokio::select! {
+            r = timeout_at(deadline, setup) => r.unwrap_or_else(|_| Setup::Failed(format!(
+                "handshake not complete within {}s", self.shared.limits.handshake_timeout_seconds))),
+            () = self.slot.evicted() => Setup::Failed("evicted: too many connections in the handshake stage".into()),
+            () = self.token.cancelled() => Setup::Failed("proxy shutdown".into()),
+        };
+        match outcome {
+            Setup::Ready(player, client) => {
+                let info = ConnInfo { client };
+                session::serve(player, info, self.shared, self.slot, self.token, deadline).await;
+            }
+            Setup::Failed(reason) => {
+                if let Some(suppressed) = self.shared.bad_input_log.allow() {
+                    info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
+                }
+            }
+        }
+    }
+}
+
+async fn tcp_setup(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    proxy_protocol: bool,
+    trusted: &[ipnet::IpNet],
+) -> Setup<TcpPlayer> {
+    if !proxy_protocol {
+        return Setup::Ready(TcpPlayer { stream, prefix: BytesMut::new() }, peer);
+    }
+    let peer_ip = peer.ip().to_canonical();
+    if !trusted.is_empty() && !trusted.iter().any(|n| n.contains(&peer_ip)) {
+        return Setup::Failed(format!("{peer_ip} is not in trusted_proxies and may not send a PROXY header"));
+    }
+    match crate::proxy_header::read_header(&mut stream).await {
+        Ok((addr, prefix)) => Setup::Ready(TcpPlayer { stream, prefix }, addr.unwrap_or(peer)),
+        Err(e) => Setup::Failed(e.to_string()),
+    }
+}
+
+async fn ws_setup(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    settings: &WsSettings,
+    shared: Arc<Shared>,
+) -> Setup<WsPlayer<TcpStream>> {
+    match accept_upgrade(&mut stream, settings, peer).await {
+        Ok(up) => {
+            let client = up.client;
+            Setup::Ready(WsPlayer::new(stream, up.leftover, settings, shared).await, client)
+        }
+        Err(e) => Setup::Failed(format!("WebSocket upgrade refused: {e}")),
+    }
+}
+
+async fn wss_setup(
     stream: TcpStream,
+    peer: SocketAddr,
+    settings: &WsSettings,
+    tls: &Tls,
+    shared: Arc<Shared>,
+) -> Setup<WsPlayer<tokio_rustls::server::TlsStream<TcpStream>>> {
+    let mut tls_stream = match tls.acceptor.accept(stream).await {
+        Ok(s) => s,
+        Err(e) => return Setup::Failed(format!("TLS handshake failed: {e}")),
+    };
+    {
+        let (_, conn) = tls_stream.get_ref();
+        debug!(
+            sni = conn.server_name().unwrap_or("-"),
+            version = ?conn.protocol_version(),
+            suite = ?conn.negotiated_cipher_suite().map(|s| s.suite()),
+            "TLS established"
+        );
+    }
+    match accept_upgrade(&mut tls_stream, settings, peer).await {
+        Ok(up) => {
+            let client = up.client;
+            Setup::Ready(WsPlayer::new(tls_stream, up.leftover, settings, shared).await, client)
+        }
+        Err(e) => Setup::Failed(format!("WebSocket upgrade refused: {e}")),
+    }
+}
+
+/// A player on a plain TCP connection.
+pub(crate) struct TcpPlayer {
+    stream: TcpStream,
+    /// Bytes already read after a PROXY header, served before the socket.
+    prefix: BytesMut,
 }
 
 impl Player for TcpPlayer {
     async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len();
+            buf.extend_from_slice(&self.prefix);
+            self.prefix.advance(n);
+            return Ok(n);
+        }
         self.stream.read_buf(buf).await
     }
 
@@ -329,11 +497,7 @@ impl Player for TcpPlayer {
         if how != Finish::ProtocolError {
             // Lingering close: read until the player closes too (or briefly), so a reset cannot discard the
             // message just sent.
-            let mut sink = [0u8; 512];
-            let _ = tokio::time::timeout(LINGER, async {
-                while matches!(self.stream.read(&mut sink).await, Ok(n) if n > 0) {}
-            })
-            .await;
+            crate::relay::discard_until_eof(&self.stream, LINGER).await;
         }
     }
 
@@ -342,19 +506,8 @@ impl Player for TcpPlayer {
         up.bytes = start.up;
         let mut down = Direction::new(start.scanner);
         down.bytes = start.down;
-        let end = relay_tcp(
-            &self.stream,
-            &backend,
-            &mut up,
-            &mut down,
-            start.shutdown,
-            &shutdown_disconnect_frame(),
-        )
-        .await;
-        RelayReport {
-            up: up.bytes,
-            down: down.bytes,
-            end,
-        }
+        let end =
+            relay_tcp(&self.stream, &backend, &mut up, &mut down, start.shutdown, &shutdown_disconnect_frame()).await;
+        RelayReport { up: up.bytes, down: down.bytes, end }
     }
 }

@@ -21,9 +21,8 @@ use moonbridge_protocol::frame::peek_packet_id;
 use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::legacy::{self, LegacyDetect, LegacyPing, LegacyStatus};
 use moonbridge_protocol::packets::{
-    chat_text, Handshake, LoginDisconnect, LoginStart, NextState, Packet, PlayDisconnect,
-    StatusPing, StatusRequest, StatusResponse, MAX_HANDSHAKE_FRAME_LEN, MAX_LOGIN_START_FRAME_LEN,
-    PROTOCOL_VERSION,
+    chat_text, Handshake, LoginDisconnect, LoginStart, NextState, Packet, PlayDisconnect, StatusPing, StatusRequest,
+    StatusResponse, MAX_HANDSHAKE_FRAME_LEN, MAX_LOGIN_START_FRAME_LEN, PROTOCOL_VERSION,
 };
 use moonbridge_protocol::{DecodeError, FrameDecoder, FrameError, FrameScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -101,20 +100,9 @@ pub(crate) struct ConnInfo {
 
 /// What the first bytes of a connection turned out to be.
 enum Opening {
-    Legacy {
-        ping: LegacyPing,
-        raw: BytesMut,
-    },
-    Status {
-        handshake: Handshake,
-        rest: BytesMut,
-    },
-    Login {
-        handshake: Handshake,
-        login: LoginStart,
-        login_raw: BytesMut,
-        rest: BytesMut,
-    },
+    Legacy { ping: LegacyPing, raw: BytesMut },
+    Status { handshake: Handshake, rest: BytesMut },
+    Login { handshake: Handshake, login: LoginStart, login_raw: BytesMut, rest: BytesMut },
 }
 
 /// Why the handshake stage failed (bad input is reported at a rate-limited debug level).
@@ -143,26 +131,22 @@ struct Summary {
 
 impl Summary {
     fn new(reason: impl Into<String>) -> Self {
-        Self {
-            player: None,
-            backend: None,
-            up: 0,
-            down: 0,
-            reason: reason.into(),
-        }
+        Self { player: None, backend: None, up: 0, down: 0, reason: reason.into() }
     }
 }
 
-/// Runs a whole session and logs its end.
+/// Runs a whole session and logs its end. `deadline` ends the handshake stage (it started at accept, so the
+/// transport setup before it counted too).
 pub(crate) async fn serve<P: Player>(
     mut player: P,
     info: ConnInfo,
     shared: Arc<Shared>,
     slot: HandshakeSlot,
     shutdown: CancellationToken,
+    deadline: tokio::time::Instant,
 ) {
     let started = Instant::now();
-    let summary = run(&mut player, &info, &shared, slot, &shutdown).await;
+    let summary = run(&mut player, &info, &shared, slot, &shutdown, deadline).await;
     let secs = started.elapsed().as_secs_f64();
     info!(
         client = %info.client.ip(),
@@ -182,8 +166,8 @@ async fn run<P: Player>(
     shared: &Arc<Shared>,
     slot: HandshakeSlot,
     shutdown: &CancellationToken,
+    deadline: tokio::time::Instant,
 ) -> Summary {
-    let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout();
     let opening = tokio::select! {
         r = timeout_at(deadline, read_opening(player)) => match r {
             Ok(Ok(o)) => o,
@@ -214,20 +198,10 @@ async fn run<P: Player>(
     };
     drop(slot);
     match opening {
-        Opening::Legacy { ping, raw } => legacy_ping(player, shared, ping, raw, deadline).await,
-        Opening::Status { handshake, rest } => {
-            status(player, shared, handshake, rest, shutdown).await
-        }
-        Opening::Login {
-            handshake,
-            login,
-            login_raw,
-            rest,
-        } => {
-            login_session(
-                player, info, shared, handshake, login, login_raw, rest, shutdown,
-            )
-            .await
+        Opening::Legacy { ping, raw } => legacy_ping(player, info, shared, ping, raw, deadline).await,
+        Opening::Status { handshake, rest } => status(player, info, shared, handshake, rest, shutdown).await,
+        Opening::Login { handshake, login, login_raw, rest } => {
+            login_session(player, info, shared, handshake, login, login_raw, rest, shutdown).await
         }
     }
 }
@@ -254,12 +228,7 @@ async fn read_opening<P: Player>(player: &mut P) -> Result<Opening, OpeningError
     loop {
         match legacy::detect(&buf)? {
             LegacyDetect::Modern => break,
-            LegacyDetect::Legacy { ping, len } => {
-                return Ok(Opening::Legacy {
-                    ping,
-                    raw: buf.split_to(len),
-                })
-            }
+            LegacyDetect::Legacy { ping, len } => return Ok(Opening::Legacy { ping, raw: buf.split_to(len) }),
             LegacyDetect::NeedMore { if_silent } => {
                 if buf.len() > MAX_LEGACY_PING_BYTES {
                     return Err(OpeningError::LegacyTooLong);
@@ -281,37 +250,22 @@ async fn read_opening<P: Player>(player: &mut P) -> Result<Opening, OpeningError
     dec.queue_bytes(buf);
     let handshake: Handshake = next_frame(player, &mut dec).await?.decode()?;
     match handshake.next_state {
-        NextState::Status => Ok(Opening::Status {
-            handshake,
-            rest: dec.take_buffered(),
-        }),
+        NextState::Status => Ok(Opening::Status { handshake, rest: dec.take_buffered() }),
         NextState::Login => {
             dec.set_max_frame_len(MAX_LOGIN_START_FRAME_LEN);
             let frame = next_frame(player, &mut dec).await?;
             let login: LoginStart = frame.decode()?;
             let login_raw = login
                 .to_frame_bytes()
-                .map_err(|_| DecodeError::InvalidValue {
-                    field: "name",
-                    reason: "cannot be re-encoded",
-                })?;
-            Ok(Opening::Login {
-                handshake,
-                login,
-                login_raw,
-                rest: dec.take_buffered(),
-            })
+                .map_err(|_| DecodeError::InvalidValue { field: "name", reason: "cannot be re-encoded" })?;
+            Ok(Opening::Login { handshake, login, login_raw, rest: dec.take_buffered() })
         }
     }
 }
 
 /// Sends a Login Disconnect with `reason` and ends the connection.
 async fn login_disconnect<P: Player>(player: &mut P, reason: &str, finish: Finish) {
-    if let Ok(frame) = (LoginDisconnect {
-        reason_json: chat_text(reason),
-    })
-    .to_frame_bytes()
-    {
+    if let Ok(frame) = (LoginDisconnect { reason_json: chat_text(reason) }).to_frame_bytes() {
         if player.send(&frame).await.is_ok() {
             player.finish(finish).await;
             return;
@@ -320,24 +274,26 @@ async fn login_disconnect<P: Player>(player: &mut P, reason: &str, finish: Finis
     player.finish(finish).await;
 }
 
-/// Connects to a backend within the configured timeout, with TCP_NODELAY.
-async fn connect_backend(shared: &Shared, backend: &Backend) -> Result<TcpStream, String> {
-    match timeout(
-        shared.limits.backend_connect_timeout(),
-        TcpStream::connect(&backend.address),
-    )
-    .await
-    {
-        Ok(Ok(s)) => {
-            let _ = s.set_nodelay(true);
-            Ok(s)
+/// Connects to a backend within the configured timeout, with TCP_NODELAY, and sends the PROXY v2 header
+/// first when the backend uses `proxy-protocol` forwarding.
+async fn connect_backend(shared: &Shared, backend: &Backend, info: &ConnInfo) -> Result<TcpStream, String> {
+    let mut s = match timeout(shared.limits.backend_connect_timeout(), TcpStream::connect(&backend.address)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(format!("connect to {} failed: {e}", backend.address)),
+        Err(_) => {
+            return Err(format!(
+                "connect to {} timed out after {}s",
+                backend.address, shared.limits.backend_connect_timeout_seconds
+            ))
         }
-        Ok(Err(e)) => Err(format!("connect to {} failed: {e}", backend.address)),
-        Err(_) => Err(format!(
-            "connect to {} timed out after {}s",
-            backend.address, shared.limits.backend_connect_timeout_seconds
-        )),
+    };
+    let _ = s.set_nodelay(true);
+    if backend.forwarding == Forwarding::ProxyProtocol {
+        let destination = s.peer_addr().map_err(|e| format!("backend {} vanished: {e}", backend.address))?;
+        let header = crate::proxy_header::v2_header(info.client, destination);
+        s.write_all(&header).await.map_err(|e| format!("write to {} failed: {e}", backend.address))?;
     }
+    Ok(s)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -355,52 +311,27 @@ async fn login_session<P: Player>(
     summary.player = Some(login.name.clone());
     let host = HostField::parse(&handshake.server_address);
     let Some(backend) = shared.route(&host.routing_key()) else {
-        login_disconnect(
-            player,
-            &format!("Unknown server address {}", host.hostname),
-            Finish::Normal,
-        )
-        .await;
+        login_disconnect(player, &format!("Unknown server address {}", host.hostname), Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
         return summary;
     };
     summary.backend = Some(backend.name.clone());
 
     let server_address = match backend.forwarding {
-        Forwarding::None => handshake.server_address.clone(),
+        Forwarding::None | Forwarding::ProxyProtocol => handshake.server_address.clone(),
         Forwarding::Bungeecord => {
             let uuid = match shared.auth {
                 AuthMode::Offline => offline_uuid(&login.name),
                 // Refused by config validation; never reached.
                 AuthMode::Passthrough => offline_uuid(&login.name),
             };
-            let props = host
-                .marker
-                .filter(|_| host.is_forge())
-                .map(forge_properties);
-            bungeecord_address(
-                host.hostname,
-                info.client.ip(),
-                uuid,
-                props.as_ref().map_or(&[][..], |p| &p[..]),
-            )
+            let props = host.marker.filter(|_| host.is_forge()).map(forge_properties);
+            bungeecord_address(host.hostname, info.client.ip(), uuid, props.as_ref().map_or(&[][..], |p| &p[..]))
         }
     };
-    let mut opening =
-        BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
-    if (Handshake {
-        server_address,
-        ..handshake
-    })
-    .encode_frame(&mut opening)
-    .is_err()
-    {
-        login_disconnect(
-            player,
-            "Handshake could not be forwarded",
-            Finish::ProtocolError,
-        )
-        .await;
+    let mut opening = BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
+    if (Handshake { server_address, ..handshake }).encode_frame(&mut opening).is_err() {
+        login_disconnect(player, "Handshake could not be forwarded", Finish::ProtocolError).await;
         summary.reason = "forwarded handshake too long".into();
         return summary;
     }
@@ -408,27 +339,18 @@ async fn login_session<P: Player>(
     opening.extend_from_slice(&rest);
     let up = opening.len() as u64;
 
-    let mut stream = match connect_backend(shared, backend).await {
+    let mut stream = match connect_backend(shared, backend, info).await {
         Ok(s) => s,
         Err(e) => {
             warn!(backend = %backend.name, "{e}");
-            login_disconnect(
-                player,
-                &format!("Server {} is unreachable", backend.name),
-                Finish::BackendUnavailable,
-            )
-            .await;
+            login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable)
+                .await;
             summary.reason = e;
             return summary;
         }
     };
     if let Err(e) = stream.write_all(&opening).await {
-        login_disconnect(
-            player,
-            &format!("Server {} is unreachable", backend.name),
-            Finish::BackendUnavailable,
-        )
-        .await;
+        login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable).await;
         summary.reason = format!("backend write failed: {e}");
         return summary;
     }
@@ -456,12 +378,8 @@ async fn login_session<P: Player>(
             return summary;
         }
         Ok(Err(e)) => {
-            login_disconnect(
-                player,
-                &format!("Server {} is unreachable", backend.name),
-                Finish::BackendUnavailable,
-            )
-            .await;
+            login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable)
+                .await;
             summary.reason = format!("backend read failed: {e}");
             return summary;
         }
@@ -492,17 +410,7 @@ async fn login_session<P: Player>(
         return summary;
     }
     drop(first);
-    let report = player
-        .relay(
-            stream,
-            RelayStart {
-                shutdown,
-                scanner,
-                up,
-                down,
-            },
-        )
-        .await;
+    let report = player.relay(stream, RelayStart { shutdown, scanner, up, down }).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
@@ -521,6 +429,7 @@ fn fallback_status_json(message: &str) -> String {
 
 async fn status<P: Player>(
     player: &mut P,
+    info: &ConnInfo,
     shared: &Arc<Shared>,
     handshake: Handshake,
     rest: BytesMut,
@@ -534,17 +443,11 @@ async fn status<P: Player>(
     };
     let mut summary = Summary::new("");
     summary.backend = Some(backend.name.clone());
-    let stream = match connect_backend(shared, backend).await {
+    let stream = match connect_backend(shared, backend, info).await {
         Ok(s) => s,
         Err(e) => {
             debug!(backend = %backend.name, "status: {e}");
-            answer_status_locally(
-                player,
-                shared,
-                &format!("Server {} is unreachable", backend.name),
-                rest,
-            )
-            .await;
+            answer_status_locally(player, shared, &format!("Server {} is unreachable", backend.name), rest).await;
             summary.reason = format!("status answered by proxy: {e}");
             return summary;
         }
@@ -564,15 +467,7 @@ async fn status<P: Player>(
     // A status exchange is short: the whole of it gets `login_timeout_seconds`.
     let report = match timeout(
         shared.limits.login_timeout(),
-        player.relay(
-            stream,
-            RelayStart {
-                shutdown,
-                scanner: None,
-                up,
-                down: 0,
-            },
-        ),
+        player.relay(stream, RelayStart { shutdown, scanner: None, up, down: 0 }),
     )
     .await
     {
@@ -590,12 +485,7 @@ async fn status<P: Player>(
 }
 
 /// Answers Status Request and Ping itself, then closes.
-async fn answer_status_locally<P: Player>(
-    player: &mut P,
-    shared: &Shared,
-    message: &str,
-    rest: BytesMut,
-) {
+async fn answer_status_locally<P: Player>(player: &mut P, shared: &Shared, message: &str, rest: BytesMut) {
     let mut dec = FrameDecoder::new(64);
     dec.queue_bytes(rest);
     let json = fallback_status_json(message);
@@ -620,14 +510,18 @@ async fn answer_status_locally<P: Player>(
 
 async fn legacy_ping<P: Player>(
     player: &mut P,
+    info: &ConnInfo,
     shared: &Arc<Shared>,
     ping: LegacyPing,
     raw: BytesMut,
     deadline: tokio::time::Instant,
 ) -> Summary {
-    let backend = shared.default_backend();
+    let Some(backend) = shared.default_backend() else {
+        player.finish(Finish::Normal).await;
+        return Summary::new("legacy ping: no backend configured");
+    };
     let relayed = timeout_at(deadline, async {
-        let mut stream = connect_backend(shared, backend).await.ok()?;
+        let mut stream = connect_backend(shared, backend, info).await.ok()?;
         stream.write_all(&raw).await.ok()?;
         let mut answer = BytesMut::with_capacity(512);
         loop {
@@ -656,10 +550,7 @@ async fn legacy_ping<P: Player>(
                 online: 0,
                 max: 0,
             };
-            (
-                legacy::encode_kick(&ping, &status),
-                "legacy ping answered by proxy",
-            )
+            (legacy::encode_kick(&ping, &status), "legacy ping answered by proxy")
         }
     };
     let _ = player.send(&answer).await;
@@ -671,10 +562,8 @@ async fn legacy_ping<P: Player>(
 
 /// The Play Disconnect frame sent to players on shutdown.
 pub(crate) fn shutdown_disconnect_frame() -> Vec<u8> {
-    (PlayDisconnect {
-        reason_json: chat_text(SHUTDOWN_REASON),
-    })
-    .to_frame_bytes()
-    .map(|b| b.to_vec())
-    .unwrap_or_default()
+    (PlayDisconnect { reason_json: chat_text(SHUTDOWN_REASON) })
+        .to_frame_bytes()
+        .map(|b| b.to_vec())
+        .unwrap_or_default()
 }

@@ -1,12 +1,7 @@
 //! The `moonbridge` command line as a process: `--version`, `--help`, `--check-config`, built-in defaults and
 //! SIGTERM.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -27,21 +22,12 @@ fn write_config(name: &str, text: &str) -> std::path::PathBuf {
 fn version_and_help() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8(out.stdout).unwrap().trim(),
-        format!("moonbridge {}", env!("CARGO_PKG_VERSION"))
-    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("moonbridge {}", env!("CARGO_PKG_VERSION")));
 
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for needle in [
-        "--config <FILE>",
-        "--check-config <FILE>",
-        "--version",
-        "RUST_LOG",
-        "25577",
-    ] {
+    for needle in ["--config <FILE>", "--check-config <FILE>", "--version", "RUST_LOG", "25577"] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
 }
@@ -52,17 +38,8 @@ fn check_config_accepts_a_valid_file() {
         "good.toml",
         "[[listener]]\ntransport = \"tcp\"\nbind = \"0.0.0.0:25565\"\n[[backend]]\nname = \"survival\"\naddress = \"127.0.0.1:25566\"\n",
     );
-    let out = Command::new(BIN)
-        .arg("--check-config")
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(BIN).arg("--check-config").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8(out.stdout).unwrap().contains("OK"));
 }
 
@@ -72,11 +49,7 @@ fn check_config_lists_every_problem_by_key() {
         "bad.toml",
         "[[backend]]\nname = \"a\"\naddress = \"nohost\"\n[routing]\ndefault_backend = \"zzz\"\n[limits]\nmax_connections = 0\n",
     );
-    let out = Command::new(BIN)
-        .arg("--check-config")
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = err.lines().collect();
@@ -86,28 +59,15 @@ fn check_config_lists_every_problem_by_key() {
     assert!(lines[2].contains("limits.max_connections"), "{err}");
 
     let p = write_config("unknown.toml", "[limits]\nmax_conections = 5\n");
-    let out = Command::new(BIN)
-        .arg("--check-config")
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("max_conections") && err.contains("line 2"),
-        "{err}"
-    );
+    assert!(err.contains("max_conections") && err.contains("line 2"), "{err}");
 
-    let out = Command::new(BIN)
-        .arg("--check-config")
-        .arg("/nonexistent/moonbridge.toml")
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg("/nonexistent/moonbridge.toml").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8(out.stderr)
-        .unwrap()
-        .contains("cannot read"));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("cannot read"));
 }
 
 /// Spawns the binary and returns it with a channel of its stderr lines.
@@ -148,12 +108,11 @@ fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
     let (mut child, rx) = spawn(&[]);
     let line = wait_line(&rx, "listening tcp", Duration::from_secs(20));
     assert!(line.contains("listening tcp 0.0.0.0:25577"), "{line}");
-    std::net::TcpStream::connect("127.0.0.1:25577").expect("default listener accepts");
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
+    let line = wait_line(&rx, "listening ws", Duration::from_secs(20));
+    assert!(line.contains("listening ws 0.0.0.0:8080 path=/mc ping=30s"), "{line}");
+    std::net::TcpStream::connect("127.0.0.1:25577").expect("default tcp listener accepts");
+    std::net::TcpStream::connect("127.0.0.1:8080").expect("default ws listener accepts");
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
     assert!(status.success());
     wait_line(&rx, "SIGTERM received", Duration::from_secs(10));
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -161,10 +120,7 @@ fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
         if let Some(s) = child.try_wait().unwrap() {
             break s.code();
         }
-        assert!(
-            Instant::now() < deadline,
-            "moonbridge did not exit after SIGTERM"
-        );
+        assert!(Instant::now() < deadline, "moonbridge did not exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(code, Some(0));
@@ -172,10 +128,7 @@ fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
 
 #[test]
 fn an_invalid_config_stops_startup_with_a_clear_error() {
-    let p = write_config(
-        "invalid-run.toml",
-        "[[backend]]\nname = \"\"\naddress = \"127.0.0.1:1\"\n",
-    );
+    let p = write_config("invalid-run.toml", "[[backend]]\nname = \"\"\naddress = \"127.0.0.1:1\"\n");
     let out = Command::new(BIN).arg("--config").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();

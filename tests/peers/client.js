@@ -12,13 +12,23 @@ const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 const opts = Object.assign({ host: '127.0.0.1', count: 1, serverHost: 'mc.example.com', forge: false,
   burstCount: 70, burstSize: 30000, timeoutMs: 60000, prefix: 'Player' }, JSON.parse(process.argv[2] || '{}'))
 
-function openStream (opts) {
+// With `url`, the Minecraft stream runs over a WebSocket (the npm ws package), one binary message per write.
+// node-minecraft-protocol emits 'connect' synchronously for a ready-made stream in offline mode, before its
+// handshake listener exists, so the connection is handed over through the `connect` option instead and
+// 'connect' is emitted once the WebSocket is open.
+function wsConnect (opts, result) {
   if (!opts.url) return undefined
   const WebSocket = require('ws')
-  const wsOpts = { rejectUnauthorized: false }
-  if (opts.ca) wsOpts.ca = require('fs').readFileSync(opts.ca)
-  const ws = new WebSocket(opts.url, opts.subprotocol ? [opts.subprotocol] : [], wsOpts)
-  return WebSocket.createWebSocketStream(ws)
+  return (client) => {
+    const wsOpts = { perMessageDeflate: false }
+    if (opts.ca) wsOpts.ca = require('fs').readFileSync(opts.ca)
+    if (opts.servername) wsOpts.servername = opts.servername
+    const ws = new WebSocket(opts.url, opts.subprotocol ? [opts.subprotocol] : [], wsOpts)
+    ws.on('upgrade', (res) => { result.subprotocol = res.headers['sec-websocket-protocol'] || null })
+    ws.on('close', (code) => { result.closeCode = code })
+    client.setSocket(WebSocket.createWebSocketStream(ws))
+    ws.once('open', () => client.emit('connect'))
+  }
 }
 
 function runOne (i) {
@@ -31,7 +41,7 @@ function runOne (i) {
     const host = opts.serverHost + (forge ? '\0FML\0' : '')
     const client = mc.createClient({
       host: opts.host, port: opts.port, username, version: '1.7.10', auth: 'offline', fakeHost: host,
-      stream: openStream(opts), keepAlive: true
+      connect: wsConnect(opts, result), keepAlive: true
     })
     let finished = false
     const finish = (err) => {

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Case file `HS`: handshake for `mc.example.com:25565`, next state login, with the Forge marker.
 pub const HS: &[u8] = &[
-    0x19, 0x00, 0x05, 0x13, b'm', b'c', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c',
-    b'o', b'm', 0x00, b'F', b'M', b'L', 0x00, 0x63, 0xdd, 0x02,
+    0x19, 0x00, 0x05, 0x13, b'm', b'c', b'.', b'e', b'x', b'a', b'm', b'p', b'l', b'e', b'.', b'c', b'o', b'm', 0x00,
+    b'F', b'M', b'L', 0x00, 0x63, 0xdd, 0x02,
 ];
 /// Case file `LS`: Login Start for `Steve`.
 pub const LS: &[u8] = &[0x07, 0x00, 0x05, b'S', b't', b'e', b'v', b'e'];
@@ -68,30 +68,18 @@ impl Proxy {
         let stop = CancellationToken::new();
         let s = stop.clone();
         let task = tokio::spawn(async move { server.run(s.cancelled_owned()).await });
-        Self {
-            addrs,
-            stats,
-            stop,
-            task,
-        }
+        Self { addrs, stats, stop, task }
     }
 
     /// The address of the first listener of `transport`.
     pub fn addr(&self, transport: Transport) -> SocketAddr {
-        self.addrs
-            .iter()
-            .find(|(t, _)| *t == transport)
-            .map(|(_, a)| *a)
-            .expect("listener of that transport")
+        self.addrs.iter().find(|(t, _)| *t == transport).map(|(_, a)| *a).expect("listener of that transport")
     }
 
     /// Signals shutdown (as SIGTERM would) and waits for the server to return.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        timeout(Duration::from_secs(30), self.task)
-            .await
-            .expect("proxy stops in time")
-            .expect("proxy task");
+        timeout(Duration::from_secs(30), self.task).await.expect("proxy stops in time").expect("proxy task");
     }
 
     /// Waits until open connections drop to `n`.
@@ -106,11 +94,7 @@ impl Proxy {
             }
         })
         .await;
-        assert!(
-            ok.is_ok(),
-            "expected {n} open connections, have {:?}",
-            self.stats.stats()
-        );
+        assert!(ok.is_ok(), "expected {n} open connections, have {:?}", self.stats.stats());
     }
 }
 
@@ -185,11 +169,7 @@ impl NodePeer {
     }
 
     /// Every line whose `event` is `name` until the peer prints `done`, plus the `done` line.
-    pub async fn collect_until_done(
-        &mut self,
-        name: &str,
-        within: Duration,
-    ) -> (Vec<Value>, Value) {
+    pub async fn collect_until_done(&mut self, name: &str, within: Duration) -> (Vec<Value>, Value) {
         let mut seen = Vec::new();
         let got = timeout(within, async {
             while let Some(v) = self.lines.recv().await {
@@ -212,11 +192,7 @@ impl NodePeer {
 
     /// Waits for the process to exit and returns its status code.
     pub async fn wait(mut self, within: Duration) -> Option<i32> {
-        timeout(within, self.child.wait())
-            .await
-            .expect("node peer exits in time")
-            .expect("wait")
-            .code()
+        timeout(within, self.child.wait()).await.expect("node peer exits in time").expect("wait").code()
     }
 }
 
@@ -306,9 +282,7 @@ impl RawBackend {
             }
         })
         .await;
-        r.unwrap_or_else(|_| {
-            panic!("backend connection {i} did not receive {bytes} bytes within {within:?}")
-        })
+        r.unwrap_or_else(|_| panic!("backend connection {i} did not receive {bytes} bytes within {within:?}"))
     }
 
     /// The `i`-th accepted connection, once it has received at least `n` complete frames.
@@ -325,9 +299,7 @@ impl RawBackend {
             }
         })
         .await;
-        r.unwrap_or_else(|_| {
-            panic!("backend connection {i} did not receive {n} frames within {within:?}")
-        })
+        r.unwrap_or_else(|_| panic!("backend connection {i} did not receive {n} frames within {within:?}"))
     }
 
     /// Waits until the `i`-th connection was closed by the proxy.
@@ -343,10 +315,7 @@ impl RawBackend {
             }
         })
         .await;
-        assert!(
-            r.is_ok(),
-            "backend connection {i} still open after {within:?}"
-        );
+        assert!(r.is_ok(), "backend connection {i} still open after {within:?}");
     }
 
     pub fn accepted(&self) -> usize {
@@ -403,11 +372,258 @@ pub fn login_disconnect_reason(bytes: &[u8]) -> Option<String> {
 pub fn login_success(name: &str) -> Vec<u8> {
     use moonbridge_protocol::packets::{LoginSuccess, Packet};
     let uuid = moonbridge_protocol::forwarding::offline_uuid(name).to_string();
-    LoginSuccess {
-        uuid,
-        name: name.into(),
+    LoginSuccess { uuid, name: name.into() }.to_frame_bytes().unwrap().to_vec()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// WebSocket and TLS helpers
+// ---------------------------------------------------------------------------------------------------------
+
+pub use tokio_tungstenite::tungstenite::Message;
+pub use tokio_tungstenite::WebSocketStream;
+
+/// A test CA and a leaf certificate for `localhost` and `127.0.0.1` signed by it, made by the real `openssl`
+/// command line. `cert` is the chain (leaf, then CA) a server loads; `ca` is what clients trust.
+pub struct TestCert {
+    pub dir: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    ca_key: PathBuf,
+    key_type: String,
+}
+
+fn openssl(args: &[&std::ffi::OsStr]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl is installed (scripts/test-all.sh installs it)");
+    assert!(out.status.success(), "openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn newkey_args(key_type: &str) -> Vec<&'static str> {
+    match key_type {
+        "rsa" => vec!["-newkey", "rsa:2048"],
+        _ => vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
     }
-    .to_frame_bytes()
-    .unwrap()
-    .to_vec()
+}
+
+impl TestCert {
+    /// Generates a CA and a leaf for `localhost` in a fresh directory. `key_type` is `"ec"` (P-256) or
+    /// `"rsa"` (2048 bits).
+    pub fn generate(name: &str, key_type: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("moonbridge-cert-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        let ca_key = dir.join("ca.key");
+        let mut args: Vec<std::ffi::OsString> = vec!["req".into(), "-x509".into(), "-nodes".into()];
+        args.extend(["-days", "2", "-subj", "/CN=MoonBridge Test CA"].map(Into::into));
+        args.extend(newkey_args(key_type).into_iter().map(Into::into));
+        args.extend(["-keyout".into(), ca_key.clone().into(), "-out".into(), ca.clone().into()]);
+        openssl(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+        let t = Self {
+            cert: dir.join("fullchain.pem"),
+            key: dir.join("privkey.pem"),
+            dir,
+            ca,
+            ca_key,
+            key_type: key_type.into(),
+        };
+        t.issue(&t.cert, &t.key, name);
+        t
+    }
+
+    /// Issues a new leaf (CN `cn`) from this CA into `cert` (leaf + CA chain) and `key`.
+    pub fn issue(&self, cert: &std::path::Path, key: &std::path::Path, cn: &str) {
+        let csr = self.dir.join("leaf.csr");
+        let leaf = self.dir.join("leaf.pem");
+        let ext = self.dir.join("leaf.ext");
+        std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+        let mut args: Vec<std::ffi::OsString> = vec!["req".into(), "-new".into(), "-nodes".into(), "-subj".into()];
+        args.push(format!("/CN={cn}").into());
+        args.extend(newkey_args(&self.key_type).into_iter().map(Into::into));
+        args.extend(["-keyout".into(), key.into(), "-out".into(), csr.clone().into()]);
+        openssl(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+        let args: Vec<std::ffi::OsString> = vec![
+            "x509".into(),
+            "-req".into(),
+            "-days".into(),
+            "2".into(),
+            "-in".into(),
+            csr.into(),
+            "-CA".into(),
+            self.ca.clone().into(),
+            "-CAkey".into(),
+            self.ca_key.clone().into(),
+            "-CAcreateserial".into(),
+            "-extfile".into(),
+            ext.into(),
+            "-out".into(),
+            leaf.clone().into(),
+        ];
+        openssl(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+        let chain = [std::fs::read(&leaf).unwrap(), std::fs::read(&self.ca).unwrap()].concat();
+        std::fs::write(cert, chain).unwrap();
+    }
+}
+
+/// A TLS client configuration that trusts exactly `ca` (a PEM file), offering `versions`.
+pub fn tls_client_config(
+    ca: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// Any byte stream a WebSocket client can run on.
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Opens a WebSocket to `url` (`ws://127.0.0.1:port/path` or `wss://localhost:port/path`) over a TCP
+/// connection to `addr`, with extra request headers. For `wss` the server is verified against `ca`.
+pub async fn ws_connect(
+    addr: SocketAddr,
+    url: &str,
+    headers: &[(&str, &str)],
+    ca: Option<&std::path::Path>,
+) -> Result<
+    (WebSocketStream<Box<dyn Io>>, tokio_tungstenite::tungstenite::handshake::client::Response),
+    tokio_tungstenite::tungstenite::Error,
+> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = url.into_client_request()?;
+    for (k, v) in headers {
+        req.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    let tcp = TcpStream::connect(addr).await.map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+    tcp.set_nodelay(true).unwrap();
+    let io: Box<dyn Io> = if url.starts_with("wss://") {
+        let config =
+            tls_client_config(ca.expect("wss needs a CA"), &[&rustls::version::TLS13, &rustls::version::TLS12]);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+        Box::new(tls)
+    } else {
+        Box::new(tcp)
+    };
+    tokio_tungstenite::client_async(req, io).await
+}
+
+/// Reads messages until a Close arrives (or the stream ends) and returns its code, answering Pings.
+pub async fn ws_close_code<S: Io>(ws: &mut WebSocketStream<S>, within: Duration) -> Option<u16> {
+    use futures_util::StreamExt;
+    timeout(within, async {
+        while let Some(m) = ws.next().await {
+            match m {
+                Ok(Message::Close(f)) => return f.map(|f| u16::from(f.code)),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        None
+    })
+    .await
+    .expect("close within the time limit")
+}
+
+/// Reads binary messages until `n` bytes arrived; returns them and how many messages carried them.
+pub async fn ws_read_bytes<S: Io>(ws: &mut WebSocketStream<S>, n: usize, within: Duration) -> (Vec<u8>, usize) {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut messages = 0;
+    timeout(within, async {
+        while out.len() < n {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    messages += 1;
+                    out.extend_from_slice(&b);
+                }
+                Some(Ok(Message::Close(f))) => panic!("closed while reading: {f:?}"),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => panic!("read error: {e}"),
+                None => panic!("stream ended after {} bytes", out.len()),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{n} bytes not received within {within:?}"));
+    (out, messages)
+}
+
+/// Sends a raw HTTP request and returns the response head (up to the blank line) and whether the
+/// connection was closed afterwards.
+pub async fn raw_http(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let (got, _) = read_to_close(&mut s, STEP).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A TCP intermediary that cuts a connection after it carried no byte in either direction for `idle`, the
+/// way a CDN cuts idle WebSockets (scaled down for tests).
+pub struct IdleCutter {
+    pub addr: SocketAddr,
+    pub cuts: Arc<std::sync::atomic::AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl IdleCutter {
+    pub async fn start(target: SocketAddr, idle: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cuts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = Arc::clone(&cuts);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let c = Arc::clone(&c);
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(target).await else { return };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let (mut b1, mut b2) = (vec![0u8; 65536], vec![0u8; 65536]);
+                    loop {
+                        tokio::select! {
+                            r = cr.read(&mut b1) => match r {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => if sw.write_all(&b1[..n]).await.is_err() { return },
+                            },
+                            r = sr.read(&mut b2) => match r {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => if cw.write_all(&b2[..n]).await.is_err() { return },
+                            },
+                            () = tokio::time::sleep(idle) => {
+                                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                return; // dropping both halves closes both connections
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, cuts, task }
+    }
+}
+
+impl Drop for IdleCutter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -1,12 +1,7 @@
 //! Field cases C2, C3, C4, C6, C9, C10 and C12 (`../shared/cases/README.md`) against the `tcp` listener, with
 //! raw sockets sending the exact bytes of each case.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +10,8 @@ use moonbridge_protocol::legacy;
 use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
-    frames, login_disconnect_reason, login_success, raise_fd_limit, read_to_close, tcp_config,
-    Proxy, RawBackend, RawBehaviour, HS, LS, STEP,
+    frames, login_disconnect_reason, login_success, raise_fd_limit, read_to_close, tcp_config, Proxy, RawBackend,
+    RawBehaviour, HS, LS, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,11 +24,7 @@ fn hs_ls() -> Vec<u8> {
 /// A backend that completes the login with Login Success once it has the handshake and Login Start.
 async fn login_backend() -> RawBackend {
     // The proxy connects only once it has both, and sends them in one write.
-    RawBackend::start(RawBehaviour::ReplyAfter {
-        after: 1,
-        reply: login_success("Steve"),
-    })
-    .await
+    RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await
 }
 
 /// Connects, sends `bytes`, and expects Login Success back.
@@ -42,10 +33,7 @@ async fn log_in(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
     s.write_all(bytes).await.unwrap();
     let expected = login_success("Steve");
     let mut got = vec![0u8; expected.len()];
-    timeout(STEP, s.read_exact(&mut got))
-        .await
-        .expect("login answered in time")
-        .unwrap();
+    timeout(STEP, s.read_exact(&mut got)).await.expect("login answered in time").unwrap();
     assert_eq!(got, expected);
     s
 }
@@ -54,20 +42,13 @@ async fn log_in(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
 async fn c2_wide_frame_lengths_close_only_that_connection_at_once() {
     let backend = login_backend().await;
     // A long handshake deadline proves the close comes from the length check, not the deadline.
-    let proxy = Proxy::start(&tcp_config(
-        backend.addr,
-        "[limits]\nhandshake_timeout_seconds = 60\n",
-    ))
-    .await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nhandshake_timeout_seconds = 60\n")).await;
     let addr = proxy.addr(Transport::Tcp);
 
     // A healthy player, in Play before and after the bad input.
     let mut good = log_in(addr, &hs_ls()).await;
 
-    for bad in [
-        &[0x80, 0x80, 0x80, 0x01][..],
-        &[0xff, 0xff, 0xff, 0xff, 0x0f],
-    ] {
+    for bad in [&[0x80, 0x80, 0x80, 0x01][..], &[0xff, 0xff, 0xff, 0xff, 0x0f]] {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(HS).await.unwrap();
         s.write_all(bad).await.unwrap();
@@ -75,10 +56,7 @@ async fn c2_wide_frame_lengths_close_only_that_connection_at_once() {
         let (got, closed) = read_to_close(&mut s, Duration::from_secs(5)).await;
         assert!(closed, "connection sending {bad:02x?} was not closed");
         assert!(got.is_empty(), "nothing is sent back: {got:02x?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "closed at once, not by a deadline"
-        );
+        assert!(started.elapsed() < Duration::from_secs(2), "closed at once, not by a deadline");
     }
 
     // An endless stream of FF: the proxy closes while we are still writing.
@@ -101,16 +79,9 @@ async fn c2_wide_frame_lengths_close_only_that_connection_at_once() {
     assert!(ended.is_ok(), "endless FF stream not cut");
 
     // Only the connections that sent bad lengths were affected: the first player still relays.
-    good.write_all(&[0x05, 0x00, 0x00, 0x00, 0x00, 0x07])
-        .await
-        .unwrap();
-    let rx = backend
-        .wait_received(0, HS.len() + LS.len() + 6, STEP)
-        .await;
-    assert_eq!(
-        &rx[HS.len() + LS.len()..],
-        &[0x05, 0x00, 0x00, 0x00, 0x00, 0x07]
-    );
+    good.write_all(&[0x05, 0x00, 0x00, 0x00, 0x00, 0x07]).await.unwrap();
+    let rx = backend.wait_received(0, HS.len() + LS.len() + 6, STEP).await;
+    assert_eq!(&rx[HS.len() + LS.len()..], &[0x05, 0x00, 0x00, 0x00, 0x00, 0x07]);
     // The bad connections never reached a backend.
     assert_eq!(backend.accepted(), 1);
     drop(good);
@@ -135,11 +106,7 @@ async fn c3_forge_marker_routes_by_hostname_and_reaches_the_backend() {
     // With the marker: routed by `mc.example.com`, and the backend gets the handshake marker intact.
     let _p = log_in(addr, &hs_ls()).await;
     let rx = routed.wait_received(0, HS.len() + LS.len(), STEP).await;
-    assert_eq!(
-        rx,
-        hs_ls(),
-        "backend receives the handshake with \\0FML\\0 and Login Start unchanged"
-    );
+    assert_eq!(rx, hs_ls(), "backend receives the handshake with \\0FML\\0 and Login Start unchanged");
 
     // Without the marker (and with a trailing dot and other case): forwarded without one.
     let plain = Handshake {
@@ -162,23 +129,14 @@ async fn c3_forge_marker_routes_by_hostname_and_reaches_the_backend() {
     };
     assert!(!hs.server_address.contains('\0'));
     assert_eq!(fr.len(), 2);
-    assert_eq!(
-        other.accepted(),
-        0,
-        "no connection went to the default backend"
-    );
+    assert_eq!(other.accepted(), 0, "no connection went to the default backend");
     proxy.shutdown().await;
 }
 
 fn forwarded_fields(received: &[u8]) -> Vec<String> {
     let mut dec = moonbridge_protocol::FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
     dec.queue_slice(received);
-    let hs: Handshake = dec
-        .try_next_frame()
-        .unwrap()
-        .unwrap()
-        .decode_with_long_host()
-        .unwrap();
+    let hs: Handshake = dec.try_next_frame().unwrap().unwrap().decode_with_long_host().unwrap();
     let login: LoginStart = dec.try_next_frame().unwrap().unwrap().decode().unwrap();
     assert_eq!(login.name, "Steve");
     hs.server_address.split('\0').map(str::to_owned).collect()
@@ -198,12 +156,7 @@ impl DecodeLongHost for moonbridge_protocol::Frame {
         let next = r.var_int("next_state")?;
         r.finish()?;
         assert_eq!(next, 2);
-        Ok(Handshake {
-            protocol_version,
-            server_address,
-            server_port,
-            next_state: NextState::Login,
-        })
+        Ok(Handshake { protocol_version, server_address, server_port, next_state: NextState::Login })
     }
 }
 
@@ -230,10 +183,7 @@ async fn c4_bungeecord_forwarding_carries_forge_as_properties() {
     assert_eq!(props[0]["value"], "true");
     assert_eq!(props[1]["name"], "extraData");
     assert_eq!(props[1]["value"], "\u{1}FML\u{1}");
-    assert!(
-        !fields.iter().any(|f| f == "FML"),
-        "the marker is not spliced between the fields"
-    );
+    assert!(!fields.iter().any(|f| f == "FML"), "the marker is not spliced between the fields");
 
     // A vanilla client: exactly three fields.
     let plain = Handshake {
@@ -255,10 +205,7 @@ async fn c4_bungeecord_forwarding_carries_forge_as_properties() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c6_legacy_pings_are_answered_when_the_backend_cannot() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let proxy = Proxy::start(&tcp_config(dead, "")).await;
     let addr = proxy.addr(Transport::Tcp);
 
@@ -267,9 +214,7 @@ async fn c6_legacy_pings_are_answered_when_the_backend_cannot() {
     s.write_all(&[0xfe]).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
-    let (text, n) = legacy::decode_kick(&got)
-        .unwrap()
-        .expect("a complete FF kick packet");
+    let (text, n) = legacy::decode_kick(&got).unwrap().expect("a complete FF kick packet");
     assert_eq!(n, got.len());
     assert_eq!(text, "Server survival is unreachable§0§0");
 
@@ -277,19 +222,10 @@ async fn c6_legacy_pings_are_answered_when_the_backend_cannot() {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&[0xfe, 0x01]).await.unwrap();
     let (got, _) = read_to_close(&mut s, STEP).await;
-    let (text, _) = legacy::decode_kick(&got)
-        .unwrap()
-        .expect("a complete FF kick packet");
+    let (text, _) = legacy::decode_kick(&got).unwrap().expect("a complete FF kick packet");
     assert_eq!(
         text.split('\0').collect::<Vec<_>>(),
-        [
-            "§1",
-            "127",
-            "1.7.10",
-            "Server survival is unreachable",
-            "0",
-            "0"
-        ]
+        ["§1", "127", "1.7.10", "Server survival is unreachable", "0", "0"]
     );
     proxy.shutdown().await;
 }
@@ -304,15 +240,9 @@ async fn c6_legacy_pings_are_relayed_to_the_backend() {
         max: 9,
     };
     let kick = legacy::encode_kick(&legacy::LegacyPing::V1_4, &status);
-    let backend = RawBackend::start(RawBehaviour::ReplyAfter {
-        after: 2,
-        reply: kick.clone(),
-    })
-    .await;
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 2, reply: kick.clone() }).await;
     let proxy = Proxy::start(&tcp_config(backend.addr, "")).await;
-    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp))
-        .await
-        .unwrap();
+    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap();
     s.write_all(&[0xfe, 0x01]).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
@@ -324,11 +254,7 @@ async fn c6_legacy_pings_are_relayed_to_the_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_254_byte_handshake_starting_fe_01_is_not_a_legacy_ping() {
     let backend = RawBackend::start(RawBehaviour::Silent).await;
-    let proxy = Proxy::start(&tcp_config(
-        backend.addr,
-        "[limits]\nlogin_timeout_seconds = 60\n",
-    ))
-    .await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nlogin_timeout_seconds = 60\n")).await;
     // id (1) + protocol (1) + host length (2) + host + port (2) + next state (1) = 254.
     let hs = Handshake {
         protocol_version: 5,
@@ -340,9 +266,7 @@ async fn a_254_byte_handshake_starting_fe_01_is_not_a_legacy_ping() {
     .unwrap();
     assert_eq!(&hs[..3], &[0xfe, 0x01, 0x00]);
     let bytes = [&hs[..], LS].concat();
-    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp))
-        .await
-        .unwrap();
+    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap();
     s.write_all(&bytes).await.unwrap();
     assert_eq!(backend.wait_received(0, bytes.len(), STEP).await, bytes);
     proxy.shutdown().await;
@@ -365,41 +289,23 @@ async fn c9_split_and_merged_handshakes_lose_no_byte() {
     a.write_all(LS).await.unwrap();
     let expected = login_success("Steve");
     let mut got = vec![0u8; expected.len()];
-    timeout(STEP, a.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
+    timeout(STEP, a.read_exact(&mut got)).await.unwrap().unwrap();
     assert_eq!(got, expected);
-    assert_eq!(
-        backend.wait_received(0, HS.len() + LS.len(), STEP).await,
-        hs_ls()
-    );
+    assert_eq!(backend.wait_received(0, HS.len() + LS.len(), STEP).await, hs_ls());
 
     // (b) HS + LS in one write.
     let _b = log_in(addr, &hs_ls()).await;
-    assert_eq!(
-        backend.wait_received(1, HS.len() + LS.len(), STEP).await,
-        hs_ls()
-    );
+    assert_eq!(backend.wait_received(1, HS.len() + LS.len(), STEP).await, hs_ls());
 
     // (c) HS + LS + the first 3 bytes of the next frame in one write, the rest later.
     let mut c = TcpStream::connect(addr).await.unwrap();
-    c.write_all(&[&hs_ls()[..], &next[..3]].concat())
-        .await
-        .unwrap();
+    c.write_all(&[&hs_ls()[..], &next[..3]].concat()).await.unwrap();
     let mut got = vec![0u8; expected.len()];
-    timeout(STEP, c.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
+    timeout(STEP, c.read_exact(&mut got)).await.unwrap().unwrap();
     assert_eq!(got, expected);
     c.write_all(&next[3..]).await.unwrap();
     let all = [&hs_ls()[..], &next[..]].concat();
-    assert_eq!(
-        backend.wait_received(2, all.len(), STEP).await,
-        all,
-        "every byte, in order"
-    );
+    assert_eq!(backend.wait_received(2, all.len(), STEP).await, all, "every byte, in order");
     proxy.shutdown().await;
 }
 
@@ -409,11 +315,7 @@ async fn c10_slow_clients_share_one_deadline_and_a_capped_stage() {
     let backend = login_backend().await;
     // Scaled down: a 3 s deadline and one byte per second (26 s for the whole handshake) show that the
     // deadline is not reset per byte.
-    let proxy = Proxy::start(&tcp_config(
-        backend.addr,
-        "[limits]\nhandshake_timeout_seconds = 3\n",
-    ))
-    .await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nhandshake_timeout_seconds = 3\n")).await;
     let addr = proxy.addr(Transport::Tcp);
 
     let mut slow: Vec<TcpStream> = Vec::with_capacity(2000);
@@ -451,19 +353,11 @@ async fn c10_slow_clients_share_one_deadline_and_a_capped_stage() {
     // A player logging in meanwhile is unaffected.
     let login_started = Instant::now();
     let _player = log_in(addr, &hs_ls()).await;
-    assert!(
-        login_started.elapsed() < Duration::from_secs(2),
-        "player delayed by {:?}",
-        login_started.elapsed()
-    );
+    assert!(login_started.elapsed() < Duration::from_secs(2), "player delayed by {:?}", login_started.elapsed());
 
-    let trickle_closed_after = timeout(Duration::from_secs(30), trickle)
-        .await
-        .unwrap()
-        .unwrap();
+    let trickle_closed_after = timeout(Duration::from_secs(30), trickle).await.unwrap().unwrap();
     assert!(
-        trickle_closed_after >= Duration::from_millis(2500)
-            && trickle_closed_after < Duration::from_secs(6),
+        trickle_closed_after >= Duration::from_millis(2500) && trickle_closed_after < Duration::from_secs(6),
         "one deadline for the whole handshake: closed after {trickle_closed_after:?}"
     );
 
@@ -482,21 +376,12 @@ async fn c10_slow_clients_share_one_deadline_and_a_capped_stage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c12_backend_that_never_answers_gets_a_login_disconnect() {
     let backend = RawBackend::start(RawBehaviour::Silent).await;
-    let proxy = Proxy::start(&tcp_config(
-        backend.addr,
-        "[limits]\nlogin_timeout_seconds = 2\n",
-    ))
-    .await;
-    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp))
-        .await
-        .unwrap();
+    let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nlogin_timeout_seconds = 2\n")).await;
+    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap();
     s.write_all(&hs_ls()).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
-    assert_eq!(
-        login_disconnect_reason(&got).as_deref(),
-        Some("Server survival did not answer the login in time")
-    );
+    assert_eq!(login_disconnect_reason(&got).as_deref(), Some("Server survival did not answer the login in time"));
     backend.wait_closed(0, STEP).await;
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
@@ -504,21 +389,13 @@ async fn c12_backend_that_never_answers_gets_a_login_disconnect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_backend_gets_a_login_disconnect() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let proxy = Proxy::start(&tcp_config(dead, "")).await;
-    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp))
-        .await
-        .unwrap();
+    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap();
     s.write_all(&hs_ls()).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
-    assert_eq!(
-        login_disconnect_reason(&got).as_deref(),
-        Some("Server survival is unreachable")
-    );
+    assert_eq!(login_disconnect_reason(&got).as_deref(), Some("Server survival is unreachable"));
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
 }

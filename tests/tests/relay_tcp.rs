@@ -1,12 +1,7 @@
 //! The TCP relay: half-close propagation, no leaked sockets, bounded buffers with backpressure, the
 //! connection cap, and graceful shutdown with a disconnect message.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,8 +10,8 @@ use std::time::Duration;
 use moonbridge_protocol::packets::{LoginDisconnect, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
-    frames, login_disconnect_reason, login_success, read_to_close, tcp_config, Proxy, RawBackend,
-    RawBehaviour, HS, LS, STEP,
+    frames, login_disconnect_reason, login_success, read_to_close, tcp_config, Proxy, RawBackend, RawBehaviour, HS, LS,
+    STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -27,29 +22,20 @@ async fn logged_in(addr: std::net::SocketAddr) -> TcpStream {
     s.write_all(&[HS, LS].concat()).await.unwrap();
     let expected = login_success("Steve");
     let mut got = vec![0u8; expected.len()];
-    timeout(STEP, s.read_exact(&mut got))
-        .await
-        .unwrap()
-        .unwrap();
+    timeout(STEP, s.read_exact(&mut got)).await.unwrap().unwrap();
     assert_eq!(got, expected);
     s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn player_fin_reaches_the_backend_and_everything_is_released() {
-    let backend = RawBackend::start(RawBehaviour::ReplyAfter {
-        after: 1,
-        reply: login_success("Steve"),
-    })
-    .await;
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
     let proxy = Proxy::start(&tcp_config(backend.addr, "")).await;
     let mut p = logged_in(proxy.addr(Transport::Tcp)).await;
     p.write_all(&[0x02, 0x00, 0x09]).await.unwrap();
     p.shutdown().await.unwrap(); // FIN
                                  // The backend gets the last bytes, then EOF (it then closes, which closes the player's side).
-    let rx = backend
-        .wait_received(0, HS.len() + LS.len() + 3, STEP)
-        .await;
+    let rx = backend.wait_received(0, HS.len() + LS.len() + 3, STEP).await;
     assert_eq!(&rx[rx.len() - 3..], &[0x02, 0x00, 0x09]);
     backend.wait_closed(0, STEP).await;
     let (_, closed) = read_to_close(&mut p, STEP).await;
@@ -82,10 +68,7 @@ async fn backend_close_closes_the_player_without_leaks() {
     drop(p);
     // The proxy's two sockets for this session are gone (no CLOSE_WAIT left behind).
     let fds_after = std::fs::read_dir("/proc/self/fd").unwrap().count();
-    assert!(
-        fds_after <= fds_before,
-        "fds before {fds_before}, after {fds_after}"
-    );
+    assert!(fds_after <= fds_before, "fds before {fds_before}, after {fds_after}");
     proxy.shutdown().await;
 }
 
@@ -112,25 +95,16 @@ async fn a_player_that_stops_reading_stalls_the_backend_instead_of_growing_buffe
                 Ok(Err(e)) => panic!("backend write failed: {e}"),
                 Err(_) => return s,
             }
-            assert!(
-                w.load(Ordering::SeqCst) < 256 * 1024 * 1024,
-                "backend never stalled"
-            );
+            assert!(w.load(Ordering::SeqCst) < 256 * 1024 * 1024, "backend never stalled");
         }
     });
     let mut p = TcpStream::connect(addr).await.unwrap();
     p.write_all(&[HS, LS].concat()).await.unwrap();
     // Do not read: the backend must stall.
-    let backend_sock = timeout(Duration::from_secs(60), backend)
-        .await
-        .unwrap()
-        .unwrap();
+    let backend_sock = timeout(Duration::from_secs(60), backend).await.unwrap().unwrap();
     let stalled_at = written.load(Ordering::SeqCst);
     // Kernel socket buffers on both hops plus at most one 64 KiB relay batch.
-    assert!(
-        stalled_at < 32 * 1024 * 1024,
-        "backend could write {stalled_at} bytes into a stalled player"
-    );
+    assert!(stalled_at < 32 * 1024 * 1024, "backend could write {stalled_at} bytes into a stalled player");
     // Nothing was lost: the player can read every byte.
     let expect = login_success("Steve").len() as u64 + stalled_at;
     drop(backend_sock);
@@ -147,20 +121,13 @@ async fn a_player_that_stops_reading_stalls_the_backend_instead_of_growing_buffe
     })
     .await
     .unwrap();
-    assert!(
-        total >= expect,
-        "read {total}, backend wrote at least {expect}"
-    );
+    assert!(total >= expect, "read {total}, backend wrote at least {expect}");
     proxy.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_connections_closes_extra_connections_at_once() {
-    let backend = RawBackend::start(RawBehaviour::ReplyAfter {
-        after: 1,
-        reply: login_success("Steve"),
-    })
-    .await;
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
     let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nmax_connections = 2\n")).await;
     let addr = proxy.addr(Transport::Tcp);
     let _a = logged_in(addr).await;
@@ -178,11 +145,7 @@ async fn max_connections_closes_extra_connections_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_disconnects_players_with_a_message() {
     // One player in Play, one still waiting for a backend that never answers.
-    let playing = RawBackend::start(RawBehaviour::ReplyAfter {
-        after: 1,
-        reply: login_success("Steve"),
-    })
-    .await;
+    let playing = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
     let silent = RawBackend::start(RawBehaviour::Silent).await;
     let config = format!(
         "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
@@ -212,20 +175,13 @@ async fn shutdown_disconnects_players_with_a_message() {
     let f = frames(&got);
     assert_eq!(f.len(), 1, "{got:02x?}");
     assert_eq!(f[0].0, PlayDisconnect::ID);
-    let reason =
-        PlayDisconnect::decode_body(&mut moonbridge_protocol::codec::Reader::new(&f[0].1)).unwrap();
-    assert!(
-        reason.reason_json.contains("restarting"),
-        "{}",
-        reason.reason_json
-    );
+    let reason = PlayDisconnect::decode_body(&mut moonbridge_protocol::codec::Reader::new(&f[0].1)).unwrap();
+    assert!(reason.reason_json.contains("restarting"), "{}", reason.reason_json);
 
     let (got, closed) = read_to_close(&mut w, STEP).await;
     assert!(closed);
     assert_eq!(frames(&got)[0].0, LoginDisconnect::ID);
-    assert!(login_disconnect_reason(&got)
-        .unwrap()
-        .contains("restarting"));
+    assert!(login_disconnect_reason(&got).unwrap().contains("restarting"));
     timeout(STEP, stop).await.unwrap().unwrap();
     // New connections are refused once the proxy has stopped.
     assert!(TcpStream::connect(addr).await.is_err());

@@ -1,12 +1,7 @@
 //! Real node-minecraft-protocol 1.7.10 players reach a real node-minecraft-protocol 1.7.10 backend through a
 //! `tcp` listener configured as in DESIGN.md.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +11,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_players_log_in_chat_and_receive_the_burst() {
-    let (mut backend, backend_addr) =
-        node_backend(json!({ "burstCount": 70, "burstSize": 30000 })).await;
+    let (mut backend, backend_addr) = node_backend(json!({ "burstCount": 70, "burstSize": 30000 })).await;
     let proxy = Proxy::start(&tcp_config(
         backend_addr,
         "[routing]\ndefault_backend = \"survival\"\n[routing.hosts]\n\"mc.example.com\" = \"survival\"\n",
@@ -31,9 +25,7 @@ async fn fifty_players_log_in_chat_and_receive_the_burst() {
         &json!({ "port": port, "count": 50, "forge": "alternate", "burstCount": 70, "burstSize": 30000, "timeoutMs": 90000 }),
     )
     .await;
-    let (results, done) = clients
-        .collect_until_done("client", Duration::from_secs(120))
-        .await;
+    let (results, done) = clients.collect_until_done("client", Duration::from_secs(120)).await;
     let elapsed = started.elapsed();
     eprintln!("50-client login + 70 x 30000-byte burst + chat round trip through moonbridge tcp: {elapsed:?}");
     assert_eq!(done["ok"], 50, "failed clients: {results:?}");
@@ -79,18 +71,12 @@ async fn status_ping_returns_the_backends_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_ping_is_answered_by_the_proxy_when_the_backend_is_down() {
     // A port nothing listens on: bind, note the port, close.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let proxy = Proxy::start(&tcp_config(dead, "")).await;
     let port = proxy.addr(Transport::Tcp).port();
     let mut status = NodePeer::spawn("status.js", &json!({ "port": port })).await;
     let ev = status.event("status", STEP).await;
-    assert_eq!(
-        ev["response"]["description"]["text"],
-        "Server survival is unreachable"
-    );
+    assert_eq!(ev["response"]["description"]["text"], "Server survival is unreachable");
     assert_eq!(ev["response"]["version"]["protocol"], 5);
     proxy.shutdown().await;
 }

@@ -1,0 +1,157 @@
+//! WebSocket carriage, version 1: the rules both MoonBridge ends follow on top of RFC 6455.
+//!
+//! - Binary messages carry the bytes of the Minecraft TCP stream, in order; receivers treat them as one byte
+//!   stream and never rely on where messages split.
+//! - Close codes (RFC 6455 §7.4.1): see the constants below.
+//! - Keepalive: each side sends a Ping when it has written nothing for the ping interval, answers every Ping
+//!   at once, and treats 3 intervals without receiving anything as a dead peer ([`Keepalive`]).
+
+use std::time::{Duration, Instant};
+
+/// The subprotocol a MoonBridge client may offer; the proxy echoes it when offered.
+pub const SUBPROTOCOL: &str = "moonbridge.v1";
+
+/// 1000 Normal Closure: the backend closed the session.
+pub const CLOSE_NORMAL: u16 = 1000;
+/// 1001 Going Away: the proxy is shutting down.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// 1002 Protocol Error: a malformed or unmasked frame from the client, or bad Minecraft bytes.
+pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+/// 1003 Unsupported Data: a text message.
+pub const CLOSE_UNSUPPORTED_DATA: u16 = 1003;
+/// 1009 Message Too Big: over the configured message limit (sent before the message is buffered).
+pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
+/// 1011 Internal Error: the backend is unreachable or refused the connection (with a short reason).
+pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
+
+/// Number of ping intervals without receiving anything after which the peer is dead.
+pub const DEAD_AFTER_INTERVALS: u32 = 3;
+
+/// What a [`Keepalive`] tick asks the caller to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepaliveAction {
+    /// Nothing: something was written during the last half interval.
+    None,
+    /// Send a Ping now (nothing was written for at least half an interval).
+    Ping,
+    /// Nothing was received for [`DEAD_AFTER_INTERVALS`] intervals: close the connection.
+    Dead,
+}
+
+/// The keepalive schedule, sans-IO: the caller ticks it every [`Keepalive::tick_period`] (half the interval)
+/// and tells it about writes and reads; the write path only sets a flag.
+///
+/// Guarantees, for an interval `I`:
+/// - never silent for longer than `I`: a write just after a tick is followed, if nothing else is written, by a
+///   Ping at most two ticks (`I`) later;
+/// - never a Ping sooner than `I / 2` after a write: a Ping is only sent at a tick when the whole half
+///   interval before it had no write;
+/// - while idle, one Ping per interval (a Ping counts as its period's write).
+#[derive(Clone, Debug)]
+pub struct Keepalive {
+    interval: Duration,
+    wrote: bool,
+    last_received: Instant,
+}
+
+impl Keepalive {
+    /// A schedule for `interval` (non-zero), starting at `now`.
+    pub fn new(interval: Duration, now: Instant) -> Self {
+        Self { interval, wrote: true, last_received: now }
+    }
+
+    /// How often to call [`Keepalive::on_tick`]: half the interval.
+    pub fn tick_period(&self) -> Duration {
+        self.interval / 2
+    }
+
+    /// Records that something (data, Pong or Ping) was written.
+    #[inline]
+    pub fn on_write(&mut self) {
+        self.wrote = true;
+    }
+
+    /// Records that something (any frame) was received at `now`.
+    #[inline]
+    pub fn on_receive(&mut self, now: Instant) {
+        self.last_received = now;
+    }
+
+    /// Decides what to do at a tick.
+    pub fn on_tick(&mut self, now: Instant) -> KeepaliveAction {
+        if now.saturating_duration_since(self.last_received) >= self.interval * DEAD_AFTER_INTERVALS {
+            return KeepaliveAction::Dead;
+        }
+        if std::mem::replace(&mut self.wrote, false) {
+            KeepaliveAction::None
+        } else {
+            self.wrote = true;
+            KeepaliveAction::Ping
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Simulates a connection with writes at the given millisecond offsets, ticking every half interval,
+    /// and returns the Ping times.
+    fn pings(interval_ms: u64, writes: &[u64], until_ms: u64) -> Vec<u64> {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut k = Keepalive::new(Duration::from_millis(interval_ms), t0);
+        let half = interval_ms / 2;
+        let mut events: Vec<(u64, bool)> = writes.iter().map(|&w| (w, true)).collect();
+        events.extend((1..=until_ms / half).map(|i| (i * half, false)));
+        events.sort_by_key(|&(t, is_write)| (t, !is_write));
+        let mut out = Vec::new();
+        for (t, is_write) in events {
+            k.on_receive(at(t)); // the peer keeps answering
+            if is_write {
+                k.on_write();
+            } else if k.on_tick(at(t)) == KeepaliveAction::Ping {
+                out.push(t);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn idle_connection_pings_once_per_interval() {
+        assert_eq!(pings(1000, &[], 5000), [1000, 2000, 3000, 4000, 5000]);
+    }
+
+    #[test]
+    fn busy_connection_never_pings() {
+        let writes: Vec<u64> = (0..50).map(|i| i * 300).collect();
+        // Writes every 300 ms (the last at 14.7 s): no tick up to 15 s ever sees a silent half interval.
+        assert_eq!(pings(1000, &writes, 15_000), Vec::<u64>::new());
+        // Once they stop, pings resume within one interval.
+        assert_eq!(pings(1000, &writes, 17_000), [15_500, 16_500]);
+    }
+
+    #[test]
+    fn bounds_hold_for_every_write_offset() {
+        // For a single write at any offset, the first Ping comes between I/2 and I after it.
+        for w in (0..3000).step_by(37) {
+            let p = pings(1000, &[w], 6000);
+            let first = p.iter().copied().find(|&t| t > w).unwrap();
+            assert!(first - w >= 500, "write at {w}, ping at {first}");
+            assert!(first - w <= 1000, "write at {w}, ping at {first}");
+            // No ping closer than I/2 after the write.
+            assert!(p.iter().all(|&t| t <= w || t - w >= 500));
+        }
+    }
+
+    #[test]
+    fn silence_for_three_intervals_is_dead() {
+        let t0 = Instant::now();
+        let mut k = Keepalive::new(Duration::from_secs(1), t0);
+        assert_eq!(k.tick_period(), Duration::from_millis(500));
+        assert_eq!(k.on_tick(t0 + Duration::from_millis(2999)), KeepaliveAction::None);
+        assert_eq!(k.on_tick(t0 + Duration::from_millis(3000)), KeepaliveAction::Dead);
+        k.on_receive(t0 + Duration::from_millis(3000));
+        assert_ne!(k.on_tick(t0 + Duration::from_millis(3500)), KeepaliveAction::Dead);
+    }
+}

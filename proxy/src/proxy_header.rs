@@ -1,0 +1,112 @@
+//! PROXY protocol (HAProxy's v1 text and v2 binary headers): read from load balancers in front of `tcp`
+//! listeners with `proxy_protocol = true`, and written to backends with `forwarding = "proxy-protocol"`.
+//! Parsing and building use the `ppp` crate.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use bytes::BytesMut;
+use ppp::v2::{Builder, Command, Protocol, Version};
+use ppp::{HeaderResult, PartialResult};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// Largest PROXY header accepted, in bytes (v1 is at most 107; v2 is 16 plus addresses and TLVs).
+pub(crate) const MAX_PROXY_HEADER: usize = 4096;
+
+/// Why a PROXY header was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProxyHeaderError {
+    #[error("connection closed before the PROXY header was complete")]
+    Closed,
+    #[error("read error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("invalid PROXY header: {0}")]
+    Invalid(String),
+    #[error("PROXY header longer than {MAX_PROXY_HEADER} bytes")]
+    TooLong,
+}
+
+/// Reads a PROXY v1 or v2 header. Returns the client address it names (`None` for `LOCAL` or `UNKNOWN`, which
+/// mean "use the TCP peer") and the bytes that followed it.
+pub(crate) async fn read_header(stream: &mut TcpStream) -> Result<(Option<SocketAddr>, BytesMut), ProxyHeaderError> {
+    let mut buf = BytesMut::with_capacity(256);
+    loop {
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(ProxyHeaderError::Closed);
+        }
+        let parsed = HeaderResult::parse(&buf);
+        if parsed.is_incomplete() {
+            if buf.len() > MAX_PROXY_HEADER {
+                return Err(ProxyHeaderError::TooLong);
+            }
+            continue;
+        }
+        let (len, addr) = match parsed {
+            HeaderResult::V1(Ok(h)) => {
+                let addr = match h.addresses {
+                    ppp::v1::Addresses::Tcp4(a) => Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port)),
+                    ppp::v1::Addresses::Tcp6(a) => Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port)),
+                    ppp::v1::Addresses::Unknown => None,
+                };
+                (h.header.len(), addr)
+            }
+            HeaderResult::V2(Ok(h)) => {
+                let addr = match (h.command, h.addresses) {
+                    (Command::Proxy, ppp::v2::Addresses::IPv4(a)) => {
+                        Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port))
+                    }
+                    (Command::Proxy, ppp::v2::Addresses::IPv6(a)) => {
+                        Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port))
+                    }
+                    _ => None,
+                };
+                (h.len(), addr)
+            }
+            HeaderResult::V1(Err(e)) => return Err(ProxyHeaderError::Invalid(e.to_string())),
+            HeaderResult::V2(Err(e)) => return Err(ProxyHeaderError::Invalid(e.to_string())),
+        };
+        let _ = buf.split_to(len.min(buf.len()));
+        return Ok((addr, buf));
+    }
+}
+
+/// Builds a PROXY v2 `PROXY` header for a TCP stream from `client` to `destination`. When the families differ,
+/// the destination becomes the unspecified address of the client's family (backends only use the source).
+pub(crate) fn v2_header(client: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+    let client = SocketAddr::new(client.ip().to_canonical(), client.port());
+    let destination = match (client.ip(), destination.ip().to_canonical()) {
+        (IpAddr::V4(_), IpAddr::V4(d)) => SocketAddr::new(IpAddr::V4(d), destination.port()),
+        (IpAddr::V6(_), IpAddr::V6(d)) => SocketAddr::new(IpAddr::V6(d), destination.port()),
+        (IpAddr::V4(_), IpAddr::V6(_)) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), destination.port()),
+        (IpAddr::V6(_), IpAddr::V4(d)) => SocketAddr::new(IpAddr::V6(d.to_ipv6_mapped()), destination.port()),
+    };
+    Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, (client, destination))
+        .build()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_header_round_trips() {
+        let client: SocketAddr = "203.0.113.7:4711".parse().unwrap();
+        let h = v2_header(client, "127.0.0.1:25565".parse().unwrap());
+        assert_eq!(&h[..12], b"\r\n\r\n\0\r\nQUIT\n");
+        assert_eq!(h[12], 0x21);
+        match HeaderResult::parse(&h) {
+            HeaderResult::V2(Ok(p)) => match p.addresses {
+                ppp::v2::Addresses::IPv4(a) => {
+                    assert_eq!(a.source_address.to_string(), "203.0.113.7");
+                    assert_eq!(a.source_port, 4711);
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        // Mixed families still give one family.
+        let h = v2_header("[2001:db8::1]:1".parse().unwrap(), "127.0.0.1:25565".parse().unwrap());
+        assert!(matches!(HeaderResult::parse(&h), HeaderResult::V2(Ok(_))));
+    }
+}
