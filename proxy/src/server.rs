@@ -377,12 +377,16 @@ impl Conn {
     async fn serve(self, stream: TcpStream, kind: &Kind) {
         let deadline = Instant::now() + self.shared.limits.handshake_timeout();
         let (peer, shared) = (self.peer, Arc::clone(&self.shared));
+        // Each transport's session future is boxed on its own, so a task holds only the state of its own
+        // transport (a TLS session is several KiB larger than a TCP one).
         match kind {
             Kind::Tcp { proxy_protocol, trusted } => {
-                self.run(deadline, tcp_setup(stream, peer, *proxy_protocol, trusted)).await;
+                Box::pin(self.run(deadline, tcp_setup(stream, peer, *proxy_protocol, trusted))).await;
             }
-            Kind::Ws(settings) => self.run(deadline, ws_setup(stream, peer, settings, shared)).await,
-            Kind::Wss(settings, tls) => self.run(deadline, wss_setup(stream, peer, settings, tls, shared)).await,
+            Kind::Ws(settings) => Box::pin(self.run(deadline, ws_setup(stream, peer, settings, shared))).await,
+            Kind::Wss(settings, tls) => {
+                Box::pin(self.run(deadline, wss_setup(stream, peer, settings, tls, shared))).await;
+            }
         }
     }
 
