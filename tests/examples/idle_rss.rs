@@ -92,7 +92,7 @@ async fn main() {
     let ca = cert.as_ref().map(|c| c.ca.clone());
     let expected = login_success("Steve");
     let mut setup_times = Vec::new();
-    let mut log_in = || {
+    let log_in = || {
         let url = url.clone();
         let ca = ca.clone();
         let expected = expected.clone();
