@@ -581,6 +581,20 @@ async fn proxy_protocol_forwarding_sends_a_v2_header_first() {
     assert_eq!(a.source_address.to_string(), "203.0.113.7");
     assert_eq!(&got[header.len()..], &hs_ls()[..], "then the unchanged handshake and Login Start");
     proxy.shutdown().await;
+
+    // Through an untrusted peer the header names the TCP peer, not the claimed address.
+    let proxy = Proxy::start(
+        &(ws_listener("trusted_proxies = [\"10.0.0.0/8\"]")
+            + &backend_section(backend.addr, "forwarding = \"proxy-protocol\"")
+            + "[limits]\nlogin_timeout_seconds = 60\n"),
+    )
+    .await;
+    let _ws = ws_send_login(&proxy, &[("CF-Connecting-IP", "203.0.113.7")]).await;
+    let got = backend.wait_received(1, 28 + hs_ls().len(), STEP).await;
+    let ppp::HeaderResult::V2(Ok(header)) = ppp::HeaderResult::parse(&got) else { panic!("no PROXY v2 header") };
+    let ppp::v2::Addresses::IPv4(a) = header.addresses else { panic!("{:?}", header.addresses) };
+    assert_eq!(a.source_address.to_string(), "127.0.0.1");
+    proxy.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
