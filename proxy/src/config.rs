@@ -428,7 +428,8 @@ impl Config {
         }
         let mut binds = HashSet::new();
         for (i, l) in self.listeners.iter().enumerate() {
-            if !binds.insert(l.bind) {
+            // Port 0 (an ephemeral port) may repeat: each listener gets its own.
+            if l.bind.port() != 0 && !binds.insert(l.bind) {
                 push(format!("listener[{i}].bind"), format!("{} is used by another listener", l.bind));
             }
             check_listener(i, l, &mut push);

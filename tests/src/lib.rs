@@ -19,6 +19,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub mod mc;
+
+/// The plugin channel of the backend's login burst (`peers/common.js`).
+pub const BURST_CHANNEL: &str = "MB|Burst";
+
 use moonbridge_proxy::config::Transport;
 use moonbridge_proxy::{Config, Server, StatsHandle};
 use serde_json::Value;

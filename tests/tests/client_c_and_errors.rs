@@ -1,0 +1,276 @@
+//! The C ABI from a real C program compiled with `cc` against the committed header, and every client error
+//! kind produced by a real condition.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use moonbridge_client::error::{MB_ERR_CLOSED, MB_ERR_CONNECT, MB_ERR_HANDSHAKE, MB_ERR_INVALID_ARGUMENT, MB_ERR_TLS};
+use moonbridge_client::{ClientError, Connection, Options};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::send_login;
+use moonbridge_tests::{login_success, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use tokio::net::TcpListener;
+
+/// `target/<profile>`, where cargo put the test binary and the cdylib.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf()
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::time::timeout(Duration::from_secs(60), tokio::task::spawn_blocking(f)).await.expect("in time").unwrap()
+}
+
+fn opts(json: &str) -> Options {
+    Options::from_json(Some(json)).unwrap()
+}
+
+async fn connect_err(url: String, options: Options) -> ClientError {
+    blocking(move || Connection::connect(&url, options).expect_err("connect must fail")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_program_uses_the_header_and_the_library() {
+    let lib_dir = target_dir();
+    assert!(lib_dir.join("libmoonbridge_client.so").is_file(), "cdylib not built in {}", lib_dir.display());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = lib_dir.join("moonbridge-c-smoke");
+    let out = std::process::Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(root.join("client-native/include"))
+        .arg(root.join("tests/c/smoke.c"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-lmoonbridge_client")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc is installed");
+    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"b\"\naddress = \"{}\"\n",
+        backend.addr
+    ))
+    .await;
+    let url = format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port());
+    let run = tokio::process::Command::new(&exe).arg(&url).output();
+    let out = tokio::time::timeout(STEP, run).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("login ok: 45 bytes"), "{stdout}");
+    assert_eq!(backend.wait_received(0, 34, STEP).await.len(), 34);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_url_and_options() {
+    let e = connect_err("mc.example.com:25565".into(), Options::default()).await;
+    assert!(matches!(e, ClientError::InvalidUrl { .. }), "{e}");
+    assert_eq!(e.code(), MB_ERR_INVALID_ARGUMENT);
+    let e = Options::from_json(Some(r#"{"ca_file":1}"#)).unwrap_err();
+    assert_eq!(e.code(), MB_ERR_INVALID_ARGUMENT);
+    let e = connect_err("wss://localhost:1/mc".into(), opts(r#"{"ca_file":"/nonexistent/ca.pem"}"#)).await;
+    assert!(matches!(e, ClientError::InvalidOptions(ref m) if m.contains("ca_file")), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_failure() {
+    let e = connect_err("ws://moonbridge-test.invalid/mc".into(), opts(r#"{"connect_timeout_ms":30000}"#)).await;
+    assert!(matches!(e, ClientError::Dns { ref host, .. } if host == "moonbridge-test.invalid"), "{e}");
+    assert_eq!(e.code(), MB_ERR_CONNECT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_and_timed_out() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let e = connect_err(format!("tcp://{dead}"), Options::default()).await;
+    assert!(matches!(e, ClientError::Refused { .. }), "{e}");
+    assert_eq!(e.code(), MB_ERR_CONNECT);
+
+    // A server that accepts and never answers the WebSocket upgrade.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let e = connect_err(format!("ws://{addr}/mc"), opts(r#"{"connect_timeout_ms":300}"#)).await;
+    assert!(matches!(e, ClientError::ConnectTimeout { stage: "WebSocket upgrade", ms: 300, .. }), "{e}");
+    assert_eq!(e.code(), MB_ERR_CONNECT);
+    hold.abort();
+}
+
+async fn wss_proxy(cert: &TestCert) -> Proxy {
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
+    let p = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         [[backend]]\nname = \"b\"\naddress = \"{}\"\n",
+        cert.cert.display(),
+        cert.key.display(),
+        backend.addr
+    ))
+    .await;
+    std::mem::forget(backend); // lives as long as the test process
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_failures_name_the_reason() {
+    let cert = TestCert::generate("client-tls-errors", "ec");
+    let proxy = wss_proxy(&cert).await;
+    let port = proxy.addr(Transport::Wss).port();
+    let url = format!("wss://localhost:{port}/mc");
+
+    // Not signed by a trusted root (no ca_file).
+    let e = connect_err(url.clone(), Options::default()).await;
+    assert!(matches!(e, ClientError::Tls { ref reason, .. } if reason.contains("unknown issuer")), "{e}");
+    assert_eq!(e.code(), MB_ERR_TLS);
+
+    // Trusted, but the certificate is not for the requested name.
+    let o = opts(&format!(r#"{{"ca_file":{:?},"server_name":"other.example.com"}}"#, cert.ca));
+    let e = connect_err(url.clone(), o).await;
+    assert!(
+        matches!(e, ClientError::Tls { ref reason, ref server_name } if reason.contains("name mismatch") && server_name == "other.example.com"),
+        "{e}"
+    );
+
+    // The same settings with the right name connect.
+    let o = opts(&format!(r#"{{"ca_file":{:?},"server_name":"localhost"}}"#, cert.ca));
+    let c = blocking(move || Connection::connect(&url, o)).await.unwrap();
+    assert_eq!(c.tls_version(), Some("1.3"));
+    blocking(move || c.close()).await;
+
+    // A server that only speaks TLS 1.3, and a client pinned to TLS 1.2.
+    let only13 = tls13_only_server(&cert).await;
+    let o = opts(&format!(r#"{{"ca_file":{:?},"tls_versions":["1.2"]}}"#, cert.ca));
+    let e = connect_err(format!("wss://localhost:{}/mc", only13.port()), o).await;
+    assert!(matches!(e, ClientError::Tls { ref reason, .. } if reason.contains("protocol version")), "{e}");
+    proxy.shutdown().await;
+}
+
+/// A bare TLS 1.3-only server (rustls) with the test certificate.
+async fn tls13_only_server(cert: &TestCert) -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<_> =
+        rustls::pki_types::CertificateDer::pem_file_iter(&cert.cert).unwrap().map(Result::unwrap).collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&cert.key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let a = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = a.accept(s).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_refused_with_its_status() {
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"b\"\naddress = \"{}\"\n",
+        backend.addr
+    ))
+    .await;
+    let e = connect_err(format!("ws://127.0.0.1:{}/wrong-path", proxy.addr(Transport::Ws).port()), Options::default())
+        .await;
+    assert_eq!(e, ClientError::UpgradeRefused { status: 404 });
+    assert_eq!(e.code(), MB_ERR_HANDSHAKE);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_by_peer_with_its_close_code() {
+    // Backend unreachable: the proxy sends a Login Disconnect, then close 1011.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"survival\"\naddress = \"{dead}\"\n"
+    ))
+    .await;
+    let url = format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port());
+    let (text, end) = blocking(move || {
+        let c = Connection::connect(&url, Options::default()).unwrap();
+        send_login(&c, "Steve", true);
+        let mut all = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        let end = loop {
+            match c.recv(&mut buf, Some(Duration::from_secs(10))) {
+                Ok(0) => panic!("timed out"),
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                Err(e) => break e,
+            }
+        };
+        (moonbridge_tests::login_disconnect_reason(&all), end)
+    })
+    .await;
+    assert_eq!(text.as_deref(), Some("Server survival is unreachable"));
+    assert!(matches!(end, ClientError::ClosedByPeer { code: Some(1011), .. }), "{end}");
+    assert!(!end.is_orderly_close());
+    assert_eq!(end.code(), MB_ERR_CLOSED);
+    assert!(end.to_string().contains("1011"), "{end}");
+    proxy.shutdown().await;
+
+    // The backend ends the session: close 1000, an orderly close.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    let (close_tx, close_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut hs = vec![0u8; 34];
+        s.read_exact(&mut hs).await.unwrap();
+        s.write_all(&login_success("Steve")).await.unwrap();
+        let _ = close_rx.await;
+        drop(s);
+    });
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"b\"\naddress = \"{backend_addr}\"\n"
+    ))
+    .await;
+    let url = format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port());
+    let c = blocking(move || {
+        let c = Connection::connect(&url, Options::default()).unwrap();
+        send_login(&c, "Steve", true);
+        let mut buf = [0u8; 45];
+        let mut n = 0;
+        while n < 45 {
+            n += c.recv(&mut buf[n..], Some(Duration::from_secs(10))).unwrap();
+        }
+        c
+    })
+    .await;
+    close_tx.send(()).unwrap();
+    let end = blocking(move || {
+        let mut buf = [0u8; 16];
+        loop {
+            match c.recv(&mut buf, Some(Duration::from_secs(10))) {
+                Ok(0) => panic!("no close"),
+                Ok(_) => {}
+                Err(e) => return e,
+            }
+        }
+    })
+    .await;
+    assert!(matches!(end, ClientError::ClosedByPeer { code: Some(1000), .. }), "{end}");
+    assert!(end.is_orderly_close(), "{end}");
+    proxy.shutdown().await;
+}

@@ -1,0 +1,313 @@
+//! The client library (Rust API) against `moonbridge` against a node-minecraft-protocol 1.7.10 backend, over
+//! every transport, with coalescing on and off; and the library's own behaviours on live sockets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use moonbridge_client::{ClientError, Connection, Options};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::{play, send_login};
+use moonbridge_tests::{login_success, node_backend, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A proxy with tcp, ws and wss listeners in front of `backend`.
+async fn all_transports(backend: SocketAddr, cert: &TestCert, extra: &str) -> Proxy {
+    Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n{extra}",
+        cert.cert.display(),
+        cert.key.display()
+    ))
+    .await
+}
+
+fn urls(proxy: &Proxy) -> [(&'static str, String); 3] {
+    [
+        ("tcp", format!("tcp://127.0.0.1:{}", proxy.addr(Transport::Tcp).port())),
+        ("ws", format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port())),
+        ("wss", format!("wss://localhost:{}/mc", proxy.addr(Transport::Wss).port())),
+    ]
+}
+
+fn options(extra: serde_json::Value, cert: &TestCert) -> Options {
+    let mut o = json!({ "ca_file": cert.ca });
+    o.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    Options::from_json(Some(&o.to_string())).unwrap()
+}
+
+/// Runs `f` on a blocking thread (the client API blocks) with a time limit.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::time::timeout(Duration::from_secs(90), tokio::task::spawn_blocking(f)).await.expect("in time").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_transport_with_coalescing_on_and_off() {
+    let cert = TestCert::generate("client-cross", "ec");
+    let (_node, backend) = node_backend(json!({})).await;
+    let proxy = all_transports(backend, &cert, "").await;
+    let mut runs = Vec::new();
+    for (transport, url) in urls(&proxy) {
+        let tls_pins: &[Option<&str>] = if transport == "wss" { &[None, Some("1.2")] } else { &[None] };
+        for pin in tls_pins {
+            for coalesce in ["tick", "off"] {
+                let mut extra = json!({ "coalesce": coalesce });
+                if let Some(v) = pin {
+                    extra["tls_versions"] = json!([v]);
+                }
+                runs.push((transport, url.clone(), options(extra, &cert), *pin, coalesce));
+            }
+        }
+    }
+    assert_eq!(runs.len(), 8);
+    for (i, (transport, url, opts, pin, coalesce)) in runs.into_iter().enumerate() {
+        let name = format!("Client{i}");
+        let report = blocking(move || {
+            let conn = Connection::connect(&url, opts).unwrap();
+            match (transport, pin) {
+                ("wss", Some("1.2")) => assert_eq!(conn.tls_version(), Some("1.2")),
+                ("wss", _) => assert_eq!(conn.tls_version(), Some("1.3")),
+                _ => assert_eq!(conn.tls_version(), None),
+            }
+            let report = play(&conn, &name, i % 2 == 0, 70, 30_000);
+            let stats = conn.stats();
+            conn.close();
+            (report, stats, name)
+        })
+        .await;
+        let (report, stats, name) = report;
+        eprintln!("{transport} pin={pin:?} coalesce={coalesce}: {report:?} {stats:?}");
+        assert!(report.joined, "{transport}/{coalesce}: Join Game");
+        assert_eq!(report.burst_messages, 70);
+        assert_eq!(report.chat_echo.as_deref(), Some(format!("echo:hello from {name}").as_str()));
+        assert!(stats.frames_in >= 72, "{stats:?}");
+        assert!(stats.bytes_in > 2_100_000, "{stats:?}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_burst_over_wss_takes_few_large_reads() {
+    let cert = TestCert::generate("client-burst", "ec");
+    let (_node, backend) = node_backend(json!({})).await;
+    let proxy = all_transports(backend, &cert, "").await;
+    let url = urls(&proxy)[2].1.clone();
+    let opts = options(json!({}), &cert);
+    let (report, stats) = blocking(move || {
+        let conn = Connection::connect(&url, opts).unwrap();
+        let r = play(&conn, "Burst", true, 70, 30_000);
+        (r, conn.stats())
+    })
+    .await;
+    eprintln!(
+        "wss login burst: 2.1 MB in {:?}, {} recv calls, {} messages",
+        report.burst_time, report.recv_calls, stats.messages_in
+    );
+    assert_eq!(report.burst_messages, 70);
+    assert!(report.recv_calls < 200, "{} recv calls for a 2.1 MB burst", report.recv_calls);
+    assert!(stats.messages_in < 400, "{stats:?}");
+    proxy.shutdown().await;
+}
+
+/// A proxy (ws listener) and a raw backend that completes logins; returns the ws URL.
+async fn ws_proxy_raw(listener_extra: &str) -> (Proxy, RawBackend, String) {
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n{listener_extra}\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{}\"\n",
+        backend.addr
+    ))
+    .await;
+    let url = format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port());
+    (proxy, backend, url)
+}
+
+/// Logs in with the case file's exact bytes (HS with the Forge marker + LS = 34 bytes).
+fn login_and_wait(conn: &Connection) {
+    send_login(conn, "Steve", true);
+    let expected = login_success("Steve");
+    let mut got = vec![0u8; expected.len()];
+    let mut n = 0;
+    while n < got.len() {
+        n += conn.recv(&mut got[n..], Some(Duration::from_secs(20))).unwrap();
+    }
+    assert_eq!(got, expected);
+}
+
+const THREE_FRAMES: [&[u8]; 3] = [&[0x02, 0x00, 0x01], &[0x02, 0x00, 0x02], &[0x02, 0x00, 0x03]];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_frames_in_one_tick_are_one_message_and_three_without_coalescing() {
+    let (proxy, backend, url) = ws_proxy_raw("").await;
+    for (i, (coalesce, expected_messages)) in [("tick", 1u64), ("off", 3)].into_iter().enumerate() {
+        let u = url.clone();
+        let conn = blocking(move || {
+            let c =
+                Connection::connect(&u, Options::from_json(Some(&format!("{{\"coalesce\":\"{coalesce}\"}}"))).unwrap())
+                    .unwrap();
+            login_and_wait(&c);
+            c
+        })
+        .await;
+        let before = proxy.stats.stats().ws_messages_in;
+        for f in THREE_FRAMES {
+            conn.send(f).unwrap();
+        }
+        conn.end_tick().unwrap();
+        let got = backend.wait_received(i, 34 + 9, STEP).await;
+        assert_eq!(&got[got.len() - 9..], &THREE_FRAMES.concat()[..]);
+        assert_eq!(proxy.stats.stats().ws_messages_in - before, expected_messages, "coalesce = {coalesce}");
+        let s = conn.stats();
+        assert_eq!(s.frames_out, 5, "{s:?}"); // handshake, Login Start, three frames
+        blocking(move || conn.close()).await;
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_leave_on_their_own_after_max_delay_or_at_max_batch_bytes() {
+    let (proxy, backend, url) = ws_proxy_raw("").await;
+    let u = url.clone();
+    let conn = blocking(move || {
+        let c =
+            Connection::connect(&u, Options::from_json(Some(r#"{"max_delay_ms":40,"max_batch_bytes":1000}"#)).unwrap())
+                .unwrap();
+        login_and_wait(&c);
+        c
+    })
+    .await;
+    // No end_tick: the frame still leaves, after max_delay_ms.
+    let sent = Instant::now();
+    conn.send(&[0x02, 0x00, 0x07]).unwrap();
+    backend.wait_received(0, 34 + 3, STEP).await;
+    let waited = sent.elapsed();
+    assert!(waited >= Duration::from_millis(35), "left after {waited:?}, before max_delay_ms");
+    assert_eq!(conn.stats().delay_flushes, 1);
+    // 3 sends of 400 bytes with a 1000-byte batch limit: the batch leaves at the third send, no end_tick.
+    let before = proxy.stats.stats().ws_messages_in;
+    let mut frame = vec![0x80, 0x03, 0x00];
+    frame.extend(std::iter::repeat_n(0x5a, 397));
+    assert_eq!(frame.len(), 400);
+    for _ in 0..3 {
+        conn.send(&frame).unwrap();
+    }
+    backend.wait_received(0, 34 + 3 + 1200, STEP).await;
+    assert_eq!(conn.stats().size_flushes, 1);
+    assert_eq!(proxy.stats.stats().ws_messages_in - before, 1);
+    blocking(move || conn.close()).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_the_message_limit_is_split_not_refused() {
+    let (proxy, backend, url) = ws_proxy_raw("").await;
+    let conn = blocking(move || {
+        let c =
+            Connection::connect(&url, Options::from_json(Some(r#"{"max_batch_bytes":16777216}"#)).unwrap()).unwrap();
+        login_and_wait(&c);
+        c
+    })
+    .await;
+    // 5 MiB in one tick: over every proxy's message limit (4 MiB by default), so it leaves as 3 messages.
+    let big: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 253) as u8).collect();
+    conn.send(&big).unwrap();
+    conn.end_tick().unwrap();
+    let got = backend.wait_received(0, 34 + big.len(), Duration::from_secs(30)).await;
+    assert_eq!(&got[34..], &big[..]);
+    // The login tick was one message; the 5 MiB tick leaves as 3 of at most 2,097,154 bytes.
+    assert_eq!(conn.stats().messages_out, 1 + 3, "{:?}", conn.stats());
+    blocking(move || conn.close()).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_never_blocks_and_pending_bytes_are_bounded() {
+    // A backend that completes the login and then never reads again.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 34];
+        s.read_exact(&mut buf).await.unwrap();
+        s.write_all(&login_success("Steve")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(s);
+    });
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"b\"\naddress = \"{backend_addr}\"\n"
+    ))
+    .await;
+    let url = format!("tcp://127.0.0.1:{}", proxy.addr(Transport::Tcp).port());
+    let (err, slowest) = blocking(move || {
+        let c = Connection::connect(
+            &url,
+            Options::from_json(Some(r#"{"max_pending_bytes":4194304,"max_batch_bytes":65536}"#)).unwrap(),
+        )
+        .unwrap();
+        login_and_wait(&c);
+        let chunk = vec![0u8; 65536];
+        let mut slowest = Duration::ZERO;
+        for _ in 0..100_000 {
+            let t = Instant::now();
+            let r = c.send(&chunk);
+            slowest = slowest.max(t.elapsed());
+            if let Err(e) = r {
+                return (e, slowest);
+            }
+        }
+        panic!("the send buffer never filled");
+    })
+    .await;
+    assert!(matches!(err, ClientError::SendBufferFull { max: 4_194_304, .. }), "{err}");
+    assert!(err.to_string().contains("send buffer full"), "{err}");
+    assert!(slowest < Duration::from_millis(100), "a send blocked for {slowest:?}");
+    hold.abort();
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_are_answered_while_the_game_thread_is_stalled() {
+    // The proxy pings every second and drops a peer silent for 3 s; the game thread does not call the
+    // library for 5 s, and the client's own keepalive is off, so only the I/O thread's Pongs keep it alive.
+    let (proxy, backend, url) = ws_proxy_raw("ping_interval_seconds = 1").await;
+    let conn = blocking(move || {
+        let c = Connection::connect(&url, Options::from_json(Some(r#"{"ping_interval_ms":0}"#)).unwrap()).unwrap();
+        login_and_wait(&c);
+        c
+    })
+    .await;
+    let stalled = Instant::now();
+    // Not a synchronisation sleep: the stall itself is the condition under test.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(stalled.elapsed() >= Duration::from_secs(5));
+    conn.send(&[0x02, 0x00, 0x09]).unwrap();
+    conn.end_tick().unwrap();
+    let got = backend.wait_received(0, 34 + 3, STEP).await;
+    assert_eq!(&got[34..], &[0x02, 0x00, 0x09]);
+    assert_eq!(proxy.stats.stats().connections, 1);
+    blocking(move || conn.close()).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sends_its_own_keepalive_pings() {
+    let (proxy, _backend, url) = ws_proxy_raw("ping_interval_seconds = 0").await;
+    let conn = blocking(move || {
+        let c = Connection::connect(&url, Options::from_json(Some(r#"{"ping_interval_ms":400}"#)).unwrap()).unwrap();
+        login_and_wait(&c);
+        c
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conn.stats().pings_sent < 3 {
+        assert!(Instant::now() < deadline, "{:?}", conn.stats());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    blocking(move || conn.close()).await;
+    proxy.shutdown().await;
+}
