@@ -2,7 +2,8 @@
 # Runs every MoonBridge test, installing what the tests need first:
 #   1. Debian packages the tests use (apt-get update + install, only when one is missing),
 #   2. the pinned node-minecraft-protocol peers (npm ci in tests/peers),
-#   3. formatting and lint checks, then every Rust test in the workspace.
+#   3. formatting and lint checks, every Rust test in the workspace (with the C header drift check),
+#   4. the Java shim: the release native library, the mod jar and its JUnit tests in a real JVM.
 # Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-for tool in cargo node npm; do
+for tool in cargo node npm cc java mvn; do
   command -v "$tool" >/dev/null || { echo "error: '$tool' is not installed (see README.md, Requirements)" >&2; exit 1; }
 done
 
@@ -35,7 +36,10 @@ cargo fmt --all -- --check
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "cargo test"
+step "cargo test (includes the C header drift check and the C program)"
 cargo test --workspace --locked
+
+step "Java shim: release native library, jar, JUnit tests (Surefire) and jar tests (Failsafe)"
+java-shim/build.sh verify "-Dmoonbridge.bin=$PWD/target/debug/moonbridge" "-Dmoonbridge.peers=$PWD/tests/peers"
 
 step "all tests passed"

@@ -277,7 +277,7 @@ pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_nativeClose<'l
 }
 
 #[no_mangle]
-pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_nativeVersion<'l>(
+pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_version0<'l>(
     mut env: JNIEnv<'l>,
     _class: JClass<'l>,
 ) -> jstring {

@@ -1,0 +1,149 @@
+package dev.moonbridge.client;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ReadOnlyBufferException;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * A connection through the MoonBridge native client library: {@code tcp://host:port},
+ * {@code ws://host[:port]/path} or {@code wss://host[:port]/path} (TLS 1.2/1.3).
+ *
+ * <p>Bytes written between two {@link #endTick()} calls leave as one WebSocket message (or one TCP write), so
+ * the game's packets of one tick cost one message. {@link #write(ByteBuffer)} never blocks on the network;
+ * {@link #read(ByteBuffer, int)} blocks up to its timeout. Reads and writes may happen on different threads.
+ * Options are a JSON object, every key optional: {@code coalesce} ("tick" or "off"), {@code max_delay_ms},
+ * {@code max_batch_bytes}, {@code max_pending_bytes}, {@code tls_versions} (["1.2","1.3"]), {@code ca_file},
+ * {@code server_name}, {@code connect_timeout_ms}, {@code ping_interval_ms}.
+ */
+public final class NativeTransport implements AutoCloseable {
+    private final long handle;
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    private NativeTransport(long handle) {
+        this.handle = handle;
+    }
+
+    /**
+     * Connects. Loads the native library first ({@link NativeLoader#load()}).
+     *
+     * @param url the server URL
+     * @param optionsJson the options, or {@code null} for the defaults
+     * @return the open transport
+     * @throws IOException with the library's reason: bad URL or options, DNS failure, refused or timed out,
+     *     TLS failure (naming the reason), WebSocket upgrade refused (with its HTTP status)
+     */
+    public static NativeTransport open(String url, String optionsJson) throws IOException {
+        if (url == null) {
+            throw new IOException("url is null");
+        }
+        NativeLoader.load();
+        return new NativeTransport(nativeOpen(url, optionsJson));
+    }
+
+    /** The native library's version; loads the library first. */
+    public static String nativeVersion() {
+        NativeLoader.load();
+        return version0();
+    }
+
+    /**
+     * Queues all of {@code src.remaining()} bytes (heap or direct buffer) and advances its position.
+     *
+     * @throws IOException when the connection has ended or the send buffer is full
+     */
+    public void write(ByteBuffer src) throws IOException {
+        ensureOpen();
+        int n = src.remaining();
+        if (n == 0) {
+            return;
+        }
+        int pos = src.position();
+        if (src.isDirect()) {
+            nativeWriteDirect(handle, src, pos, n);
+        } else if (src.hasArray()) {
+            nativeWriteArray(handle, src.array(), src.arrayOffset() + pos, n);
+        } else {
+            byte[] copy = new byte[n];
+            src.duplicate().get(copy);
+            nativeWriteArray(handle, copy, 0, n);
+        }
+        src.position(pos + n);
+    }
+
+    /**
+     * Ends the game tick: the bytes written since the last call leave now, as one message.
+     *
+     * @throws IOException when the connection has ended
+     */
+    public void endTick() throws IOException {
+        ensureOpen();
+        nativeEndTick(handle);
+    }
+
+    /**
+     * Reads received bytes into {@code dst} (heap or direct), waiting up to {@code timeoutMillis} (0: do not wait;
+     * negative: until data or the end), and advances its position.
+     *
+     * @return the number of bytes read, 0 on timeout, -1 after an orderly close (TCP EOF, WebSocket 1000/1001)
+     * @throws IOException when the peer closed with another close code (the message names it) or on errors
+     */
+    public int read(ByteBuffer dst, int timeoutMillis) throws IOException {
+        ensureOpen();
+        if (dst.isReadOnly()) {
+            throw new ReadOnlyBufferException();
+        }
+        int n = dst.remaining();
+        if (n == 0) {
+            return 0;
+        }
+        int pos = dst.position();
+        int r;
+        if (dst.isDirect()) {
+            r = nativeReadDirect(handle, dst, pos, n, timeoutMillis);
+        } else {
+            r = nativeReadArray(handle, dst.array(), dst.arrayOffset() + pos, n, timeoutMillis);
+        }
+        if (r > 0) {
+            dst.position(pos + r);
+        }
+        return r;
+    }
+
+    /** True until {@link #close()}. */
+    public boolean isOpen() {
+        return !closed.get();
+    }
+
+    /** Sends what is queued, closes the connection and frees it. Idempotent. */
+    @Override
+    public void close() {
+        if (closed.compareAndSet(false, true)) {
+            nativeClose(handle);
+        }
+    }
+
+    private void ensureOpen() throws IOException {
+        if (closed.get()) {
+            throw new IOException("MoonBridge transport is closed");
+        }
+    }
+
+    private static native long nativeOpen(String url, String optionsJson) throws IOException;
+
+    private static native void nativeWriteArray(long handle, byte[] src, int offset, int length) throws IOException;
+
+    private static native void nativeWriteDirect(long handle, ByteBuffer src, int position, int length) throws IOException;
+
+    private static native void nativeEndTick(long handle) throws IOException;
+
+    private static native int nativeReadArray(long handle, byte[] dst, int offset, int length, int timeoutMillis)
+            throws IOException;
+
+    private static native int nativeReadDirect(long handle, ByteBuffer dst, int position, int length, int timeoutMillis)
+            throws IOException;
+
+    private static native void nativeClose(long handle);
+
+    private static native String version0();
+}
