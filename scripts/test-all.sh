@@ -36,6 +36,9 @@ cargo fmt --all -- --check
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo build (the binaries and the C library the tests run)"
+cargo build --workspace --locked
+
 step "cargo test (includes the C header drift check and the C program)"
 cargo test --workspace --locked
 

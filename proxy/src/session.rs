@@ -59,6 +59,10 @@ pub(crate) trait Player: Send {
     async fn finish(&mut self, how: Finish);
     /// Relays until either side ends. `first` has already been sent to the player.
     async fn relay(&mut self, backend: TcpStream, relay: RelayStart<'_>) -> RelayReport;
+    /// WebSocket messages received from and sent to the player, for WebSocket transports.
+    fn message_counts(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Why the proxy ends a connection (WebSocket close codes are chosen from it).
@@ -148,12 +152,18 @@ pub(crate) async fn serve<P: Player>(
     let started = Instant::now();
     let summary = run(&mut player, &info, &shared, slot, &shutdown, deadline).await;
     let secs = started.elapsed().as_secs_f64();
+    let (messages_in, messages_out) = match player.message_counts() {
+        Some((i, o)) => (i.to_string(), o.to_string()),
+        None => ("-".to_string(), "-".to_string()),
+    };
     info!(
         client = %info.client.ip(),
         player = summary.player.as_deref().unwrap_or("-"),
         backend = summary.backend.as_deref().unwrap_or("-"),
         bytes_up = summary.up,
         bytes_down = summary.down,
+        ws_messages_in = %messages_in,
+        ws_messages_out = %messages_out,
         duration_s = format_args!("{secs:.3}"),
         reason = %summary.reason,
         "session ended"

@@ -241,6 +241,9 @@ pub(crate) struct WsPlayer<S> {
     ping_interval: Option<std::time::Duration>,
     /// The close code earned by bad input, sent by [`Player::finish`].
     fault: Option<(u16, &'static str)>,
+    /// Binary messages received from and sent to this player.
+    messages_in: u64,
+    messages_out: u64,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsPlayer<S> {
@@ -252,7 +255,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsPlayer<S> {
             Some(ws_config(settings.max_message_bytes)),
         )
         .await;
-        Self { ws, shared, ping_interval: settings.ping_interval, fault: None }
+        Self { ws, shared, ping_interval: settings.ping_interval, fault: None, messages_in: 0, messages_out: 0 }
     }
 
     /// Classifies a read error, remembering the close code it earns.
@@ -276,7 +279,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsPlayer<S> {
         let _ = tokio::time::timeout(LINGER, async { while let Some(Ok(_)) = self.ws.next().await {} }).await;
     }
 
+    fn count_in(&mut self) {
+        self.messages_in += 1;
+        self.shared.ws_messages_in.fetch_add(1, Ordering::Relaxed);
+    }
+
     async fn send_binary(&mut self, data: Bytes) -> Result<(), WsError> {
+        self.messages_out += 1;
         self.shared.ws_messages_out.fetch_add(1, Ordering::Relaxed);
         self.ws.send(Message::Binary(data)).await
     }
@@ -287,7 +296,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
         loop {
             match self.ws.next().await {
                 Some(Ok(Message::Binary(b))) => {
-                    self.shared.ws_messages_in.fetch_add(1, Ordering::Relaxed);
+                    self.count_in();
                     if b.is_empty() {
                         continue;
                     }
@@ -324,6 +333,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
         self.close(code, reason).await;
     }
 
+    fn message_counts(&self) -> Option<(u64, u64)> {
+        Some((self.messages_in, self.messages_out))
+    }
+
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
         let mut up = start.up;
         let mut down = start.down;
@@ -342,7 +355,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     }
                     match msg {
                         Some(Ok(Message::Binary(b))) => {
-                            self.shared.ws_messages_in.fetch_add(1, Ordering::Relaxed);
+                            self.count_in();
                             up += b.len() as u64;
                             if let Err(e) = write_all(&backend, &b).await {
                                 self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;

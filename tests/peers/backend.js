@@ -1,14 +1,15 @@
 'use strict'
 // A real node-minecraft-protocol 1.7.10 server used as a MoonBridge backend in the cross-tests.
 //
-// Usage: node backend.js '{"port":0,"motd":"...","burstCount":70,"burstSize":30000}'
+// Usage: node backend.js '{"port":0,"motd":"...","burstCount":70,"burstSize":30000,"keepAlive":true}'
 // Prints {"event":"listening","port":N} once ready, then one JSON line per login and chat.
 // Per player: Join Game, then burstCount plugin messages (S3F, channel MB|Burst) of burstSize bytes
-// (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>".
+// (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>"; the chat
+// message "bye" makes the backend disconnect the player instead.
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
-const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000 },
+const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000, keepAlive: true },
   JSON.parse(process.argv[2] || '{}'))
 
 const server = mc.createServer({
@@ -17,7 +18,8 @@ const server = mc.createServer({
   port: opts.port,
   version: '1.7.10',
   motd: opts.motd,
-  maxPlayers: 100
+  maxPlayers: 100,
+  keepAlive: opts.keepAlive
 })
 
 server.on('login', (client) => {
@@ -29,6 +31,8 @@ server.on('login', (client) => {
   }
   client.on('chat', (p) => {
     emit({ event: 'chat', username: client.username, message: p.message })
+    // "bye" asks the backend to end the session (a server-side close).
+    if (p.message === 'bye') return client.end('Bye from the backend')
     client.write('chat', { message: JSON.stringify({ text: 'echo:' + p.message }) })
   })
   client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))

@@ -35,7 +35,11 @@ async fn connect_err(url: String, options: Options) -> ClientError {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_c_program_uses_the_header_and_the_library() {
     let lib_dir = target_dir();
-    assert!(lib_dir.join("libmoonbridge_client.so").is_file(), "cdylib not built in {}", lib_dir.display());
+    assert!(
+        lib_dir.join("libmoonbridge_client.so").is_file(),
+        "libmoonbridge_client.so is not in {}: run `cargo build -p moonbridge-client` first (scripts/test-all.sh does)",
+        lib_dir.display()
+    );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let exe = lib_dir.join("moonbridge-c-smoke");
     let out = std::process::Command::new("cc")

@@ -20,11 +20,13 @@ import java.util.concurrent.TimeUnit;
  * the {@code moonbridge} proxy with a wss listener, and a CA plus leaf certificate made with {@code openssl}.
  * Paths come from the system properties {@code moonbridge.bin} and {@code moonbridge.peers}.
  */
-final class TestPeers implements AutoCloseable {
-    final Path dir;
-    final Path ca;
-    final int wssPort;
+public final class TestPeers implements AutoCloseable {
+    public final Path dir;
+    public final Path ca;
+    public final int wssPort;
     private final List<Process> processes = new ArrayList<>();
+    /** Every line the proxy has logged since start. */
+    final BlockingQueue<String> proxyLog = new LinkedBlockingQueue<>();
 
     private TestPeers(Path dir, Path ca, int wssPort) {
         this.dir = dir;
@@ -32,7 +34,7 @@ final class TestPeers implements AutoCloseable {
         this.wssPort = wssPort;
     }
 
-    String wssUrl() {
+    public String wssUrl() {
         return "wss://localhost:" + wssPort + "/mc";
     }
 
@@ -44,7 +46,12 @@ final class TestPeers implements AutoCloseable {
         return v;
     }
 
-    static TestPeers start() throws Exception {
+    public static TestPeers start() throws Exception {
+        return start("{\"port\":0}");
+    }
+
+    /** Starts the peers; {@code backendOptions} is the JSON given to backend.js. */
+    public static TestPeers start(String backendOptions) throws Exception {
         String bin = requiredProperty("moonbridge.bin");
         String peersDir = requiredProperty("moonbridge.peers");
         Path dir = Files.createTempDirectory("moonbridge-java-it");
@@ -68,7 +75,7 @@ final class TestPeers implements AutoCloseable {
         int wssPort = freePort();
         TestPeers p = new TestPeers(dir, ca, wssPort);
         try {
-            Process backend = p.spawn(new File(peersDir), "node", "backend.js", "{\"port\":0}");
+            Process backend = p.spawn(new File(peersDir), "node", "backend.js", backendOptions);
             String listening = waitLine(backend.getInputStream(), "\"listening\"", 20);
             int backendPort = Integer.parseInt(listening.replaceAll("[^0-9]", ""));
             Path config = dir.resolve("moonbridge.toml");
@@ -77,7 +84,8 @@ final class TestPeers implements AutoCloseable {
                     + "[[backend]]\nname = \"survival\"\naddress = \"127.0.0.1:" + backendPort + "\"\n";
             Files.write(config, toml.getBytes(StandardCharsets.UTF_8));
             Process proxy = p.spawn(null, bin, "--config", config.toString());
-            waitLine(proxy.getErrorStream(), "listening wss", 20);
+            p.collect(proxy.getErrorStream());
+            p.waitProxyLine("listening wss", 20);
             return p;
         } catch (Exception e) {
             p.close();
@@ -94,6 +102,36 @@ final class TestPeers implements AutoCloseable {
         Process proc = pb.start();
         processes.add(proc);
         return proc;
+    }
+
+    private void collect(java.io.InputStream stream) {
+        Thread t = new Thread(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    proxyLog.add(line);
+                }
+            } catch (IOException ignored) {
+                // the process ended
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+    }
+
+    /** The next proxy log line containing {@code needle} (earlier lines are consumed). */
+    public String waitProxyLine(String needle, int seconds) throws InterruptedException {
+        long deadline = System.nanoTime() + seconds * 1_000_000_000L;
+        while (true) {
+            long left = deadline - System.nanoTime();
+            String line = left > 0 ? proxyLog.poll(left, TimeUnit.NANOSECONDS) : null;
+            if (line == null) {
+                throw new IllegalStateException("no proxy log line containing " + needle + " within " + seconds + " s");
+            }
+            if (line.contains(needle)) {
+                return line;
+            }
+        }
     }
 
     /** Reads lines on a thread until one contains {@code needle}; keeps draining afterwards. */

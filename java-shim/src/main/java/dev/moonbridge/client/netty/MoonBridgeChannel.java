@@ -1,0 +1,416 @@
+package dev.moonbridge.client.netty;
+
+import dev.moonbridge.client.NativeTransport;
+import dev.moonbridge.client.Routes;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.AbstractChannel;
+import io.netty.channel.ChannelConfig;
+import io.netty.channel.ChannelMetadata;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.ChannelOutboundBuffer;
+import io.netty.channel.ChannelPromise;
+import io.netty.channel.DefaultChannelConfig;
+import io.netty.channel.EventLoop;
+import io.netty.channel.SingleThreadEventLoop;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.AlreadyConnectedException;
+import java.nio.channels.ConnectionPendingException;
+import java.nio.channels.NotYetConnectedException;
+import java.util.Collections;
+import java.util.Map;
+import java.util.Queue;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * A Netty 4.0.10 channel over {@link NativeTransport}, for the 1.7.10 client.
+ *
+ * <p>It registers on the game's NIO event loop (any {@link SingleThreadEventLoop}, the way {@code LocalChannel}
+ * does) and keeps the game's pipeline unchanged. Connecting looks the remote host and port up in
+ * {@link Routes} and opens the native transport on a helper thread, so the event loop never blocks. A reader
+ * thread blocks in {@link NativeTransport#read} and hands each chunk to the event loop, which fires
+ * {@code channelRead} for it and then one {@code channelReadComplete}; {@code autoRead = false} holds chunks
+ * back until the next {@code read()}, as NIO does. Writes go straight to {@link NativeTransport#write} (a copy
+ * into the current tick's batch) and flush is free: {@link #endTickAll()}, called once per client tick, sends
+ * the tick's batch as one WebSocket message. Options the game sets for TCP (TCP_NODELAY, IP_TOS, ...) are
+ * accepted and ignored.
+ */
+public class MoonBridgeChannel extends AbstractChannel {
+    /** Bytes read from the network but not yet taken by the pipeline before the reader thread waits. */
+    static final long MAX_QUEUED_BYTES = 8L << 20;
+    /** Largest single read handed to the pipeline. */
+    static final int READ_CHUNK = 256 * 1024;
+
+    private static final ChannelMetadata METADATA = new ChannelMetadata(false);
+    private static final Set<MoonBridgeChannel> OPEN =
+            Collections.newSetFromMap(new ConcurrentHashMap<MoonBridgeChannel, Boolean>());
+
+    private static final int STATE_OPEN = 0;
+    private static final int STATE_CONNECTING = 1;
+    private static final int STATE_ACTIVE = 2;
+    private static final int STATE_CLOSED = 3;
+
+    private final Config config = new Config(this);
+    private final Queue<ByteBuf> inbound = new ConcurrentLinkedQueue<ByteBuf>();
+    private final AtomicLong queuedBytes = new AtomicLong();
+    private final AtomicBoolean deliveryScheduled = new AtomicBoolean();
+    private final Object readerLock = new Object();
+    private volatile int state = STATE_OPEN;
+    private volatile NativeTransport transport;
+    private volatile InetSocketAddress remote;
+    private volatile boolean remoteClosed;
+    /** A read() was requested while autoRead is off (event loop only). */
+    private boolean readPending;
+
+    public MoonBridgeChannel() {
+        super(null);
+    }
+
+    /** Ends the game tick on every open MoonBridge channel: each sends this tick's packets as one message. */
+    public static void endTickAll() {
+        for (MoonBridgeChannel c : OPEN) {
+            c.endTick();
+        }
+    }
+
+    /** Open MoonBridge channels (for diagnostics and tests). */
+    public static int openCount() {
+        return OPEN.size();
+    }
+
+    /**
+     * Ends the tick on this channel. Runs on the event loop after the writes the game already submitted, so a
+     * tick's packets stay in the tick's batch.
+     */
+    public void endTick() {
+        if (state != STATE_ACTIVE) {
+            return;
+        }
+        eventLoop().execute(new Runnable() {
+            @Override
+            public void run() {
+                NativeTransport t = transport;
+                if (state != STATE_ACTIVE || t == null) {
+                    return;
+                }
+                try {
+                    t.endTick();
+                } catch (IOException e) {
+                    pipeline().fireExceptionCaught(e);
+                    unsafe().close(voidPromise());
+                }
+            }
+        });
+    }
+
+    @Override
+    public ChannelConfig config() {
+        return config;
+    }
+
+    @Override
+    public boolean isOpen() {
+        return state != STATE_CLOSED;
+    }
+
+    @Override
+    public boolean isActive() {
+        return state == STATE_ACTIVE;
+    }
+
+    @Override
+    public ChannelMetadata metadata() {
+        return METADATA;
+    }
+
+    @Override
+    protected AbstractUnsafe newUnsafe() {
+        return new Unsafe();
+    }
+
+    @Override
+    protected boolean isCompatible(EventLoop loop) {
+        return loop instanceof SingleThreadEventLoop;
+    }
+
+    @Override
+    protected SocketAddress localAddress0() {
+        return null;
+    }
+
+    @Override
+    protected SocketAddress remoteAddress0() {
+        return remote;
+    }
+
+    @Override
+    protected void doBind(SocketAddress localAddress) {
+        throw new UnsupportedOperationException("MoonBridgeChannel is a client channel");
+    }
+
+    @Override
+    protected void doDisconnect() {
+        doClose();
+    }
+
+    @Override
+    protected void doClose() {
+        if (state == STATE_CLOSED) {
+            return;
+        }
+        state = STATE_CLOSED;
+        OPEN.remove(this);
+        final NativeTransport t = transport;
+        if (t != null) {
+            // Closing sends what is queued and waits for the close handshake: not on the event loop.
+            Thread closer = new Thread(new Runnable() {
+                @Override
+                public void run() {
+                    t.close();
+                }
+            }, "MoonBridge close");
+            closer.setDaemon(true);
+            closer.start();
+        }
+        ByteBuf b;
+        while ((b = inbound.poll()) != null) {
+            b.release();
+        }
+        synchronized (readerLock) {
+            readerLock.notifyAll();
+        }
+    }
+
+    @Override
+    protected void doBeginRead() {
+        if (state == STATE_CLOSED) {
+            return;
+        }
+        readPending = true;
+        deliver();
+    }
+
+    @Override
+    protected void doWrite(ChannelOutboundBuffer in) throws Exception {
+        NativeTransport t = transport;
+        if (t == null || state != STATE_ACTIVE) {
+            throw new NotYetConnectedException();
+        }
+        for (;;) {
+            Object msg = in.current();
+            if (msg == null) {
+                return;
+            }
+            if (msg instanceof ByteBuf) {
+                ByteBuf buf = (ByteBuf) msg;
+                if (buf.isReadable()) {
+                    ByteBuffer nio = buf.nioBufferCount() == 1
+                            ? buf.nioBuffer(buf.readerIndex(), buf.readableBytes())
+                            : ByteBuffer.wrap(copy(buf));
+                    t.write(nio);
+                }
+                in.remove();
+            } else {
+                in.remove(new UnsupportedOperationException("MoonBridgeChannel writes ByteBuf only, not "
+                        + msg.getClass().getName()));
+            }
+        }
+    }
+
+    private static byte[] copy(ByteBuf buf) {
+        byte[] b = new byte[buf.readableBytes()];
+        buf.getBytes(buf.readerIndex(), b);
+        return b;
+    }
+
+    /** Fires queued chunks into the pipeline when reading is allowed (event loop only). */
+    private void deliver() {
+        deliveryScheduled.set(false);
+        boolean any = false;
+        while (state != STATE_CLOSED && (readPending || config.isAutoRead())) {
+            ByteBuf b = inbound.poll();
+            if (b == null) {
+                break;
+            }
+            queuedBytes.addAndGet(-b.readableBytes());
+            any = true;
+            pipeline().fireChannelRead(b);
+        }
+        if (any) {
+            readPending = false;
+            pipeline().fireChannelReadComplete();
+            synchronized (readerLock) {
+                readerLock.notifyAll();
+            }
+        }
+        if (remoteClosed && inbound.isEmpty() && state != STATE_CLOSED) {
+            unsafe().close(voidPromise());
+        }
+    }
+
+    private void scheduleDelivery() {
+        if (deliveryScheduled.compareAndSet(false, true)) {
+            eventLoop().execute(new Runnable() {
+                @Override
+                public void run() {
+                    deliver();
+                }
+            });
+        }
+    }
+
+    private void readLoop() {
+        NativeTransport t = transport;
+        ByteBuffer buf = ByteBuffer.allocate(READ_CHUNK);
+        try {
+            while (state == STATE_ACTIVE) {
+                synchronized (readerLock) {
+                    while (queuedBytes.get() > MAX_QUEUED_BYTES && state == STATE_ACTIVE) {
+                        readerLock.wait(100);
+                    }
+                }
+                buf.clear();
+                int n = t.read(buf, 1000);
+                if (n == 0) {
+                    continue;
+                }
+                if (n < 0) {
+                    remoteClosed = true;
+                    scheduleDelivery();
+                    return;
+                }
+                ByteBuf chunk = alloc().heapBuffer(n);
+                chunk.writeBytes(buf.array(), 0, n);
+                queuedBytes.addAndGet(n);
+                inbound.add(chunk);
+                scheduleDelivery();
+            }
+        } catch (final IOException e) {
+            if (state == STATE_ACTIVE) {
+                eventLoop().execute(new Runnable() {
+                    @Override
+                    public void run() {
+                        pipeline().fireExceptionCaught(e);
+                        unsafe().close(voidPromise());
+                    }
+                });
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private final class Unsafe extends AbstractUnsafe {
+        @Override
+        public void connect(final SocketAddress remoteAddress, SocketAddress localAddress, final ChannelPromise promise) {
+            if (!ensureOpen(promise)) {
+                return;
+            }
+            if (state == STATE_CONNECTING) {
+                promise.setFailure(new ConnectionPendingException());
+                return;
+            }
+            if (state == STATE_ACTIVE) {
+                promise.setFailure(new AlreadyConnectedException());
+                return;
+            }
+            if (!(remoteAddress instanceof InetSocketAddress)) {
+                promise.setFailure(new MoonBridgeConnectException("MoonBridge: unsupported address " + remoteAddress, null));
+                close(voidPromise());
+                return;
+            }
+            final InetSocketAddress isa = (InetSocketAddress) remoteAddress;
+            final Routes.Route route = Routes.find(isa.getHostString(), isa.getPort());
+            if (route == null) {
+                promise.setFailure(new MoonBridgeConnectException(
+                        "MoonBridge: no ws:// or wss:// route for " + isa.getHostString() + ":" + isa.getPort(), null));
+                close(voidPromise());
+                return;
+            }
+            state = STATE_CONNECTING;
+            remote = isa;
+            Thread connector = new Thread(new Runnable() {
+                @Override
+                public void run() {
+                    connectBlocking(route, promise);
+                }
+            }, "MoonBridge connect " + isa.getHostString());
+            connector.setDaemon(true);
+            connector.start();
+        }
+
+        private void connectBlocking(Routes.Route route, final ChannelPromise promise) {
+            final NativeTransport t;
+            try {
+                t = NativeTransport.open(route.url, Routes.optionsFor(route));
+            } catch (final Throwable e) {
+                final String why = e instanceof UnsatisfiedLinkError
+                        ? "the MoonBridge native library is not available on this platform (" + e.getMessage() + ")"
+                        : e.getMessage();
+                eventLoop().execute(new Runnable() {
+                    @Override
+                    public void run() {
+                        promise.tryFailure(new MoonBridgeConnectException("MoonBridge cannot reach " + route.url + ": " + why, e));
+                        close(voidPromise());
+                    }
+                });
+                return;
+            }
+            eventLoop().execute(new Runnable() {
+                @Override
+                public void run() {
+                    if (state != STATE_CONNECTING) {
+                        t.close(); // closed while connecting
+                        return;
+                    }
+                    transport = t;
+                    state = STATE_ACTIVE;
+                    OPEN.add(MoonBridgeChannel.this);
+                    boolean stillWanted = promise.trySuccess();
+                    pipeline().fireChannelActive();
+                    if (!stillWanted) {
+                        close(voidPromise());
+                        return;
+                    }
+                    Thread reader = new Thread(new Runnable() {
+                        @Override
+                        public void run() {
+                            readLoop();
+                        }
+                    }, "MoonBridge reader " + remote.getHostString());
+                    reader.setDaemon(true);
+                    reader.start();
+                }
+            });
+        }
+    }
+
+    /** Channel options: the TCP ones the game sets are accepted and ignored. */
+    private static final class Config extends DefaultChannelConfig {
+        Config(MoonBridgeChannel channel) {
+            super(channel);
+        }
+
+        @Override
+        public <T> boolean setOption(ChannelOption<T> option, T value) {
+            if (option == ChannelOption.TCP_NODELAY || option == ChannelOption.IP_TOS
+                    || option == ChannelOption.SO_KEEPALIVE || option == ChannelOption.SO_SNDBUF
+                    || option == ChannelOption.SO_RCVBUF || option == ChannelOption.SO_LINGER
+                    || option == ChannelOption.SO_REUSEADDR) {
+                return true;
+            }
+            return super.setOption(option, value);
+        }
+
+        @Override
+        public Map<ChannelOption<?>, Object> getOptions() {
+            return super.getOptions();
+        }
+    }
+}

@@ -1,0 +1,391 @@
+package dev.moonbridge.client.netty;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.moonbridge.client.Routes;
+import dev.moonbridge.client.TestPeers;
+import io.netty.bootstrap.Bootstrap;
+import io.netty.buffer.ByteBuf;
+import io.netty.buffer.Unpooled;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInitializer;
+import io.netty.channel.ChannelOption;
+import io.netty.channel.SimpleChannelInboundHandler;
+import io.netty.channel.nio.NioEventLoopGroup;
+import io.netty.handler.codec.ByteToMessageDecoder;
+import io.netty.handler.codec.MessageToByteEncoder;
+import io.netty.handler.timeout.ReadTimeoutHandler;
+import java.net.InetAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * MoonBridgeChannel in a real Netty 4.0.10.Final pipeline on an NioEventLoopGroup, as the 1.7.10 client builds
+ * it (read timeout, VarInt splitter and prepender, a packet handler; IP_TOS and TCP_NODELAY options), through
+ * the real moonbridge proxy over wss to a real node-minecraft-protocol 1.7.10 backend. A 20 Hz tick thread
+ * plays the game thread: it writes each tick's packets and then calls {@link MoonBridgeChannel#endTickAll()}.
+ */
+@Timeout(120)
+class MoonBridgeChannelIT {
+    static TestPeers peers;
+    static NioEventLoopGroup group;
+    Ticker ticker;
+
+    @BeforeAll
+    static void start() throws Exception {
+        // No backend Keep Alives, so the proxy's message count is exactly what the test sends.
+        peers = TestPeers.start("{\"port\":0,\"keepAlive\":false}");
+        group = new NioEventLoopGroup(1);
+        Routes.clear();
+        Routes.put("mc.example.com", 25565, peers.wssUrl());
+        Routes.setDefaultOptions("{\"ca_file\":" + json(peers.ca.toString()) + "}");
+    }
+
+    @AfterAll
+    static void stop() {
+        if (group != null) {
+            group.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+        }
+        if (peers != null) {
+            peers.close();
+        }
+    }
+
+    @AfterEach
+    void stopTicker() {
+        if (ticker != null) {
+            ticker.interrupt();
+        }
+    }
+
+    static String json(String s) {
+        return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+
+    // ---- 1.7.10-style codecs -------------------------------------------------------------------------
+
+    static void writeVarInt(ByteBuf out, int v) {
+        while ((v & ~0x7f) != 0) {
+            out.writeByte((v & 0x7f) | 0x80);
+            v >>>= 7;
+        }
+        out.writeByte(v);
+    }
+
+    static int readVarInt(ByteBuf in) {
+        int v = 0;
+        for (int i = 0; i < 5; i++) {
+            int b = in.readByte() & 0xff;
+            v |= (b & 0x7f) << (7 * i);
+            if ((b & 0x80) == 0) {
+                return v;
+            }
+        }
+        throw new IllegalStateException("VarInt too long");
+    }
+
+    static void writeString(ByteBuf out, String s) {
+        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        writeVarInt(out, b.length);
+        out.writeBytes(b);
+    }
+
+    static String readString(ByteBuf in) {
+        int n = readVarInt(in);
+        byte[] b = new byte[n];
+        in.readBytes(b);
+        return new String(b, StandardCharsets.UTF_8);
+    }
+
+    /** The frame splitter (MessageDeserializer2): a 3-byte VarInt length, then the frame. */
+    static final class Splitter extends ByteToMessageDecoder {
+        @Override
+        protected void decode(ChannelHandlerContext ctx, ByteBuf in, List<Object> out) {
+            in.markReaderIndex();
+            int len = 0;
+            for (int i = 0; i < 3; i++) {
+                if (!in.isReadable()) {
+                    in.resetReaderIndex();
+                    return;
+                }
+                int b = in.readByte() & 0xff;
+                len |= (b & 0x7f) << (7 * i);
+                if ((b & 0x80) == 0) {
+                    if (in.readableBytes() < len) {
+                        in.resetReaderIndex();
+                        return;
+                    }
+                    out.add(in.readBytes(len));
+                    return;
+                }
+            }
+            throw new IllegalStateException("length wider than 21 bits");
+        }
+    }
+
+    /** The frame prepender (MessageSerializer2). */
+    static final class Prepender extends MessageToByteEncoder<ByteBuf> {
+        @Override
+        protected void encode(ChannelHandlerContext ctx, ByteBuf msg, ByteBuf out) {
+            writeVarInt(out, msg.readableBytes());
+            out.writeBytes(msg);
+        }
+    }
+
+    static ByteBuf packet(int id, ByteBuf fields) {
+        ByteBuf b = Unpooled.buffer();
+        writeVarInt(b, id);
+        b.writeBytes(fields);
+        fields.release();
+        return b;
+    }
+
+    /** What the packet handler saw. */
+    static final class Events extends SimpleChannelInboundHandler<ByteBuf> {
+        final BlockingQueue<String> events = new LinkedBlockingQueue<>();
+        final AtomicInteger inactive = new AtomicInteger();
+        final AtomicInteger burst = new AtomicInteger();
+        volatile boolean play;
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            events.add("active");
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            inactive.incrementAndGet();
+            events.add("inactive");
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            events.add("exception " + cause);
+        }
+
+        @Override
+        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {
+            int id = readVarInt(frame);
+            if (!play) {
+                if (id == 0x02) {
+                    play = true;
+                    events.add("login " + readString(frame) + " " + readString(frame));
+                }
+                return;
+            }
+            switch (id) {
+                case 0x01:
+                    events.add("join");
+                    break;
+                case 0x02:
+                    events.add("chat " + readString(frame));
+                    break;
+                case 0x3f: {
+                    String channel = readString(frame);
+                    byte[] data = new byte[frame.readShort()];
+                    frame.readBytes(data);
+                    if (channel.equals("MB|Burst")) {
+                        int n = burst.getAndIncrement();
+                        byte[] want = new byte[30000];
+                        for (int i = 0; i < want.length; i++) {
+                            want[i] = (byte) ((n * 131 + i * 7 + (i >> 8)) & 0xff);
+                        }
+                        if (!java.util.Arrays.equals(want, data)) {
+                            events.add("burst mismatch " + n);
+                        } else if (n == 69) {
+                            events.add("burst complete");
+                        }
+                    }
+                    break;
+                }
+                case 0x40:
+                    events.add("kick " + readString(frame));
+                    break;
+                default:
+                    break;
+            }
+        }
+
+        String next(String prefix) throws InterruptedException {
+            while (true) {
+                String e = events.poll(30, TimeUnit.SECONDS);
+                assertNotNull(e, "no event starting " + prefix);
+                assertTrue(!e.startsWith("exception") && !e.startsWith("burst mismatch"), e);
+                if (e.startsWith(prefix)) {
+                    return e;
+                }
+            }
+        }
+    }
+
+    /** Plays the game thread: 20 ticks a second, each running the queued actions, then ending the tick. */
+    static final class Ticker extends Thread {
+        final BlockingQueue<Runnable> perTick = new LinkedBlockingQueue<>();
+        final AtomicInteger ticks = new AtomicInteger();
+
+        Ticker() {
+            super("test client tick");
+            setDaemon(true);
+        }
+
+        @Override
+        public void run() {
+            long next = System.nanoTime();
+            while (!isInterrupted()) {
+                Runnable r = perTick.poll();
+                if (r != null) {
+                    r.run();
+                }
+                MoonBridgeChannel.endTickAll();
+                ticks.incrementAndGet();
+                next += 50_000_000L;
+                long wait = next - System.nanoTime();
+                if (wait > 0) {
+                    try {
+                        Thread.sleep(wait / 1_000_000L, (int) (wait % 1_000_000L));
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    Channel connect(Events events) throws Exception {
+        Bootstrap b = new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new ChannelInitializer<Channel>() {
+            @Override
+            protected void initChannel(Channel ch) {
+                ch.config().setOption(ChannelOption.IP_TOS, 24);
+                ch.config().setOption(ChannelOption.TCP_NODELAY, false);
+                ch.pipeline().addLast("timeout", new ReadTimeoutHandler(20)).addLast("splitter", new Splitter())
+                        .addLast("prepender", new Prepender()).addLast("packet_handler", events);
+            }
+        });
+        // As the game does after MoonBridgeHooks.resolve: a placeholder address that carries the host name.
+        Channel ch = b.connect(InetAddress.getByAddress("mc.example.com", new byte[4]), 25565).syncUninterruptibly().channel();
+        assertTrue(ch instanceof MoonBridgeChannel);
+        return ch;
+    }
+
+    void logIn(Channel ch, Events events, String name) throws Exception {
+        ticker.perTick.add(() -> {
+            ByteBuf hs = Unpooled.buffer();
+            writeVarInt(hs, 5);
+            writeString(hs, "mc.example.com\0FML\0");
+            hs.writeShort(25565);
+            writeVarInt(hs, 2);
+            ch.writeAndFlush(packet(0x00, hs));
+            ByteBuf ls = Unpooled.buffer();
+            writeString(ls, name);
+            ch.writeAndFlush(packet(0x00, ls));
+        });
+        assertEquals("login", events.next("login").substring(0, 5));
+        events.next("join");
+    }
+
+    @Test
+    void playsThroughThePipelineWithOneMessagePerTick() throws Exception {
+        ticker = new Ticker();
+        ticker.start();
+        Events events = new Events();
+        Channel ch = connect(events);
+        assertEquals("active", events.next("active"));
+        logIn(ch, events, "NettyOne");
+        events.next("burst complete");
+        assertEquals(70, events.burst.get());
+        ticker.perTick.add(() -> {
+            ByteBuf chat = Unpooled.buffer();
+            writeString(chat, "hello from netty");
+            ch.writeAndFlush(packet(0x01, chat));
+        });
+        assertEquals("chat {\"text\":\"echo:hello from netty\"}", events.next("chat"));
+
+        // Twenty ticks of three packets each (C17 plugin message, C04 position, C03 on ground), each packet
+        // written and flushed on its own, as the game does.
+        final int ticks = 20;
+        for (int t = 0; t < ticks; t++) {
+            final int seq = t;
+            ticker.perTick.add(() -> {
+                ByteBuf c17 = Unpooled.buffer();
+                writeString(c17, "MB|Test");
+                c17.writeShort(4);
+                c17.writeInt(seq);
+                ch.writeAndFlush(packet(0x17, c17));
+                ByteBuf c04 = Unpooled.buffer();
+                c04.writeDouble(1).writeDouble(65.62).writeDouble(64).writeDouble(2).writeBoolean(true);
+                ch.writeAndFlush(packet(0x04, c04));
+                ByteBuf c03 = Unpooled.buffer();
+                c03.writeBoolean(true);
+                ch.writeAndFlush(packet(0x03, c03));
+            });
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (!ticker.perTick.isEmpty() && System.nanoTime() < deadline) {
+            Thread.sleep(10); // polling the queue of test actions, bounded by the deadline
+        }
+        assertTrue(ticker.perTick.isEmpty());
+        int after = ticker.ticks.get();
+        while (ticker.ticks.get() < after + 2) {
+            Thread.sleep(10); // two more ticks: the last batch has been ended
+        }
+
+        // Close from this side: channelInactive once, and the proxy counts the messages it read.
+        ch.close().syncUninterruptibly();
+        events.next("inactive");
+        String ended = peers.waitProxyLine("player=\"NettyOne\"", 20);
+        Matcher m = Pattern.compile("ws_messages_in=(\\d+)").matcher(ended);
+        assertTrue(m.find(), ended);
+        // One message for handshake + Login Start, one for the chat, one per three-packet tick.
+        assertEquals(2 + ticks, Integer.parseInt(m.group(1)), ended);
+        assertTrue(ended.contains("reason=player closed"), ended);
+        assertNotEquals("inactive", events.events.poll(300, TimeUnit.MILLISECONDS), "channelInactive fired twice");
+        assertEquals(1, events.inactive.get());
+        assertTrue(!ch.isOpen() && !ch.isActive());
+    }
+
+    @Test
+    void aServerSideCloseFiresInactiveOnce() throws Exception {
+        ticker = new Ticker();
+        ticker.start();
+        Events events = new Events();
+        Channel ch = connect(events);
+        logIn(ch, events, "NettyTwo");
+        events.next("burst complete");
+        ticker.perTick.add(() -> {
+            ByteBuf chat = Unpooled.buffer();
+            writeString(chat, "bye");
+            ch.writeAndFlush(packet(0x01, chat));
+        });
+        assertTrue(events.next("kick").contains("Bye from the backend"));
+        events.next("inactive");
+        ch.closeFuture().await(10, TimeUnit.SECONDS);
+        assertTrue(!ch.isOpen());
+        assertNotEquals("inactive", events.events.poll(300, TimeUnit.MILLISECONDS), "channelInactive fired twice");
+        assertEquals(1, events.inactive.get());
+        assertEquals(0, MoonBridgeChannel.openCount());
+    }
+
+    @Test
+    void anUnroutedAddressFailsTheConnectClearly() throws Exception {
+        Bootstrap b = new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new Events());
+        Throwable cause = b.connect(InetAddress.getByAddress("unrouted.example.com", new byte[4]), 25565)
+                .awaitUninterruptibly().cause();
+        assertTrue(cause instanceof MoonBridgeConnectException, String.valueOf(cause));
+        assertTrue(cause.toString().contains("no ws:// or wss:// route for unrouted.example.com:25565"), cause.toString());
+    }
+}
