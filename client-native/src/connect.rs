@@ -76,7 +76,7 @@ async fn connect(target: &Target, options: &Options, stage: &Cell<&'static str>)
         Scheme::Tcp => Ok(Stream::Tcp(tcp)),
         Scheme::Ws => {
             stage.set("WebSocket upgrade");
-            Ok(Stream::Ws(Box::new(upgrade(target, tcp).await?)))
+            Ok(Stream::Ws(Box::new(upgrade(target, options, tcp).await?)))
         }
         Scheme::Wss => {
             stage.set("TLS handshake");
@@ -92,7 +92,7 @@ async fn connect(target: &Target, options: &Options, stage: &Cell<&'static str>)
                 .await
                 .map_err(|e| ClientError::Tls { server_name: name, reason: describe_tls_error(&e, options) })?;
             stage.set("WebSocket upgrade");
-            Ok(Stream::Wss(Box::new(upgrade(target, stream).await?)))
+            Ok(Stream::Wss(Box::new(upgrade(target, options, stream).await?)))
         }
     }
 }
@@ -187,7 +187,7 @@ fn describe_tls_error(e: &io::Error, options: &Options) -> String {
     }
 }
 
-async fn upgrade<S>(target: &Target, stream: S) -> Result<WebSocketStream<S>, ClientError>
+async fn upgrade<S>(target: &Target, options: &Options, stream: S) -> Result<WebSocketStream<S>, ClientError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -196,10 +196,12 @@ where
     let mut request = format!("{scheme}://{}{}", target.authority(), target.path)
         .into_client_request()
         .map_err(|e| ClientError::InvalidUrl { url: target.url.clone(), reason: e.to_string() })?;
-    let protocol = moonbridge_protocol::ws::SUBPROTOCOL
-        .parse()
-        .map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
-    request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
+    if options.subprotocol {
+        let protocol = moonbridge_protocol::ws::SUBPROTOCOL
+            .parse()
+            .map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
+        request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
+    }
     match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config())).await {
         Ok((ws, _response)) => Ok(ws),
         Err(WsError::Http(resp)) => Err(ClientError::UpgradeRefused { status: resp.status().as_u16() }),

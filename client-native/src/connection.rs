@@ -41,6 +41,9 @@ const TCP_READ_CHUNK: usize = 256 * 1024;
 pub const MAX_WS_MESSAGE_BYTES: usize = moonbridge_protocol::MAX_FRAME_LEN + 3;
 /// How long [`Connection::close`] waits for the server to acknowledge the close.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
+/// A server that accepts no byte for this long while the library has data for it has stopped reading: the
+/// connection ends with an I/O error instead of blocking the I/O thread.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Counters of one connection. Frames are counted by following the length prefixes of the stream, so they
 /// are only meaningful while the stream is not encrypted.
@@ -233,6 +236,8 @@ impl Connection {
                         return;
                     }
                 };
+                // Whatever happens on this thread (even a panic), the connection ends visibly.
+                let guard = EndGuard(Arc::clone(&io_shared));
                 runtime.block_on(async move {
                     match establish(&target, &io_shared.options).await {
                         Ok(stream) => {
@@ -249,6 +254,9 @@ impl Connection {
                         }
                     }
                 });
+                drop(guard);
+                // Do not wait for a resolver still stuck in getaddrinfo after a connect timeout.
+                runtime.shutdown_background();
             })
             .map_err(|e| ClientError::Io(format!("cannot start the I/O thread: {e}")))?;
         match rx.recv() {
@@ -434,6 +442,15 @@ impl Connection {
     }
 }
 
+/// Marks the connection ended when the I/O thread exits for any reason, including a panic.
+struct EndGuard(Arc<Shared>);
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        self.0.finish(ClientError::Io("the I/O thread ended".into()));
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         self.close();
@@ -482,13 +499,19 @@ async fn close_expired(shared: &Shared) {
     }
 }
 
-/// Runs a write, unless the connection is closing and its grace period is over.
+/// Runs a write, unless the connection is closing and its grace period is over, or the server accepts nothing
+/// for [`WRITE_STALL_TIMEOUT`]. Every write of the I/O thread goes through here, so it never blocks forever.
 async fn write_or_abandon<T, E: std::fmt::Display>(
     shared: &Shared,
     write: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, ClientError> {
     tokio::select! {
-        r = write => r.map_err(|e| ClientError::Io(e.to_string())),
+        r = tokio::time::timeout(WRITE_STALL_TIMEOUT, write) => match r {
+            Ok(r) => r.map_err(|e| ClientError::Io(e.to_string())),
+            Err(_) => Err(ClientError::Io(format!(
+                "the server accepted no data for {} s", WRITE_STALL_TIMEOUT.as_secs()
+            ))),
+        },
         () = close_expired(shared) => Err(ClientError::Closed),
     }
 }
@@ -600,16 +623,20 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
             () = wait_for_space(shared), if paused => Wake::Space,
             () = tick(&mut ticker) => {
                 let Some(k) = &mut keepalive else { continue };
+                if paused {
+                    // Not reading is our own backpressure, not the server's silence.
+                    k.on_receive(Instant::now());
+                }
                 match k.on_tick(Instant::now()) {
                     KeepaliveAction::None => {}
                     KeepaliveAction::Ping => {
                         bump(&shared.counters.pings_sent, 1);
-                        if let Err(e) = ws.send(Message::Ping(Bytes::new())).await {
-                            return ClientError::Io(e.to_string());
+                        if let Err(e) = write_or_abandon(shared, ws.send(Message::Ping(Bytes::new()))).await {
+                            return e;
                         }
                     }
                     KeepaliveAction::Dead => {
-                        let _ = ws.close(Some(CloseFrame { code: CloseCode::Away, reason: "no traffic".into() })).await;
+                        let _ = write_or_abandon(shared, ws.close(Some(CloseFrame { code: CloseCode::Away, reason: "no traffic".into() }))).await;
                         return ClientError::Dead(shared.options.ping_interval_ms * 3);
                     }
                 }
@@ -628,8 +655,8 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
                     }
                     Some(Ok(Message::Ping(_))) => {
                         // tungstenite queued the Pong: send it now, whatever the game thread is doing.
-                        if let Err(e) = ws.flush().await {
-                            return ClientError::Io(e.to_string());
+                        if let Err(e) = write_or_abandon(shared, ws.flush()).await {
+                            return e;
                         }
                         if let Some(k) = &mut keepalive {
                             k.on_write();
@@ -637,11 +664,11 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
                     }
                     Some(Ok(Message::Pong(_) | Message::Frame(_))) => {}
                     Some(Ok(Message::Text(_))) => {
-                        let _ = ws.close(Some(CloseFrame { code: CloseCode::Unsupported, reason: "text message".into() })).await;
+                        let _ = write_or_abandon(shared, ws.close(Some(CloseFrame { code: CloseCode::Unsupported, reason: "text message".into() }))).await;
                         return ClientError::Io("the server sent a text message".into());
                     }
                     Some(Ok(Message::Close(frame))) => {
-                        let _ = ws.flush().await;
+                        let _ = write_or_abandon(shared, ws.flush()).await;
                         let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
                         return ClientError::ClosedByPeer { code, reason };
                     }

@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use jni::objects::{GlobalRef, JByteArray, JByteBuffer, JClass, JString, ReleaseMode};
+use jni::objects::{GlobalRef, JByteArray, JByteBuffer, JClass, JString};
 use jni::sys::{jbyte, jint, jlong, jstring, JNI_VERSION_1_8};
 use jni::{JNIEnv, JavaVM};
 
@@ -21,6 +21,11 @@ use crate::ffi::{lookup, panic_text, register, unregister};
 use crate::{ClientError, Connection, Options};
 
 static IO_EXCEPTION: OnceLock<GlobalRef> = OnceLock::new();
+
+thread_local! {
+    /// Per-thread copy buffer for writes from Java heap arrays.
+    static WRITE_BUF: std::cell::RefCell<Vec<jbyte>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Caches the exception class; called by the JVM when the library loads.
 ///
@@ -158,15 +163,20 @@ pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_nativeWriteArr
         let c = conn(handle)?;
         let size = usize::try_from(env.get_array_length(&src)?).unwrap_or(0);
         let (off, len) = range(offset, length, size)?;
-        // SAFETY: the critical section only copies the bytes into the batch (no JNI call, no blocking).
-        let elements = unsafe { env.get_array_elements_critical(&src, ReleaseMode::NoCopyBack)? };
-        let bytes: &[jbyte] = &elements;
-        let bytes = bytes.get(off..off + len).unwrap_or_default();
-        // SAFETY: i8 and u8 have the same size and alignment.
-        let bytes = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u8>(), bytes.len()) };
-        let r = c.send(bytes);
-        drop(elements);
-        Ok(r?)
+        // A plain region copy into a reused buffer, not a critical section: `send` takes a lock that a Java
+        // reader thread may hold while it is inside a JNI call, and a critical section must never wait on one.
+        WRITE_BUF.with_borrow_mut(|buf| {
+            buf.clear();
+            buf.resize(len, 0);
+            env.get_byte_array_region(&src, jint::try_from(off).unwrap_or(0), buf.as_mut_slice())?;
+            // SAFETY: i8 and u8 have the same size and alignment.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len()) };
+            let r = c.send(bytes);
+            if buf.capacity() > 1 << 20 {
+                *buf = Vec::new();
+            }
+            Ok(r?)
+        })
     });
 }
 

@@ -24,7 +24,7 @@ mod jni;
 pub mod options;
 pub mod target;
 
-pub use connection::{Connection, Stats, MAX_INBOUND_BYTES, MAX_WS_MESSAGE_BYTES};
+pub use connection::{Connection, Stats, MAX_INBOUND_BYTES, MAX_WS_MESSAGE_BYTES, WRITE_STALL_TIMEOUT};
 pub use error::ClientError;
 pub use options::Options;
 

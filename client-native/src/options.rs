@@ -54,6 +54,9 @@ pub struct Options {
     /// `ping_interval_ms`: send a WebSocket Ping after this long without writing, and treat 3 intervals
     /// without receiving anything as a dead server. 0 disables both. Default 30000 ms.
     pub ping_interval_ms: u64,
+    /// `subprotocol`: offer the `moonbridge.v1` subprotocol in the WebSocket upgrade. Default `true`; set
+    /// `false` for plain WebSocket-to-TCP bridges that do not echo it (the upgrade would fail otherwise).
+    pub subprotocol: bool,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             server_name: None,
             connect_timeout_ms: 10_000,
             ping_interval_ms: 30_000,
+            subprotocol: true,
         }
     }
 }
@@ -143,13 +147,14 @@ mod tests {
         let o = Options::from_json(Some(
             r#"{"coalesce":"off","max_delay_ms":10,"max_batch_bytes":1000,"max_pending_bytes":5000,
                 "tls_versions":["1.2"],"ca_file":"/tmp/ca.pem","server_name":"mc.example.com",
-                "connect_timeout_ms":500,"ping_interval_ms":0}"#,
+                "connect_timeout_ms":500,"ping_interval_ms":0,"subprotocol":false}"#,
         ))
         .unwrap();
         assert_eq!(o.coalesce, Coalesce::Off);
         assert_eq!(o.tls_versions, [TlsVersion::V1_2]);
         assert_eq!(o.ping_interval(), None);
         assert_eq!(o.server_name.as_deref(), Some("mc.example.com"));
+        assert!(!o.subprotocol);
     }
 
     #[test]

@@ -307,6 +307,9 @@ pub struct LimitsConfig {
     /// `shutdown_grace_seconds`: on SIGTERM/Ctrl-C, how long sessions get to receive their disconnect before
     /// the process exits. Default 10 seconds.
     pub shutdown_grace_seconds: u64,
+    /// `write_stall_timeout_seconds`: a player or backend whose socket accepts no byte for this long while the
+    /// proxy has data for it is disconnected (it stopped reading). Default 60 seconds.
+    pub write_stall_timeout_seconds: u64,
 }
 
 impl Default for LimitsConfig {
@@ -319,6 +322,7 @@ impl Default for LimitsConfig {
             login_timeout_seconds: 30,
             max_ws_message_bytes: 4 * 1024 * 1024,
             shutdown_grace_seconds: 10,
+            write_stall_timeout_seconds: 60,
         }
     }
 }
@@ -339,6 +343,10 @@ impl LimitsConfig {
     /// `shutdown_grace_seconds` as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_seconds)
+    }
+    /// `write_stall_timeout_seconds` as a duration.
+    pub fn write_stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.write_stall_timeout_seconds)
     }
 }
 
@@ -478,6 +486,7 @@ impl Config {
             ("limits.handshake_timeout_seconds", l.handshake_timeout_seconds),
             ("limits.backend_connect_timeout_seconds", l.backend_connect_timeout_seconds),
             ("limits.login_timeout_seconds", l.login_timeout_seconds),
+            ("limits.write_stall_timeout_seconds", l.write_stall_timeout_seconds),
         ] {
             if value == 0 {
                 push(key.into(), "must be at least 1".into());
@@ -491,6 +500,7 @@ impl Config {
             ("limits.backend_connect_timeout_seconds", l.backend_connect_timeout_seconds),
             ("limits.login_timeout_seconds", l.login_timeout_seconds),
             ("limits.shutdown_grace_seconds", l.shutdown_grace_seconds),
+            ("limits.write_stall_timeout_seconds", l.write_stall_timeout_seconds),
         ] {
             if value > 86_400 {
                 push(key.into(), "must be at most 86400 seconds".into());

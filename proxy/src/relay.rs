@@ -6,7 +6,8 @@
 //!   therefore holds no relay buffer at all, and a busy one at most one read's worth per direction.
 //! - A FIN from one side is passed on as a FIN (`shutdown(Write)`) to the other; the other direction then has
 //!   [`HALF_CLOSE_TIMEOUT`] to finish before both sockets are closed, so no task or socket lingers.
-//! - A read or write error on either side ends both directions at once.
+//! - A read or write error on either side ends both directions at once, and so does a side that accepts no
+//!   byte for `limits.write_stall_timeout_seconds` (a peer that stopped reading cannot pin a session).
 
 use std::cell::RefCell;
 use std::io;
@@ -31,7 +32,7 @@ thread_local! {
 }
 
 /// One direction of the relay.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Direction {
     /// Bytes read from the source side so far.
     pub(crate) bytes: u64,
@@ -39,11 +40,13 @@ pub(crate) struct Direction {
     pending: Vec<u8>,
     /// Frame boundaries of a plaintext clientbound stream, for injecting a disconnect on shutdown.
     pub(crate) scanner: Option<FrameScanner>,
+    /// How long the destination may accept nothing before the relay gives up on it.
+    stall: Duration,
 }
 
 impl Direction {
-    pub(crate) fn new(scanner: Option<FrameScanner>) -> Self {
-        Self { bytes: 0, pending: Vec::new(), scanner }
+    pub(crate) fn new(scanner: Option<FrameScanner>, stall: Duration) -> Self {
+        Self { bytes: 0, pending: Vec::new(), scanner, stall }
     }
 
     /// Counts bytes going through and follows frame boundaries; a stream that stops parsing (encryption,
@@ -110,15 +113,50 @@ impl std::fmt::Display for RelayEnd {
     }
 }
 
+/// Reads from a shared socket like `try_read`, but a read that returns less than `buf.len()` also marks the
+/// socket not-readable (as tokio's own `poll_read` does): with epoll, a short read means the socket buffer is
+/// empty, so the next wait goes straight to epoll instead of costing a `recv` that fails with EAGAIN.
+pub(crate) fn read_clearing(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let cap = buf.len();
+    let mut got = 0;
+    let r = stream.try_io(tokio::io::Interest::READABLE, || {
+        let sock = socket2::SockRef::from(stream);
+        let n = (&*sock).read(buf)?;
+        got = n;
+        if n > 0 && n < cap {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
+    });
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
+    }
+}
+
 /// Runs `f` with this worker thread's relay scratch buffer ([`RELAY_CHUNK`] bytes). `f` must not await.
 pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
     SCRATCH.with_borrow_mut(|buf| f(buf))
 }
 
-/// Writes all of `data` to a shared socket (readiness + `try_write`, so both directions can use one socket).
-pub(crate) async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+/// Waits until `to` is writable, failing with `TimedOut` after `stall` without progress.
+async fn writable_within(to: &TcpStream, stall: Duration) -> io::Result<()> {
+    match tokio::time::timeout(stall, to.writable()).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("peer accepted no data for {}s (limits.write_stall_timeout_seconds)", stall.as_secs()),
+        )),
+    }
+}
+
+/// Writes all of `data` to a shared socket (readiness + `try_write`, so both directions can use one socket);
+/// fails when the peer accepts nothing for `stall`.
+pub(crate) async fn write_all(to: &TcpStream, mut data: &[u8], stall: Duration) -> io::Result<()> {
     while !data.is_empty() {
-        to.writable().await?;
+        writable_within(to, stall).await?;
         match to.try_write(data) {
             Ok(n) => data = data.get(n..).unwrap_or_default(),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -148,10 +186,10 @@ pub(crate) async fn discard_until_eof(from: &TcpStream, within: Duration) {
     .await;
 }
 
-/// Writes `dir.pending` to `to` until it is empty.
+/// Writes `dir.pending` to `to` until it is empty; fails when `to` accepts nothing for `dir.stall`.
 async fn drain(to: &TcpStream, dir: &mut Direction) -> io::Result<()> {
     while !dir.pending.is_empty() {
-        to.writable().await?;
+        writable_within(to, dir.stall).await?;
         match to.try_write(&dir.pending) {
             Ok(n) => {
                 dir.pending.drain(..n);
@@ -176,7 +214,7 @@ enum Batch {
 /// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
 fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<Batch, PumpError> {
     with_scratch(|buf| {
-        let n = match from.try_read(buf) {
+        let n = match read_clearing(from, buf) {
             Ok(0) => return Ok(Batch::Eof),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Batch::WouldBlock),
@@ -267,8 +305,7 @@ pub(crate) async fn relay_tcp(
         let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
             drain(player, down).await?;
             if down.at_frame_boundary() {
-                let mut dir = Direction { pending: disconnect.to_vec(), ..Direction::default() };
-                drain(player, &mut dir).await?;
+                write_all(player, disconnect, SHUTDOWN_FLUSH_TIMEOUT).await?;
             }
             io::Result::Ok(())
         })

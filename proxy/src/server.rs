@@ -506,9 +506,10 @@ impl Player for TcpPlayer {
     }
 
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
-        let mut up = Direction::new(None);
+        let stall = start.write_stall;
+        let mut up = Direction::new(None, stall);
         up.bytes = start.up;
-        let mut down = Direction::new(start.scanner);
+        let mut down = Direction::new(start.scanner, stall);
         down.bytes = start.down;
         let end =
             relay_tcp(&self.stream, &backend, &mut up, &mut down, start.shutdown, &shutdown_disconnect_frame()).await;

@@ -86,6 +86,8 @@ pub(crate) struct RelayStart<'a> {
     /// Bytes already counted in each direction (handshake, Login Start, first answer).
     pub(crate) up: u64,
     pub(crate) down: u64,
+    /// `limits.write_stall_timeout_seconds`.
+    pub(crate) write_stall: Duration,
 }
 
 /// What the relay stage reports.
@@ -420,7 +422,8 @@ async fn login_session<P: Player>(
         return summary;
     }
     drop(first);
-    let report = player.relay(stream, RelayStart { shutdown, scanner, up, down }).await;
+    let write_stall = shared.limits.write_stall_timeout();
+    let report = player.relay(stream, RelayStart { shutdown, scanner, up, down, write_stall }).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
@@ -477,7 +480,10 @@ async fn status<P: Player>(
     // A status exchange is short: the whole of it gets `login_timeout_seconds`.
     let report = match timeout(
         shared.limits.login_timeout(),
-        player.relay(stream, RelayStart { shutdown, scanner: None, up, down: 0 }),
+        player.relay(
+            stream,
+            RelayStart { shutdown, scanner: None, up, down: 0, write_stall: shared.limits.write_stall_timeout() },
+        ),
     )
     .await
     {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use ipnet::IpNet;
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use moonbridge_protocol::FrameScanner;
@@ -101,6 +101,25 @@ fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str>
         .find(|h| h.name.eq_ignore_ascii_case(name))
         .and_then(|h| std::str::from_utf8(h.value).ok())
         .map(str::trim)
+}
+
+/// The value of the real-IP header: for `X-Forwarded-For`, every line joined in order with `,` (a proxy may
+/// append its own line instead of extending the client's); for single-address headers, the last line (the
+/// one the nearest proxy added).
+fn real_ip_header_value(req: &httparse::Request<'_, '_>, header: RealIpHeader) -> Option<String> {
+    let mut lines = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case(header.name()))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .map(str::trim);
+    match header {
+        RealIpHeader::XForwardedFor => {
+            let all: Vec<&str> = lines.collect();
+            (!all.is_empty()).then(|| all.join(","))
+        }
+        RealIpHeader::CfConnectingIp | RealIpHeader::XRealIp => lines.next_back().map(str::to_owned),
+    }
 }
 
 fn has_token(value: Option<&str>, token: &str) -> bool {
@@ -207,8 +226,8 @@ fn check_request(
     let key = header(req, "Sec-WebSocket-Key").ok_or(UpgradeError::MissingKey)?;
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let subprotocol = has_token(header(req, "Sec-WebSocket-Protocol"), carriage::SUBPROTOCOL);
-    let ip =
-        real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, header(req, settings.real_ip_header.name()));
+    let value = real_ip_header_value(req, settings.real_ip_header);
+    let ip = real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, value.as_deref());
     let mut response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
     );
@@ -274,7 +293,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsPlayer<S> {
 
     async fn close(&mut self, code: u16, reason: &'static str) {
         let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
-        let _ = self.ws.close(Some(frame)).await;
+        let _ = tokio::time::timeout(LINGER, self.ws.close(Some(frame))).await;
         // Wait briefly for the client's Close so the TCP close does not race it.
         let _ = tokio::time::timeout(LINGER, async { while let Some(Ok(_)) = self.ws.next().await {} }).await;
     }
@@ -338,6 +357,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
     }
 
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
+        let stall = start.write_stall;
         let mut up = start.up;
         let mut down = start.down;
         let mut scanner: Option<FrameScanner> = start.scanner;
@@ -347,42 +367,71 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             t
         });
+        // Binary messages already read, written to the backend together (one write per received batch).
+        let mut batch: Vec<u8> = Vec::new();
         let end = loop {
             tokio::select! {
                 msg = self.ws.next() => {
                     if let Some(k) = &mut keepalive {
                         k.on_receive(Instant::now());
                     }
-                    match msg {
-                        Some(Ok(Message::Binary(b))) => {
-                            self.count_in();
-                            up += b.len() as u64;
-                            if let Err(e) = write_all(&backend, &b).await {
-                                self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                                break RelayEnd::Error(Side::Backend, e);
+                    let mut msg = msg;
+                    // Take every message tungstenite can hand over without waiting (those of the same read).
+                    let next = loop {
+                        match msg {
+                            Some(Ok(Message::Binary(b))) => {
+                                self.count_in();
+                                up += b.len() as u64;
+                                if batch.is_empty() {
+                                    batch = b.into();
+                                } else {
+                                    batch.extend_from_slice(&b);
+                                }
+                                if batch.len() >= RELAY_CHUNK {
+                                    break None;
+                                }
+                                match self.ws.next().now_or_never() {
+                                    Some(m) => msg = m,
+                                    None => break None,
+                                }
                             }
+                            other => break Some(other),
                         }
-                        Some(Ok(Message::Ping(_))) => {
-                            if let Err(e) = self.ws.flush().await {
-                                break RelayEnd::Error(Side::Player, io::Error::other(e));
+                    };
+                    if !batch.is_empty() {
+                        if let Err(e) = write_all(&backend, &batch, stall).await {
+                            self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                            break RelayEnd::Error(Side::Backend, e);
+                        }
+                        batch.clear();
+                        if batch.capacity() > RELAY_CHUNK {
+                            batch = Vec::new();
+                        }
+                    }
+                    match next {
+                        None | Some(Some(Ok(Message::Pong(_) | Message::Frame(_)))) => {}
+                        Some(Some(Ok(Message::Binary(_)))) => {} // handled above
+                        Some(Some(Ok(Message::Ping(_)))) => {
+                            // tungstenite queued the Pong: send it now.
+                            if let Err(e) = bounded(stall, self.ws.flush()).await {
+                                break RelayEnd::Error(Side::Player, e);
                             }
                             if let Some(k) = &mut keepalive {
                                 k.on_write();
                             }
                         }
-                        Some(Ok(Message::Pong(_) | Message::Frame(_))) => {}
-                        Some(Ok(Message::Text(_))) => {
+                        Some(Some(Ok(Message::Text(_)))) => {
                             self.close(carriage::CLOSE_UNSUPPORTED_DATA, "text messages are not supported").await;
                             break RelayEnd::Error(Side::Player, io::Error::new(io::ErrorKind::InvalidData, "text message"));
                         }
-                        Some(Ok(Message::Close(_))) | None => {
+                        Some(Some(Ok(Message::Close(_))) | None) => {
                             // The player is gone: FIN to the backend, then let it finish briefly.
-                            let _ = self.ws.flush().await;
+                            let _ = bounded(LINGER, self.ws.flush()).await;
                             let _ = socket2::SockRef::from(&backend).shutdown(std::net::Shutdown::Write);
                             discard_until_eof(&backend, LINGER).await;
                             break RelayEnd::Closed(Side::Player);
                         }
-                        Some(Err(e)) => {
+                        Some(Some(Err(e))) => {
                             let err = self.fault_from(&e);
                             let (code, reason) = self.fault.unwrap_or((carriage::CLOSE_PROTOCOL_ERROR, "protocol error"));
                             self.close(code, reason).await;
@@ -413,8 +462,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                             scanner = None;
                         }
                     }
-                    if let Err(e) = self.send_binary(data).await {
-                        break RelayEnd::Error(Side::Player, io::Error::other(e));
+                    self.messages_out += 1;
+                    self.shared.ws_messages_out.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = bounded(stall, self.ws.send(Message::Binary(data))).await {
+                        break RelayEnd::Error(Side::Player, e);
                     }
                     if let Some(k) = &mut keepalive {
                         k.on_write();
@@ -425,8 +476,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     match k.on_tick(Instant::now()) {
                         KeepaliveAction::None => {}
                         KeepaliveAction::Ping => {
-                            if let Err(e) = self.ws.send(Message::Ping(Bytes::new())).await {
-                                break RelayEnd::Error(Side::Player, io::Error::other(e));
+                            if let Err(e) = bounded(stall, self.ws.send(Message::Ping(Bytes::new()))).await {
+                                break RelayEnd::Error(Side::Player, e);
                             }
                         }
                         KeepaliveAction::Dead => {
@@ -452,6 +503,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
     }
 }
 
+/// Runs a write to the player, failing with `TimedOut` when it makes no progress for `stall`.
+async fn bounded<T>(
+    stall: std::time::Duration,
+    write: impl std::future::Future<Output = Result<T, WsError>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(stall, write).await {
+        Ok(r) => r.map_err(io::Error::other),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("player accepted no data for {}s (limits.write_stall_timeout_seconds)", stall.as_secs()),
+        )),
+    }
+}
+
 /// Completes at the next keepalive tick; never when keepalive is off.
 async fn tick(ticker: &mut Option<Interval>) {
     match ticker {
@@ -464,7 +529,7 @@ async fn tick(ticker: &mut Option<Interval>) {
 
 /// Reads one batch from the backend: `Some(empty)` at EOF, `None` when nothing was ready after all.
 fn read_batch(backend: &TcpStream) -> io::Result<Option<Bytes>> {
-    crate::relay::with_scratch(|buf| match backend.try_read(buf) {
+    crate::relay::with_scratch(|buf| match crate::relay::read_clearing(backend, buf) {
         Ok(n) => Ok(Some(Bytes::copy_from_slice(buf.get(..n).unwrap_or_default()))),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e),
@@ -506,6 +571,27 @@ mod tests {
         assert_eq!(real_ip(peer, &t, h, Some("203.0.113.7:4711")).to_string(), "203.0.113.7");
         assert_eq!(real_ip(peer, &t, h, Some("[2001:db8::2]:1, 10.9.9.9")).to_string(), "2001:db8::2");
         assert_eq!(real_ip(peer, &t, h, Some("10.2.2.2, 10.3.3.3")).to_string(), "10.2.2.2");
+    }
+
+    #[test]
+    fn repeated_forwarding_headers_cannot_hide_the_real_hop() {
+        // A client line first, then the line a trusted proxy appended.
+        let mut headers = [
+            httparse::Header { name: "X-Forwarded-For", value: b"6.6.6.6" },
+            httparse::Header { name: "x-forwarded-for", value: b"203.0.113.7" },
+            httparse::Header { name: "CF-Connecting-IP", value: b"6.6.6.6" },
+            httparse::Header { name: "CF-Connecting-IP", value: b"203.0.113.9" },
+        ];
+        let mut req = httparse::Request::new(&mut headers);
+        req.method = Some("GET");
+        let xff = real_ip_header_value(&req, RealIpHeader::XForwardedFor);
+        assert_eq!(xff.as_deref(), Some("6.6.6.6,203.0.113.7"));
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let t = nets(&["10.0.0.0/8"]);
+        assert_eq!(real_ip(peer, &t, RealIpHeader::XForwardedFor, xff.as_deref()).to_string(), "203.0.113.7");
+        let cf = real_ip_header_value(&req, RealIpHeader::CfConnectingIp);
+        assert_eq!(cf.as_deref(), Some("203.0.113.9"));
+        assert_eq!(real_ip_header_value(&req, RealIpHeader::XRealIp), None);
     }
 
     #[test]

@@ -374,6 +374,33 @@ async fn c10_slow_clients_share_one_deadline_and_a_capped_stage() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c10_a_full_handshake_stage_evicts_the_oldest_connection() {
+    // A long deadline, so only eviction can close them: 20 slow sockets against 10 slots.
+    let backend = login_backend().await;
+    let proxy =
+        Proxy::start(&tcp_config(backend.addr, "[limits]\nhandshake_timeout_seconds = 60\nmax_handshaking = 10\n"))
+            .await;
+    let addr = proxy.addr(Transport::Tcp);
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[0x19]).await.unwrap();
+        slow.push(s);
+    }
+    // The ten oldest are closed at once; the ten newest wait.
+    for (i, s) in slow.iter_mut().enumerate() {
+        let (_, closed) = read_to_close(s, Duration::from_millis(if i < 10 { 3000 } else { 300 })).await;
+        assert_eq!(closed, i < 10, "socket {i}");
+    }
+    assert_eq!(proxy.stats.stats().handshaking, 10);
+    // A player still gets in (evicting the oldest remaining slow socket).
+    let _p = log_in(addr, &hs_ls()).await;
+    let (_, closed) = read_to_close(&mut slow[10], Duration::from_secs(3)).await;
+    assert!(closed, "the oldest waiting socket made room for the player");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c12_backend_that_never_answers_gets_a_login_disconnect() {
     let backend = RawBackend::start(RawBehaviour::Silent).await;
     let proxy = Proxy::start(&tcp_config(backend.addr, "[limits]\nlogin_timeout_seconds = 2\n")).await;

@@ -271,6 +271,56 @@ async fn send_never_blocks_and_pending_bytes_are_bounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_returns_promptly_when_the_server_stopped_reading() {
+    // A WebSocket server that completes the upgrade and then never reads.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut req = Vec::new();
+        let mut b = [0u8; 1];
+        while !req.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).await.unwrap();
+            req.push(b[0]);
+        }
+        let text = String::from_utf8(req).unwrap();
+        let key = text.lines().find_map(|l| l.strip_prefix("Sec-WebSocket-Key: ")).unwrap().trim().to_string();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        s.write_all(
+            format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(s);
+    });
+    let took = blocking(move || {
+        let c = Connection::connect(
+            &format!("ws://{addr}/mc"),
+            Options::from_json(Some(r#"{"subprotocol":false}"#)).unwrap(),
+        )
+        .unwrap();
+        let chunk = vec![0u8; 256 * 1024];
+        // Fill the socket buffers on both ends: the I/O thread ends up blocked writing.
+        for _ in 0..40 {
+            if c.send(&chunk).is_err() {
+                break;
+            }
+            let _ = c.end_tick();
+        }
+        let t = Instant::now();
+        c.close();
+        t.elapsed()
+    })
+    .await;
+    assert!(took < Duration::from_secs(5), "close took {took:?}");
+    hold.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pings_are_answered_while_the_game_thread_is_stalled() {
     // The proxy pings every second and drops a peer silent for 3 s; the game thread does not call the
     // library for 5 s, and the client's own keepalive is off, so only the I/O thread's Pongs keep it alive.

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moonbridge_protocol::packets::{LoginDisconnect, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
@@ -44,12 +44,28 @@ async fn player_fin_reaches_the_backend_and_everything_is_released() {
     proxy.shutdown().await;
 }
 
+/// Sockets of this machine in CLOSE_WAIT whose local or remote port is `port` (from /proc/net/tcp and tcp6).
+fn close_wait_on(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port_of = |field: &str| field.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            // State 08 is CLOSE_WAIT.
+            if f.len() > 3 && f[3] == "08" && (port_of(f[1]) == Some(port) || port_of(f[2]) == Some(port)) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_close_closes_the_player_without_leaks() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let backend_addr = listener.local_addr().unwrap();
     let proxy = Proxy::start(&tcp_config(backend_addr, "")).await;
-    let fds_before = std::fs::read_dir("/proc/self/fd").unwrap().count();
     let addr = proxy.addr(Transport::Tcp);
     let backend = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
@@ -65,10 +81,9 @@ async fn backend_close_closes_the_player_without_leaks() {
     assert!(closed);
     assert_eq!(rest, [0x02, 0x00, 0x2a]);
     proxy.wait_connections(0, STEP).await;
+    // The proxy released its side of the backend connection: nothing of it lingers in CLOSE_WAIT.
+    assert_eq!(close_wait_on(backend_addr.port()), 0, "proxy socket left in CLOSE_WAIT");
     drop(p);
-    // The proxy's two sockets for this session are gone (no CLOSE_WAIT left behind).
-    let fds_after = std::fs::read_dir("/proc/self/fd").unwrap().count();
-    assert!(fds_after <= fds_before, "fds before {fds_before}, after {fds_after}");
     proxy.shutdown().await;
 }
 
@@ -122,6 +137,38 @@ async fn a_player_that_stops_reading_stalls_the_backend_instead_of_growing_buffe
     .await
     .unwrap();
     assert!(total >= expect, "read {total}, backend wrote at least {expect}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_that_stops_reading_for_the_stall_limit_is_dropped() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    let proxy = Proxy::start(&tcp_config(backend_addr, "[limits]\nwrite_stall_timeout_seconds = 2\n")).await;
+    let addr = proxy.addr(Transport::Tcp);
+    let backend = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; HS.len() + LS.len()];
+        s.read_exact(&mut buf).await.unwrap();
+        s.write_all(&login_success("Steve")).await.unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        // Flood until the proxy gives up on the player and closes this side.
+        let started = Instant::now();
+        loop {
+            match timeout(Duration::from_secs(30), s.write_all(&chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return started.elapsed(),
+                Err(_) => panic!("the proxy kept the stalled session"),
+            }
+        }
+    });
+    let mut p = TcpStream::connect(addr).await.unwrap();
+    p.write_all(&[HS, LS].concat()).await.unwrap();
+    // Never read.
+    let flooded_for = timeout(Duration::from_secs(40), backend).await.unwrap().unwrap();
+    assert!(flooded_for < Duration::from_secs(20), "{flooded_for:?}");
+    proxy.wait_connections(0, STEP).await;
+    drop(p);
     proxy.shutdown().await;
 }
 

@@ -470,6 +470,43 @@ async fn a_peer_silent_for_three_intervals_is_dropped_and_its_backend_released()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_player_that_stops_reading_is_dropped_after_the_stall_limit() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_addr = listener.local_addr().unwrap();
+    let proxy = Proxy::start(
+        &(ws_listener("ping_interval_seconds = 0")
+            + &backend_section(backend_addr, "")
+            + "[limits]\nwrite_stall_timeout_seconds = 2\n"),
+    )
+    .await;
+    let backend = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; hs_ls().len()];
+        s.read_exact(&mut buf).await.unwrap();
+        s.write_all(&login_success("Steve")).await.unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        loop {
+            match timeout(Duration::from_secs(30), s.write_all(&chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => panic!("the proxy kept the stalled WebSocket session"),
+            }
+        }
+    });
+    let (addr, url) = ws_url(&proxy);
+    let (mut ws, _) = ws_connect(addr, &url, &[], None).await.unwrap();
+    ws.send(Message::Binary(hs_ls().into())).await.unwrap();
+    let expected = login_success("Steve");
+    let (got, _) = ws_read_bytes(&mut ws, expected.len(), STEP).await;
+    assert_eq!(&got[..expected.len()], &expected[..]);
+    // Never read again.
+    timeout(Duration::from_secs(40), backend).await.unwrap().unwrap();
+    proxy.wait_connections(0, STEP).await;
+    drop(ws);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_ping_gets_an_immediate_pong() {
     let backend = login_backend().await;
     let proxy = Proxy::start(&(ws_listener("") + &backend_section(backend.addr, ""))).await;

@@ -16,8 +16,8 @@ import java.util.Locale;
  *
  * <p>The jar carries one library per platform at {@code /natives/<os>-<arch>/<System.mapLibraryName>}, for
  * example {@code /natives/linux-x86_64/libmoonbridge_client.so}. {@link #load()} extracts the one for this JVM
- * into {@code <java.io.tmpdir>/moonbridge-natives-<user>/<sha256 prefix>/} (reused while the content is the
- * same) and loads it. The system property {@code moonbridge.native.path} names a library file to load instead.
+ * into {@code <java.io.tmpdir>/moonbridge-natives-<user>/<sha256 prefix>/} (owner-only; reused only when the
+ * file there has exactly the same SHA-256) and loads it. The system property {@code moonbridge.native.path} names a library file to load instead.
  * An unsupported platform gets an {@link UnsatisfiedLinkError} saying which platform and which ones the jar
  * has.
  */
@@ -144,14 +144,17 @@ public final class NativeLoader {
 
     private static File extract(byte[] bytes) throws IOException {
         String user = System.getProperty("user.name", "user").replaceAll("[^A-Za-z0-9_.-]", "_");
-        File dir = new File(new File(System.getProperty("java.io.tmpdir"), "moonbridge-natives-" + user), sha256Prefix(bytes));
+        File base = new File(System.getProperty("java.io.tmpdir"), "moonbridge-natives-" + user);
+        String hash = sha256Hex(bytes);
+        File dir = new File(base, hash.substring(0, 16));
         File file = new File(dir, System.mapLibraryName(LIBRARY));
-        if (file.isFile() && file.length() == bytes.length) {
-            return file; // same content: the directory name is its hash
+        privateDirectory(base);
+        // Reuse an earlier extraction only when its content is exactly this library: the temporary directory
+        // is shared, so a file there is never trusted by its name or size alone.
+        if (file.isFile() && file.length() == bytes.length && hash.equals(sha256Hex(java.nio.file.Files.readAllBytes(file.toPath())))) {
+            return file;
         }
-        if (!dir.isDirectory() && !dir.mkdirs()) {
-            throw new IOException("cannot create " + dir);
-        }
+        privateDirectory(dir);
         File tmp = File.createTempFile(LIBRARY, ".part", dir);
         try (OutputStream out = new FileOutputStream(tmp)) {
             out.write(bytes);
@@ -164,16 +167,43 @@ public final class NativeLoader {
         return file;
     }
 
-    private static String sha256Prefix(byte[] bytes) {
+    /**
+     * Creates {@code dir} readable and writable by this user only where the file system supports POSIX
+     * permissions, and refuses a directory that another user owns.
+     */
+    private static void privateDirectory(File dir) throws IOException {
+        java.nio.file.Path p = dir.toPath();
+        if (!dir.isDirectory()) {
+            try {
+                java.nio.file.Files.createDirectories(p, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+                        java.nio.file.attribute.PosixFilePermissions.fromString("rwx------")));
+            } catch (UnsupportedOperationException e) {
+                if (!dir.mkdirs() && !dir.isDirectory()) {
+                    throw new IOException("cannot create " + dir);
+                }
+            }
+        }
+        try {
+            java.nio.file.attribute.UserPrincipal owner = java.nio.file.Files.getOwner(p);
+            String me = System.getProperty("user.name");
+            if (me != null && !owner.getName().equals(me)) {
+                throw new IOException(dir + " belongs to " + owner.getName() + ", not to " + me);
+            }
+        } catch (UnsupportedOperationException e) {
+            // no owner information on this file system
+        }
+    }
+
+    private static String sha256Hex(byte[] bytes) {
         try {
             byte[] d = MessageDigest.getInstance("SHA-256").digest(bytes);
             StringBuilder s = new StringBuilder();
-            for (int i = 0; i < 8; i++) {
-                s.append(String.format("%02x", d[i] & 0xff));
+            for (byte b : d) {
+                s.append(String.format("%02x", b & 0xff));
             }
             return s.toString();
         } catch (NoSuchAlgorithmException e) {
-            return Integer.toHexString(java.util.Arrays.hashCode(bytes));
+            throw new IllegalStateException("SHA-256 is required of every JVM", e);
         }
     }
 

@@ -65,6 +65,8 @@ public class MoonBridgeChannel extends AbstractChannel {
     private volatile NativeTransport transport;
     private volatile InetSocketAddress remote;
     private volatile boolean remoteClosed;
+    /** The promise of a connect in progress, failed if the channel closes first (event loop only). */
+    private ChannelPromise connectPromise;
     /** A read() was requested while autoRead is off (event loop only). */
     private boolean readPending;
 
@@ -166,24 +168,47 @@ public class MoonBridgeChannel extends AbstractChannel {
         }
         state = STATE_CLOSED;
         OPEN.remove(this);
-        final NativeTransport t = transport;
-        if (t != null) {
-            // Closing sends what is queued and waits for the close handshake: not on the event loop.
-            Thread closer = new Thread(new Runnable() {
-                @Override
-                public void run() {
-                    t.close();
-                }
-            }, "MoonBridge close");
-            closer.setDaemon(true);
-            closer.start();
+        ChannelPromise pending = connectPromise;
+        connectPromise = null;
+        if (pending != null) {
+            pending.tryFailure(new java.nio.channels.ClosedChannelException());
         }
-        ByteBuf b;
-        while ((b = inbound.poll()) != null) {
-            b.release();
-        }
+        closeInBackground(transport);
+        releaseInbound();
         synchronized (readerLock) {
             readerLock.notifyAll();
+        }
+    }
+
+    /** Closing sends what is queued and waits for the close handshake: never on the event loop. */
+    private static void closeInBackground(final NativeTransport t) {
+        if (t == null) {
+            return;
+        }
+        Thread closer = new Thread(new Runnable() {
+            @Override
+            public void run() {
+                t.close();
+            }
+        }, "MoonBridge close");
+        closer.setDaemon(true);
+        closer.start();
+    }
+
+    private void releaseInbound() {
+        ByteBuf b;
+        while ((b = inbound.poll()) != null) {
+            queuedBytes.addAndGet(-b.readableBytes());
+            b.release();
+        }
+    }
+
+    /** Runs {@code task} on the event loop; when the loop is gone, runs {@code orElse} here instead. */
+    private void onLoop(Runnable task, Runnable orElse) {
+        try {
+            eventLoop().execute(task);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            orElse.run();
         }
     }
 
@@ -232,6 +257,10 @@ public class MoonBridgeChannel extends AbstractChannel {
     /** Fires queued chunks into the pipeline when reading is allowed (event loop only). */
     private void deliver() {
         deliveryScheduled.set(false);
+        if (state == STATE_CLOSED) {
+            releaseInbound(); // chunks the reader added while the channel was closing
+            return;
+        }
         boolean any = false;
         while (state != STATE_CLOSED && (readPending || config.isAutoRead())) {
             ByteBuf b = inbound.poll();
@@ -256,10 +285,15 @@ public class MoonBridgeChannel extends AbstractChannel {
 
     private void scheduleDelivery() {
         if (deliveryScheduled.compareAndSet(false, true)) {
-            eventLoop().execute(new Runnable() {
+            onLoop(new Runnable() {
                 @Override
                 public void run() {
                     deliver();
+                }
+            }, new Runnable() {
+                @Override
+                public void run() {
+                    releaseInbound();
                 }
             });
         }
@@ -293,11 +327,16 @@ public class MoonBridgeChannel extends AbstractChannel {
             }
         } catch (final IOException e) {
             if (state == STATE_ACTIVE) {
-                eventLoop().execute(new Runnable() {
+                onLoop(new Runnable() {
                     @Override
                     public void run() {
                         pipeline().fireExceptionCaught(e);
                         unsafe().close(voidPromise());
+                    }
+                }, new Runnable() {
+                    @Override
+                    public void run() {
+                        closeInBackground(transport);
                     }
                 });
             }
@@ -333,8 +372,12 @@ public class MoonBridgeChannel extends AbstractChannel {
                 close(voidPromise());
                 return;
             }
+            if (!promise.setUncancellable()) {
+                return;
+            }
             state = STATE_CONNECTING;
             remote = isa;
+            connectPromise = promise;
             Thread connector = new Thread(new Runnable() {
                 @Override
                 public void run() {
@@ -353,20 +396,29 @@ public class MoonBridgeChannel extends AbstractChannel {
                 final String why = e instanceof UnsatisfiedLinkError
                         ? "the MoonBridge native library is not available on this platform (" + e.getMessage() + ")"
                         : e.getMessage();
-                eventLoop().execute(new Runnable() {
+                final MoonBridgeConnectException failure =
+                        new MoonBridgeConnectException("MoonBridge cannot reach " + route.url + ": " + why, e);
+                onLoop(new Runnable() {
                     @Override
                     public void run() {
-                        promise.tryFailure(new MoonBridgeConnectException("MoonBridge cannot reach " + route.url + ": " + why, e));
+                        connectPromise = null;
+                        promise.tryFailure(failure);
                         close(voidPromise());
+                    }
+                }, new Runnable() {
+                    @Override
+                    public void run() {
+                        promise.tryFailure(failure);
                     }
                 });
                 return;
             }
-            eventLoop().execute(new Runnable() {
+            onLoop(new Runnable() {
                 @Override
                 public void run() {
+                    connectPromise = null;
                     if (state != STATE_CONNECTING) {
-                        t.close(); // closed while connecting
+                        closeInBackground(t); // closed while connecting; the promise already failed
                         return;
                     }
                     transport = t;
@@ -386,6 +438,12 @@ public class MoonBridgeChannel extends AbstractChannel {
                     }, "MoonBridge reader " + remote.getHostString());
                     reader.setDaemon(true);
                     reader.start();
+                }
+            }, new Runnable() {
+                @Override
+                public void run() {
+                    closeInBackground(t);
+                    promise.tryFailure(new java.nio.channels.ClosedChannelException());
                 }
             });
         }

@@ -381,6 +381,62 @@ class MoonBridgeChannelIT {
     }
 
     @Test
+    void autoReadOffHoldsDataUntilReadIsCalled() throws Exception {
+        ticker = new Ticker();
+        ticker.start();
+        Events events = new Events();
+        Channel ch = connect(events);
+        logIn(ch, events, "NettyThree");
+        events.next("burst complete");
+        ch.eventLoop().submit(() -> ch.config().setAutoRead(false)).sync();
+        // As with Netty 4.0.10's NIO channel, the read() requested before auto-read went off still lets one
+        // batch through; after it, nothing reaches the pipeline until the next read().
+        ticker.perTick.add(() -> {
+            ByteBuf chat = Unpooled.buffer();
+            writeString(chat, "first");
+            ch.writeAndFlush(packet(0x01, chat));
+        });
+        assertEquals("chat {\"text\":\"echo:first\"}", events.next("chat"));
+        ticker.perTick.add(() -> {
+            ByteBuf chat = Unpooled.buffer();
+            writeString(chat, "held");
+            ch.writeAndFlush(packet(0x01, chat));
+        });
+        assertEquals(null, events.events.poll(700, TimeUnit.MILLISECONDS), "read while autoRead was off");
+        ch.read();
+        assertEquals("chat {\"text\":\"echo:held\"}", events.next("chat"));
+        ch.close().syncUninterruptibly();
+    }
+
+    @Test
+    void closingDuringConnectFailsTheConnectAtOnce() throws Exception {
+        // A server that accepts TCP and never answers the WebSocket upgrade: the native connect waits.
+        try (java.net.ServerSocket silent = new java.net.ServerSocket(0)) {
+            java.util.List<java.net.Socket> held = new java.util.concurrent.CopyOnWriteArrayList<>();
+            Thread acceptor = new Thread(() -> {
+                try {
+                    while (true) {
+                        held.add(silent.accept());
+                    }
+                } catch (java.io.IOException ignored) {
+                    // closed
+                }
+            });
+            acceptor.setDaemon(true);
+            acceptor.start();
+            Routes.put("slow.example.com", 25565, "ws://127.0.0.1:" + silent.getLocalPort() + "/mc");
+            Bootstrap b = new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new Events());
+            io.netty.channel.ChannelFuture f = b.connect(InetAddress.getByAddress("slow.example.com", new byte[4]), 25565);
+            f.channel().close().syncUninterruptibly();
+            assertTrue(f.await(2, TimeUnit.SECONDS), "the connect completes when the channel closes");
+            assertTrue(f.cause() instanceof java.nio.channels.ClosedChannelException, String.valueOf(f.cause()));
+            for (java.net.Socket s : held) {
+                s.close();
+            }
+        }
+    }
+
+    @Test
     void anUnroutedAddressFailsTheConnectClearly() throws Exception {
         Bootstrap b = new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new Events());
         Throwable cause = b.connect(InetAddress.getByAddress("unrouted.example.com", new byte[4]), 25565)

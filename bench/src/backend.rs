@@ -1,0 +1,170 @@
+//! The fake protocol-5 backend of the benchmark (in the harness process, on its own tokio runtime whose
+//! threads are named `bench-backend`, so the harness can tell their CPU time from the clients').
+//!
+//! Per connection: read the handshake and Login Start, send Login Success, Join Game, Position And Look and
+//! the login burst in one write, then answer the profile: echo every complete frame back (one write per read
+//! batch), or answer every complete client tick with its template (one write per read batch).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use moonbridge_protocol::frame::encode_frame;
+use moonbridge_protocol::packets::{LoginStart, LoginSuccess, Packet, PluginMessage};
+use moonbridge_protocol::FrameDecoder;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::workload::{self, Spec, BURST_CHANNEL, LOGIN_BURST};
+
+/// Which answer the backend gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// Echo every frame.
+    Echo,
+    /// Answer each tick with its template.
+    Modded,
+}
+
+/// Counters shared with the harness.
+#[derive(Debug, Default)]
+pub struct BackendStats {
+    /// Protocol violations seen (each one fails the run).
+    pub errors: AtomicU64,
+}
+
+/// The login answer: Login Success, Join Game, Position And Look and the burst, as one byte string.
+pub fn login_answer(name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LOGIN_BURST.0 * (LOGIN_BURST.1 + 16) + 128);
+    let uuid = moonbridge_protocol::forwarding::offline_uuid(name).to_string();
+    let mut b = bytes::BytesMut::new();
+    let _ = LoginSuccess { uuid, name: name.into() }.encode_frame(&mut b);
+    out.extend_from_slice(&b);
+    // Join Game (S01): entity id, game mode, dimension, difficulty, max players, level type.
+    let mut join = Vec::new();
+    join.extend_from_slice(&1i32.to_be_bytes());
+    join.extend_from_slice(&[0, 0, 2, 20]);
+    let _ = moonbridge_protocol::codec::put_string(&mut join, "default", 16, "level_type");
+    let _ = encode_frame(&mut out, 0x01, &join);
+    // Position And Look (S08): x, y, z doubles, yaw, pitch floats, on ground.
+    let mut pos = Vec::new();
+    for v in [0.0f64, 64.0, 0.0] {
+        pos.extend_from_slice(&v.to_be_bytes());
+    }
+    pos.extend_from_slice(&0f32.to_be_bytes());
+    pos.extend_from_slice(&0f32.to_be_bytes());
+    pos.push(1);
+    let _ = encode_frame(&mut out, 0x08, &pos);
+    for n in 0..LOGIN_BURST.0 {
+        let p = PluginMessage { channel: BURST_CHANNEL.into(), data: workload::login_burst_payload(n, LOGIN_BURST.1) };
+        let mut fields = Vec::new();
+        let _ = p.encode_fields(&mut fields);
+        let _ = encode_frame(&mut out, PluginMessage::CLIENTBOUND_ID, &fields);
+    }
+    out
+}
+
+/// Starts the backend on `bind` (port 0 for any) on a runtime with `threads` worker threads.
+pub fn start(
+    bind: SocketAddr,
+    profile: Profile,
+    threads: usize,
+) -> anyhow::Result<(SocketAddr, Arc<BackendStats>, tokio::runtime::Runtime)> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("bench-backend")
+        .enable_all()
+        .build()?;
+    let listener = rt.block_on(TcpListener::bind(bind))?;
+    let addr = listener.local_addr()?;
+    let stats = Arc::new(BackendStats::default());
+    let templates = Arc::new(workload::templates());
+    let s = Arc::clone(&stats);
+    rt.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let s = Arc::clone(&s);
+            let t = Arc::clone(&templates);
+            tokio::spawn(async move {
+                if serve(stream, profile, &t).await.is_err() {
+                    s.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Ok((addr, stats, rt))
+}
+
+#[derive(Debug)]
+struct Violation;
+
+impl From<std::io::Error> for Violation {
+    fn from(_: std::io::Error) -> Self {
+        Violation
+    }
+}
+
+async fn serve(mut stream: TcpStream, profile: Profile, templates: &[Vec<Spec>]) -> Result<(), Violation> {
+    let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+    let mut buf = bytes::BytesMut::with_capacity(256 * 1024);
+    // Handshake and Login Start.
+    let mut frames = Vec::new();
+    while frames.len() < 2 {
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+        dec.queue_bytes(buf.split());
+        while let Some(f) = dec.try_next_frame().map_err(|_| Violation)? {
+            frames.push(f);
+        }
+    }
+    let login: LoginStart = frames.get(1).ok_or(Violation)?.decode().map_err(|_| Violation)?;
+    stream.write_all(&login_answer(&login.name)).await?;
+    let mut pending_tick: Option<(u32, u8)> = None;
+    let mut out = Vec::with_capacity(256 * 1024);
+    let mut extra = frames.into_iter().skip(2);
+    loop {
+        out.clear();
+        for f in extra.by_ref() {
+            answer(profile, templates, &f, &mut pending_tick, &mut out)?;
+        }
+        while let Some(f) = dec.try_next_frame().map_err(|_| Violation)? {
+            answer(profile, templates, &f, &mut pending_tick, &mut out)?;
+        }
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+        }
+        buf.reserve(64 * 1024);
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+        dec.queue_bytes(buf.split());
+    }
+}
+
+fn answer(
+    profile: Profile,
+    templates: &[Vec<Spec>],
+    f: &moonbridge_protocol::Frame,
+    pending: &mut Option<(u32, u8)>,
+    out: &mut Vec<u8>,
+) -> Result<(), Violation> {
+    match profile {
+        Profile::Echo => {
+            let _ = encode_frame(out, f.id, &f.body);
+        }
+        Profile::Modded => match (f.id, pending.as_mut()) {
+            (0x17, None) => *pending = Some((workload::client_tick_seq(f.id, &f.body).ok_or(Violation)?, 1)),
+            (0x04, Some((_, n @ 1))) | (0x03, Some((_, n @ 2))) => {
+                *n += 1;
+                if *n == 3 {
+                    let (seq, _) = pending.take().ok_or(Violation)?;
+                    workload::encode_tick_answer(templates, seq, out);
+                }
+            }
+            (0x00, _) => {} // Keep Alive
+            _ => return Err(Violation),
+        },
+    }
+    Ok(())
+}

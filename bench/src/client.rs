@@ -1,0 +1,256 @@
+//! The benchmark clients: one thread per connection (named `bench-client`), each driving a
+//! `moonbridge-client` connection, so the library's cost is part of what is measured.
+//!
+//! Verification needs no parsing: the client knows the exact bytes the backend must answer to each round
+//! trip (the echo of what it sent, or the tick's template answer), in order, and compares the stream with
+//! them byte for byte.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use moonbridge_client::{Connection, Options, Stats};
+use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
+
+use crate::backend::{login_answer, Profile};
+use crate::workload::{self, Spec};
+
+/// What one client does.
+#[derive(Clone, Debug)]
+pub struct ClientSpec {
+    pub url: String,
+    pub options: Options,
+    pub profile: Profile,
+    pub warmup: usize,
+    pub messages: usize,
+    pub window: usize,
+    pub payload: usize,
+    pub burst: usize,
+    /// End the tick after each round trip's packets (one message per tick).
+    pub end_ticks: bool,
+    pub name: String,
+}
+
+/// What one client measured.
+#[derive(Debug, Default)]
+pub struct ClientResult {
+    pub login_burst: Duration,
+    /// Round-trip latencies of the timed phase.
+    pub latencies: Vec<Duration>,
+    /// Frames both ways in the timed phase.
+    pub frames: u64,
+    /// Round trips completed in the timed phase.
+    pub round_trips: u64,
+    /// Library counters over the timed phase.
+    pub stats: Stats,
+    pub error: Option<String>,
+}
+
+/// The barrier points of a phase: after warmup, start of the timed phase, end of the timed phase.
+pub struct Sync {
+    pub warmed: Barrier,
+    pub go: Barrier,
+    pub done: Barrier,
+    pub release: Barrier,
+}
+
+impl Sync {
+    pub fn new(clients: usize) -> Arc<Self> {
+        Arc::new(Self {
+            warmed: Barrier::new(clients + 1),
+            go: Barrier::new(clients + 1),
+            done: Barrier::new(clients + 1),
+            release: Barrier::new(clients + 1),
+        })
+    }
+}
+
+/// One round trip in flight: when it was sent and the bytes it must bring back.
+struct InFlight {
+    sent: Instant,
+    expected: Vec<u8>,
+    frames: u64,
+}
+
+struct Driver<'a> {
+    conn: &'a Connection,
+    spec: &'a ClientSpec,
+    templates: &'a [Vec<Spec>],
+    buf: Vec<u8>,
+    /// Bytes received but not yet matched.
+    pending: Vec<u8>,
+    in_flight: VecDeque<InFlight>,
+    next_seq: u32,
+}
+
+impl Driver<'_> {
+    /// Sends round trip `seq` and records what it must bring back.
+    fn send(&mut self) -> anyhow::Result<()> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (expected, frames) = match self.spec.profile {
+            Profile::Modded => {
+                for p in workload::encode_client_tick(seq) {
+                    self.conn.send(&p)?;
+                }
+                let mut answer = Vec::with_capacity(16 * 1024);
+                let n = workload::encode_tick_answer(self.templates, seq, &mut answer);
+                (answer, 3 + n as u64)
+            }
+            Profile::Echo => {
+                let mut burst = Vec::with_capacity(self.spec.burst * (self.spec.payload + 8));
+                for i in 0..self.spec.burst {
+                    workload::encode_echo_frame(seq, i, self.spec.payload, &mut burst);
+                }
+                // One client write per burst: with coalescing off the library sends each send as one message.
+                self.conn.send(&burst)?;
+                (burst, 2 * self.spec.burst as u64)
+            }
+        };
+        if self.spec.end_ticks {
+            self.conn.end_tick()?;
+        }
+        self.in_flight.push_back(InFlight { sent: Instant::now(), expected, frames });
+        Ok(())
+    }
+
+    /// Receives until at least one round trip completes; returns the completed ones.
+    fn complete(&mut self, out: &mut Vec<(Duration, u64)>) -> anyhow::Result<()> {
+        loop {
+            while let Some(front) = self.in_flight.front() {
+                if self.pending.len() < front.expected.len() {
+                    break;
+                }
+                let n = front.expected.len();
+                if self.pending.get(..n) != Some(&front.expected[..]) {
+                    anyhow::bail!("answer to round trip {} differs from what was expected", self.next_seq);
+                }
+                self.pending.drain(..n);
+                if let Some(done) = self.in_flight.pop_front() {
+                    out.push((done.sent.elapsed(), done.frames));
+                }
+            }
+            if !out.is_empty() {
+                return Ok(());
+            }
+            let n = self.conn.recv(&mut self.buf, Some(Duration::from_secs(30)))?;
+            if n == 0 {
+                anyhow::bail!("no answer within 30 s");
+            }
+            self.pending.extend_from_slice(self.buf.get(..n).unwrap_or_default());
+        }
+    }
+
+    /// Runs `count` round trips with up to `window` in flight; returns latencies and frames.
+    fn run(&mut self, count: usize, mut record: Option<&mut ClientResult>) -> anyhow::Result<()> {
+        let mut sent = 0;
+        let mut done = 0;
+        let mut completed = Vec::new();
+        while done < count {
+            while sent < count && self.in_flight.len() < self.spec.window {
+                self.send()?;
+                sent += 1;
+            }
+            completed.clear();
+            self.complete(&mut completed)?;
+            done += completed.len();
+            if let Some(r) = record.as_deref_mut() {
+                for (latency, frames) in &completed {
+                    r.latencies.push(*latency);
+                    r.frames += frames;
+                    r.round_trips += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn subtract(a: Stats, b: Stats) -> Stats {
+    Stats {
+        frames_out: a.frames_out - b.frames_out,
+        frames_in: a.frames_in - b.frames_in,
+        messages_out: a.messages_out - b.messages_out,
+        messages_in: a.messages_in - b.messages_in,
+        bytes_out: a.bytes_out - b.bytes_out,
+        bytes_in: a.bytes_in - b.bytes_in,
+        ticks: a.ticks - b.ticks,
+        delay_flushes: a.delay_flushes - b.delay_flushes,
+        size_flushes: a.size_flushes - b.size_flushes,
+        pings_sent: a.pings_sent - b.pings_sent,
+    }
+}
+
+/// Runs one client through login, warmup and the timed phase, meeting the harness at each barrier (also
+/// after a failure, so the harness never waits forever).
+pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sync>) -> ClientResult {
+    let mut result = ClientResult::default();
+    let mut stage = 0;
+    let outcome = (|| -> anyhow::Result<()> {
+        let conn = Connection::connect(&spec.url, spec.options.clone())?;
+        let hs = Handshake {
+            protocol_version: 5,
+            server_address: "mc.example.com\0FML\0".into(),
+            server_port: 25565,
+            next_state: NextState::Login,
+        };
+        let started = Instant::now();
+        conn.send(&hs.to_frame_bytes()?)?;
+        conn.send(&LoginStart { name: spec.name.clone() }.to_frame_bytes()?)?;
+        conn.end_tick()?;
+        let answer = login_answer(&spec.name);
+        let mut got = Vec::with_capacity(answer.len());
+        let mut buf = vec![0u8; 1 << 20];
+        while got.len() < answer.len() {
+            let n = conn.recv(&mut buf, Some(Duration::from_secs(30)))?;
+            if n == 0 {
+                anyhow::bail!("login burst not received within 30 s");
+            }
+            got.extend_from_slice(buf.get(..n).unwrap_or_default());
+        }
+        result.login_burst = started.elapsed();
+        if got != answer {
+            anyhow::bail!("login answer differs from what the backend sent");
+        }
+        let mut driver = Driver {
+            conn: &conn,
+            spec: &spec,
+            templates: &templates,
+            buf: vec![0u8; 256 * 1024],
+            pending: Vec::with_capacity(256 * 1024),
+            in_flight: VecDeque::new(),
+            next_seq: 0,
+        };
+        driver.run(spec.warmup, None)?;
+        stage = 1;
+        sync.warmed.wait();
+        sync.go.wait();
+        stage = 2;
+        let before = conn.stats();
+        driver.run(spec.messages, Some(&mut result))?;
+        result.stats = subtract(conn.stats(), before);
+        stage = 3;
+        sync.done.wait();
+        sync.release.wait();
+        stage = 4;
+        conn.close();
+        Ok(())
+    })();
+    if let Err(e) = outcome {
+        result.error = Some(format!("{}: {e:#}", spec.name));
+    }
+    // Meet the barriers not reached yet, so the harness and the other clients go on.
+    if stage < 1 {
+        sync.warmed.wait();
+    }
+    if stage < 2 {
+        sync.go.wait();
+    }
+    if stage < 3 {
+        sync.done.wait();
+    }
+    if stage < 4 {
+        sync.release.wait();
+    }
+    result
+}

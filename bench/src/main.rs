@@ -1,0 +1,568 @@
+//! `session-bench`: the seed benchmark re-created. A fake protocol-5 backend and the clients run here; the
+//! proxy (and any peer) runs as its own process. Direct phases (clients straight to the backend over TCP) and
+//! proxy phases alternate with the order rotated. One line per phase; a summary with median and [min–max]
+//! at the end. See docs/benchmarks.md.
+
+// A benchmark binary: its modules are private, and the harness indexes its own fixed tables.
+#![allow(clippy::indexing_slicing, unreachable_pub)]
+
+mod backend;
+mod client;
+mod metrics;
+mod workload;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use moonbridge_client::Options;
+
+use crate::backend::Profile;
+use crate::client::{run_client, ClientSpec, Sync};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProfileArg {
+    Echo,
+    Modded,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TransportArg {
+    Tcp,
+    Ws,
+    Wss,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PeerArg {
+    /// HAProxy in TCP mode (transport tcp).
+    Haproxy,
+    /// websocat as a WebSocket-to-TCP bridge (transport ws).
+    Websocat,
+}
+
+/// The MoonBridge session benchmark.
+#[derive(Debug, Parser)]
+#[command(name = "session-bench", version, about)]
+struct Args {
+    /// Workload: echo frames, or modpack-shaped ticks.
+    #[arg(long, value_enum, default_value = "modded")]
+    profile: ProfileArg,
+    /// How clients reach the proxy (direct phases always use TCP).
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: TransportArg,
+    /// `proxy` (direct and proxy phases), `direct` (direct phases only) or HOST:PORT (an external endpoint).
+    #[arg(long, default_value = "proxy")]
+    target: String,
+    /// PID of the external endpoint's process, for its CPU time (with --target HOST:PORT).
+    #[arg(long)]
+    target_pid: Option<u32>,
+    /// Concurrent client connections.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Timed round trips per connection.
+    #[arg(long, default_value_t = 5000)]
+    messages: usize,
+    /// Untimed round trips per connection before the timed phase.
+    #[arg(long, default_value_t = 500)]
+    warmup: usize,
+    /// Echo: bytes per frame.
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+    /// Round trips in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    window: usize,
+    /// Echo: frames per client write.
+    #[arg(long, default_value_t = 1)]
+    burst: usize,
+    /// Repeats of every phase (order rotated each repeat).
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+    /// 1: one message per tick (end_tick after each round trip); 0: one message per packet (vanilla-like).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    client_coalesce: u8,
+    /// Print one JSON object per phase instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The moonbridge binary (default: the release `moonbridge` next to this program).
+    #[arg(long)]
+    proxy_bin: Option<PathBuf>,
+    /// Also run a third-party peer in every repeat, side by side.
+    #[arg(long, value_enum)]
+    peer: Option<PeerArg>,
+    /// The peer's binary (default: found on PATH).
+    #[arg(long)]
+    peer_bin: Option<PathBuf>,
+}
+
+/// One phase's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+struct PhaseResult {
+    repeat: usize,
+    variant: String,
+    transport: String,
+    profile: String,
+    window: usize,
+    client_coalesce: u8,
+    connections: usize,
+    frames: u64,
+    frames_per_s: f64,
+    p50_ms: f64,
+    p95_ms: f64,
+    p99_ms: f64,
+    proxy_cpu_ns_per_frame: Option<f64>,
+    client_cpu_ns_per_frame: f64,
+    client_io_cpu_ns_per_frame: f64,
+    client_cpu_ns_per_tick: f64,
+    messages_per_tick_up: f64,
+    tcp_segments_per_frame: Option<f64>,
+    login_burst_ms: f64,
+    proxy_rss_kib_per_conn: Option<f64>,
+    errors: u64,
+}
+
+/// A process under test (the proxy or a peer), killed on drop.
+struct Spawned {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for_port(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("{what} did not listen on {addr} within 20 s")
+}
+
+/// A CA and leaf certificate for `localhost` made with `openssl`, for wss.
+fn make_cert(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)> {
+    let run = |args: &[&str]| -> anyhow::Result<()> {
+        let out = Command::new("openssl").args(args).output().context("openssl is needed for wss")?;
+        if !out.status.success() {
+            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    };
+    let p = |n: &str| dir.join(n).display().to_string();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+    run(&[
+        &["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=bench CA"][..],
+        &ec,
+        &["-keyout", &p("ca.key"), "-out", &p("ca.pem")],
+    ]
+    .concat())?;
+    run(&[
+        &["req", "-new", "-nodes", "-subj", "/CN=localhost"][..],
+        &ec,
+        &["-keyout", &p("key.pem"), "-out", &p("leaf.csr")],
+    ]
+    .concat())?;
+    std::fs::write(dir.join("leaf.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")?;
+    run(&[
+        "x509",
+        "-req",
+        "-days",
+        "2",
+        "-in",
+        &p("leaf.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-extfile",
+        &p("leaf.ext"),
+        "-out",
+        &p("leaf.pem"),
+    ])?;
+    let chain = [std::fs::read(dir.join("leaf.pem"))?, std::fs::read(dir.join("ca.pem"))?].concat();
+    std::fs::write(dir.join("chain.pem"), chain)?;
+    Ok((dir.join("chain.pem"), dir.join("key.pem"), dir.join("ca.pem")))
+}
+
+fn spawn_proxy(
+    bin: &Path,
+    transport: TransportArg,
+    backend: SocketAddr,
+    dir: &Path,
+    cert: Option<&(PathBuf, PathBuf, PathBuf)>,
+) -> anyhow::Result<Spawned> {
+    let port = free_port()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let listener = match (transport, cert) {
+        (TransportArg::Tcp, _) => format!("transport = \"tcp\"\nbind = \"{addr}\"\n"),
+        (TransportArg::Ws, _) => format!("transport = \"ws\"\nbind = \"{addr}\"\n"),
+        (TransportArg::Wss, Some((c, k, _))) => {
+            format!(
+                "transport = \"wss\"\nbind = \"{addr}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+                c.display(),
+                k.display()
+            )
+        }
+        (TransportArg::Wss, None) => bail!("wss needs a certificate"),
+    };
+    let config = dir.join("moonbridge.toml");
+    std::fs::write(
+        &config,
+        format!("[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n"),
+    )?;
+    let mut child = Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start the proxy {}", bin.display()))?;
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[moonbridge] {line}");
+            }
+        });
+    }
+    let s = Spawned { child, addr };
+    wait_for_port(addr, "moonbridge")?;
+    Ok(s)
+}
+
+fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path) -> anyhow::Result<Spawned> {
+    let port = free_port()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let child = match peer {
+        PeerArg::Haproxy => {
+            let cfg = dir.join("haproxy.cfg");
+            std::fs::write(
+                &cfg,
+                format!(
+                    "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  timeout server 1h\n\
+                     frontend mc\n  bind {addr}\n  default_backend bench\nbackend bench\n  server b {backend}\n"
+                ),
+            )?;
+            Command::new(bin.unwrap_or(Path::new("haproxy")))
+                .args(["-db", "-f"])
+                .arg(&cfg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("cannot start haproxy (bench/peers.sh installs it)")?
+        }
+        PeerArg::Websocat => Command::new(bin.unwrap_or(Path::new("websocat")))
+            .args(["--binary", "-E", &format!("ws-l:{addr}"), &format!("tcp:{backend}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start websocat (bench/peers.sh installs it)")?,
+    };
+    let s = Spawned { child, addr };
+    wait_for_port(addr, "the peer")?;
+    Ok(s)
+}
+
+struct Variant {
+    name: String,
+    url: String,
+    options: Options,
+    pid: Option<u32>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_phase(
+    args: &Args,
+    repeat: usize,
+    variant: &Variant,
+    templates: &Arc<Vec<Vec<workload::Spec>>>,
+    ticks_per_s: u64,
+    backend_errors: &backend::BackendStats,
+) -> anyhow::Result<PhaseResult> {
+    let profile = match args.profile {
+        ProfileArg::Echo => Profile::Echo,
+        ProfileArg::Modded => Profile::Modded,
+    };
+    let sync = Sync::new(args.connections);
+    let rss_before = variant.pid.and_then(metrics::rss_kib);
+    let mut handles = Vec::new();
+    for i in 0..args.connections {
+        let spec = ClientSpec {
+            url: variant.url.clone(),
+            options: variant.options.clone(),
+            profile,
+            warmup: args.warmup,
+            messages: args.messages,
+            window: args.window.max(1),
+            payload: args.payload.max(8),
+            burst: args.burst.max(1),
+            end_ticks: args.client_coalesce == 1,
+            name: format!("Bench{repeat}x{i}"),
+        };
+        let (t, s) = (Arc::clone(templates), Arc::clone(&sync));
+        handles.push(std::thread::Builder::new().name("bench-client".into()).spawn(move || run_client(spec, t, s))?);
+    }
+    sync.warmed.wait();
+    let rss_after_login = variant.pid.and_then(metrics::rss_kib);
+    let errors_before = backend_errors.errors.load(std::sync::atomic::Ordering::Relaxed);
+    let proxy0 = variant.pid.and_then(|p| metrics::process_cpu(p, ticks_per_s));
+    let client0 = metrics::threads_cpu("bench-client", ticks_per_s);
+    let io0 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
+    let seg0 = metrics::tcp_out_segments();
+    let started = Instant::now();
+    sync.go.wait();
+    sync.done.wait();
+    let elapsed = started.elapsed();
+    let proxy1 = variant.pid.and_then(|p| metrics::process_cpu(p, ticks_per_s));
+    let client1 = metrics::threads_cpu("bench-client", ticks_per_s);
+    let io1 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
+    let seg1 = metrics::tcp_out_segments();
+    sync.release.wait();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+
+    let mut errors = backend_errors.errors.load(std::sync::atomic::Ordering::Relaxed) - errors_before;
+    let mut latencies = Vec::new();
+    let (mut frames, mut round_trips, mut messages_up) = (0u64, 0u64, 0u64);
+    let mut bursts = Vec::new();
+    for r in &results {
+        if let Some(e) = &r.error {
+            eprintln!("error: {e}");
+            errors += 1;
+        }
+        latencies.extend_from_slice(&r.latencies);
+        frames += r.frames;
+        round_trips += r.round_trips;
+        messages_up += r.stats.messages_out;
+        bursts.push(r.login_burst.as_secs_f64() * 1000.0);
+    }
+    latencies.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let per_frame = |d: Duration| if frames == 0 { f64::NAN } else { d.as_nanos() as f64 / frames as f64 };
+    let client_cpu = client1.saturating_sub(client0) + io1.saturating_sub(io0);
+    Ok(PhaseResult {
+        repeat,
+        variant: variant.name.clone(),
+        transport: if variant.name == "direct" { "tcp".into() } else { format!("{:?}", args.transport).to_lowercase() },
+        profile: format!("{:?}", args.profile).to_lowercase(),
+        window: args.window,
+        client_coalesce: args.client_coalesce,
+        connections: args.connections,
+        frames,
+        frames_per_s: frames as f64 / elapsed.as_secs_f64(),
+        p50_ms: ms(metrics::percentile(&latencies, 50.0)),
+        p95_ms: ms(metrics::percentile(&latencies, 95.0)),
+        p99_ms: ms(metrics::percentile(&latencies, 99.0)),
+        proxy_cpu_ns_per_frame: match (proxy0, proxy1) {
+            (Some(a), Some(b)) => Some(per_frame(b.saturating_sub(a))),
+            _ => None,
+        },
+        client_cpu_ns_per_frame: per_frame(client_cpu),
+        client_io_cpu_ns_per_frame: per_frame(io1.saturating_sub(io0)),
+        client_cpu_ns_per_tick: if round_trips == 0 {
+            f64::NAN
+        } else {
+            client_cpu.as_nanos() as f64 / round_trips as f64
+        },
+        messages_per_tick_up: if round_trips == 0 { f64::NAN } else { messages_up as f64 / round_trips as f64 },
+        tcp_segments_per_frame: match (seg0, seg1) {
+            (Some(a), Some(b)) if frames > 0 => Some((b - a) as f64 / frames as f64),
+            _ => None,
+        },
+        login_burst_ms: metrics::median_range(&bursts).0,
+        proxy_rss_kib_per_conn: match (rss_before, rss_after_login) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / args.connections as f64),
+            _ => None,
+        },
+        errors,
+    })
+}
+
+fn print_phase(r: &PhaseResult, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        return;
+    }
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |x| format!("{x:.prec$}"));
+    println!(
+        "repeat={} variant={} transport={} profile={} window={} coalesce={} frames_per_s={:.0} p50_ms={:.3} p95_ms={:.3} p99_ms={:.3} \
+         proxy_cpu_ns_per_frame={} client_cpu_ns_per_frame={:.0} client_io_cpu_ns_per_frame={:.0} client_cpu_ns_per_tick={:.0} \
+         messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} errors={}",
+        r.repeat, r.variant, r.transport, r.profile, r.window, r.client_coalesce, r.frames_per_s, r.p50_ms, r.p95_ms, r.p99_ms,
+        opt(r.proxy_cpu_ns_per_frame, 0), r.client_cpu_ns_per_frame, r.client_io_cpu_ns_per_frame, r.client_cpu_ns_per_tick,
+        r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), r.errors
+    );
+}
+
+fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
+    if json {
+        return;
+    }
+    println!("# summary: median [min-max] over repeats");
+    for v in variants {
+        let rs: Vec<&PhaseResult> = results.iter().filter(|r| &r.variant == v).collect();
+        let col = |f: &dyn Fn(&PhaseResult) -> Option<f64>| {
+            let vals: Vec<f64> = rs.iter().filter_map(|r| f(r)).collect();
+            let (m, lo, hi) = metrics::median_range(&vals);
+            format!("{m:.1} [{lo:.1}-{hi:.1}]")
+        };
+        println!(
+            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {}",
+            col(&|r| Some(r.frames_per_s)),
+            col(&|r| Some(r.p50_ms)),
+            col(&|r| r.proxy_cpu_ns_per_frame),
+            col(&|r| Some(r.client_cpu_ns_per_frame)),
+            col(&|r| Some(r.login_burst_ms)),
+            col(&|r| Some(r.messages_per_tick_up)),
+        );
+    }
+    // Per-pair ratios within each repeat.
+    let pairs = |a: &str, b: &str, f: &dyn Fn(&PhaseResult) -> Option<f64>| -> Vec<f64> {
+        let repeats: Vec<usize> = results.iter().map(|r| r.repeat).collect();
+        let mut out = Vec::new();
+        for rep in repeats.iter().copied().collect::<std::collections::BTreeSet<_>>() {
+            let x = results.iter().find(|r| r.repeat == rep && r.variant == a).and_then(f);
+            let y = results.iter().find(|r| r.repeat == rep && r.variant == b).and_then(f);
+            if let (Some(x), Some(y)) = (x, y) {
+                out.push(x / y);
+            }
+        }
+        out
+    };
+    let show = |name: &str, v: Vec<f64>| {
+        if !v.is_empty() {
+            let (m, lo, hi) = metrics::median_range(&v);
+            let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+            println!("{name}: median {m:.2} [{lo:.2}-{hi:.2}] per pair: {}", each.join(", "));
+        }
+    };
+    if variants.iter().any(|v| v == "direct") && variants.iter().any(|v| v == "moonbridge") {
+        show("moonbridge/direct frames_per_s", pairs("moonbridge", "direct", &|r| Some(r.frames_per_s)));
+    }
+    for peer in variants.iter().filter(|v| *v != "direct" && *v != "moonbridge") {
+        show(
+            &format!("moonbridge/{peer} proxy_cpu_ns_per_frame"),
+            pairs("moonbridge", peer, &|r| r.proxy_cpu_ns_per_frame),
+        );
+        show(&format!("moonbridge/{peer} frames_per_s"), pairs("moonbridge", peer, &|r| Some(r.frames_per_s)));
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let ticks_per_s = metrics::clock_ticks_per_second();
+    let profile = match args.profile {
+        ProfileArg::Echo => Profile::Echo,
+        ProfileArg::Modded => Profile::Modded,
+    };
+    let (backend_addr, backend_stats, _rt) = backend::start("127.0.0.1:0".parse()?, profile, 1)?;
+    let templates = Arc::new(workload::templates());
+    if args.profile == ProfileArg::Modded && !args.json {
+        let (p, b) = workload::template_averages(&templates);
+        println!("# modded templates: {p:.1} clientbound packets and {b:.0} payload bytes per tick on average");
+    }
+    let dir = std::env::temp_dir().join(format!("session-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cert = if args.transport == TransportArg::Wss { Some(make_cert(&dir)?) } else { None };
+    let coalesce = if args.client_coalesce == 1 { "tick" } else { "off" };
+    let mut options = serde_json::json!({ "coalesce": coalesce, "ping_interval_ms": 0 });
+    if let Some((_, _, ca)) = &cert {
+        options["ca_file"] = serde_json::json!(ca);
+    }
+    let options = Options::from_json(Some(&options.to_string()))?;
+    let direct_options = Options::from_json(Some(&serde_json::json!({ "coalesce": coalesce }).to_string()))?;
+    let scheme = |t: TransportArg, addr: SocketAddr| match t {
+        TransportArg::Tcp => format!("tcp://{addr}"),
+        TransportArg::Ws => format!("ws://{addr}/mc"),
+        TransportArg::Wss => format!("wss://localhost:{}/mc", addr.port()),
+    };
+
+    let mut variants = vec![Variant {
+        name: "direct".into(),
+        url: scheme(TransportArg::Tcp, backend_addr),
+        options: direct_options,
+        pid: None,
+    }];
+    let mut _keep = Vec::new();
+    match args.target.as_str() {
+        "direct" => {}
+        "proxy" => {
+            let bin = match &args.proxy_bin {
+                Some(b) => b.clone(),
+                None => std::env::current_exe()?.with_file_name("moonbridge"),
+            };
+            let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref())?;
+            variants.push(Variant {
+                name: "moonbridge".into(),
+                url: scheme(args.transport, p.addr),
+                options: options.clone(),
+                pid: Some(p.child.id()),
+            });
+            _keep.push(p);
+            if let Some(peer) = args.peer {
+                let want = match peer {
+                    PeerArg::Haproxy => TransportArg::Tcp,
+                    PeerArg::Websocat => TransportArg::Ws,
+                };
+                if want != args.transport {
+                    bail!("--peer {peer:?} runs with --transport {want:?}");
+                }
+                let p = spawn_peer(peer, args.peer_bin.as_deref(), backend_addr, &dir)?;
+                let mut o = options.clone();
+                o.subprotocol = false; // plain bridges do not echo moonbridge.v1
+                variants.push(Variant {
+                    name: format!("{peer:?}").to_lowercase(),
+                    url: scheme(args.transport, p.addr),
+                    options: o,
+                    pid: Some(p.child.id()),
+                });
+                _keep.push(p);
+            }
+        }
+        other => {
+            let addr: SocketAddr =
+                other.parse().with_context(|| format!("--target {other:?} is not proxy, direct or HOST:PORT"))?;
+            variants.push(Variant {
+                name: "target".into(),
+                url: scheme(args.transport, addr),
+                options: options.clone(),
+                pid: args.target_pid,
+            });
+        }
+    }
+
+    let names: Vec<String> = variants.iter().map(|v| v.name.clone()).collect();
+    let mut results = Vec::new();
+    let mut failed = false;
+    for repeat in 1..=args.repeats.max(1) {
+        let n = variants.len();
+        for k in 0..n {
+            let v = &variants[(k + repeat - 1) % n];
+            let r = run_phase(&args, repeat, v, &templates, ticks_per_s, &backend_stats)?;
+            failed |= r.errors > 0;
+            print_phase(&r, args.json);
+            results.push(r);
+        }
+    }
+    summary(&results, &names, args.json);
+    let _ = std::fs::remove_dir_all(&dir);
+    if failed {
+        bail!("errors during the run (see above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! Readings from /proc: process and thread CPU time, resident memory, and TCP segment counters.
+
+use std::time::Duration;
+
+/// Clock ticks per second of `/proc/*/stat` times (`getconf CLK_TCK`, 100 on Linux almost everywhere).
+pub fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|t: &u64| *t > 0)
+        .unwrap_or(100)
+}
+
+/// utime + stime of a `/proc/.../stat` line, in clock ticks; and the command name.
+fn parse_stat(text: &str) -> Option<(String, u64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let fields: Vec<&str> = text.get(close + 2..)?.split_whitespace().collect();
+    // After "pid (comm) ", field 3 (state) is index 0, so utime (14) and stime (15) are 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((comm, utime + stime))
+}
+
+/// CPU time (user + system) of a whole process.
+pub fn process_cpu(pid: u32, ticks_per_s: u64) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, ticks) = parse_stat(&text)?;
+    Some(Duration::from_nanos(ticks * 1_000_000_000 / ticks_per_s))
+}
+
+/// CPU time of this process's threads whose name starts with `prefix`.
+pub fn threads_cpu(prefix: &str, ticks_per_s: u64) -> Duration {
+    let mut ticks = 0;
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for entry in dir.flatten() {
+            if let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) {
+                if let Some((comm, t)) = parse_stat(&text) {
+                    if comm.starts_with(prefix) {
+                        ticks += t;
+                    }
+                }
+            }
+        }
+    }
+    Duration::from_nanos(ticks * 1_000_000_000 / ticks_per_s)
+}
+
+/// Resident set size of a process, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// TCP segments sent by the whole machine so far (`Tcp: OutSegs` in `/proc/net/snmp`).
+pub fn tcp_out_segments() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let names: Vec<&str> = tcp.next()?.split_whitespace().collect();
+    let values: Vec<&str> = tcp.next()?.split_whitespace().collect();
+    let i = names.iter().position(|n| *n == "OutSegs")?;
+    values.get(i)?.parse().ok()
+}
+
+/// Nearest-rank percentile of sorted values: the smallest value with at least `p` percent at or below it.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted.get(rank.min(sorted.len()) - 1).copied().unwrap_or_default()
+}
+
+/// Median and range of a series.
+pub fn median_range(values: &[f64]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 0 { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] };
+    (median, v[0], v[v.len() - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields() {
+        let line = "1234 (moonbridge io) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 100 0";
+        assert_eq!(parse_stat(line), Some(("moonbridge io".to_string(), 300)));
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&v, 50.0), Duration::from_millis(50));
+        assert_eq!(percentile(&v, 95.0), Duration::from_millis(95));
+        assert_eq!(percentile(&v, 99.0), Duration::from_millis(99));
+        assert_eq!(percentile(&v[..1], 99.0), Duration::from_millis(1));
+        assert_eq!(median_range(&[3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(median_range(&[4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
+    }
+}
