@@ -48,6 +48,9 @@ pub struct ClientResult {
 
 /// The barrier points of a phase: after warmup, start of the timed phase, end of the timed phase.
 pub struct Sync {
+    /// Held during a login: connections log in one at a time, so the login burst time is one player's, not
+    /// four players' competing for two cores.
+    pub login_turn: std::sync::Mutex<()>,
     pub warmed: Barrier,
     pub go: Barrier,
     pub done: Barrier,
@@ -57,6 +60,7 @@ pub struct Sync {
 impl Sync {
     pub fn new(clients: usize) -> Arc<Self> {
         Arc::new(Self {
+            login_turn: std::sync::Mutex::new(()),
             warmed: Barrier::new(clients + 1),
             go: Barrier::new(clients + 1),
             done: Barrier::new(clients + 1),
@@ -194,11 +198,12 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
             server_port: 25565,
             next_state: NextState::Login,
         };
+        let answer = login_answer(&spec.name);
+        let turn = sync.login_turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
         conn.send(&hs.to_frame_bytes()?)?;
         conn.send(&LoginStart { name: spec.name.clone() }.to_frame_bytes()?)?;
         conn.end_tick()?;
-        let answer = login_answer(&spec.name);
         let mut got = Vec::with_capacity(answer.len());
         let mut buf = vec![0u8; 1 << 20];
         while got.len() < answer.len() {
@@ -209,6 +214,7 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
             got.extend_from_slice(buf.get(..n).unwrap_or_default());
         }
         result.login_burst = started.elapsed();
+        drop(turn);
         if got != answer {
             anyhow::bail!("login answer differs from what the backend sent");
         }

@@ -40,8 +40,10 @@ impl Stream {
     }
 }
 
-/// tungstenite's read buffer for the client (one connection: a large buffer makes a login burst a few reads).
-const WS_READ_BUFFER: usize = 256 * 1024;
+/// tungstenite's read buffer for the client, in bytes: one read takes a whole proxy message (the proxy sends
+/// at most 64 KiB per message), so a 2.1 MB login burst is a few dozen reads. tungstenite zero-fills this
+/// much before every read, which is why it is not larger.
+const WS_READ_BUFFER: usize = 64 * 1024 + 16;
 
 /// The WebSocket configuration of client connections: no message limit beyond the server's own (a frame is
 /// at most 2 MiB anyway); tungstenite buffers writes until [`futures_util::SinkExt::flush`].

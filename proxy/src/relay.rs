@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 /// Largest single read in the relay, in bytes (per direction, per batch).
-pub(crate) const RELAY_CHUNK: usize = 64 * 1024;
+pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
 
 /// After one side sent FIN, how long the other direction may still run before both sockets are closed.
 pub(crate) const HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -35,8 +35,10 @@ use crate::session::{shutdown_disconnect_frame, Finish, Player, RelayReport, Rel
 pub(crate) const MAX_REQUEST_HEAD: usize = 8192;
 /// Most request headers accepted; over it: 431.
 const MAX_HEADERS: usize = 64;
-/// tungstenite's read buffer per connection, in bytes (player → proxy traffic is small).
-const WS_READ_BUFFER: usize = 16 * 1024;
+/// tungstenite's read buffer per connection, in bytes. Player → proxy traffic is small (a tick's packets), and
+/// tungstenite zero-fills this much before every read, so a small buffer is cheaper per read and per idle
+/// connection; a larger message is still read whole (in several reads) up to `max_ws_message_bytes`.
+const WS_READ_BUFFER: usize = 4 * 1024;
 
 /// What a WebSocket listener needs to accept an upgrade.
 #[derive(Debug)]
