@@ -10,7 +10,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use moonbridge_client::{Connection, Options, Stats};
-use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
+use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
+use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Handshake, LoginStart, NextState, Packet};
+use moonbridge_protocol::FrameDecoder;
 
 use crate::backend::{login_answer, Profile};
 use crate::workload::{self, Spec};
@@ -29,6 +31,8 @@ pub struct ClientSpec {
     /// End the tick after each round trip's packets (one message per tick).
     pub end_ticks: bool,
     pub name: String,
+    /// Do the online-mode login (Encryption Request/Response), then encrypt the stream with AES-CFB8.
+    pub online: bool,
 }
 
 /// What one client measured.
@@ -76,8 +80,73 @@ struct InFlight {
     frames: u64,
 }
 
-struct Driver<'a> {
+/// The connection as the game sees it: plaintext in and out, AES-CFB8 on the wire once online mode is on
+/// (what a 1.7.10 client does after Encryption Response).
+struct Link<'a> {
     conn: &'a Connection,
+    cipher: Option<(Cfb8Encryptor, Cfb8Decryptor)>,
+    scratch: Vec<u8>,
+}
+
+impl Link<'_> {
+    fn send(&mut self, data: &[u8]) -> anyhow::Result<()> {
+        match &mut self.cipher {
+            None => self.conn.send(data)?,
+            Some((enc, _)) => {
+                self.scratch.clear();
+                self.scratch.extend_from_slice(data);
+                enc.apply(&mut self.scratch);
+                self.conn.send(&self.scratch)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn end_tick(&self) -> anyhow::Result<()> {
+        Ok(self.conn.end_tick()?)
+    }
+
+    /// Receives (and decrypts) at most `buf.len()` bytes; 0 when nothing came within `within`.
+    fn recv(&mut self, buf: &mut [u8], within: Duration) -> anyhow::Result<usize> {
+        let n = self.conn.recv(buf, Some(within))?;
+        if let Some((_, dec)) = &mut self.cipher {
+            dec.apply(buf.get_mut(..n).unwrap_or_default());
+        }
+        Ok(n)
+    }
+}
+
+/// The client half of the online-mode login: reads the proxy's Encryption Request, answers it with a fresh
+/// shared secret (RSA PKCS#1 v1.5 with the proxy's key) and returns the cipher pair for the stream. The bench's
+/// session server is a stand-in that vouches for everyone, so no `join` call is made.
+fn online_login(link: &mut Link<'_>, buf: &mut [u8]) -> anyhow::Result<(Cfb8Encryptor, Cfb8Decryptor)> {
+    use rsa::pkcs8::DecodePublicKey;
+    let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+    let request: EncryptionRequest = loop {
+        if let Some(f) = dec.try_next_frame()? {
+            break f.decode()?;
+        }
+        let n = link.recv(buf, Duration::from_secs(30))?;
+        if n == 0 {
+            anyhow::bail!("no Encryption Request within 30 s (is the proxy in online mode?)");
+        }
+        dec.queue_slice(buf.get(..n).unwrap_or_default());
+    };
+    let key = rsa::RsaPublicKey::from_public_key_der(&request.public_key)?;
+    let mut secret = [0u8; 16];
+    rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut secret);
+    let mut rng = rand_core::OsRng;
+    let response = EncryptionResponse {
+        shared_secret: key.encrypt(&mut rng, rsa::Pkcs1v15Encrypt, &secret)?,
+        verify_token: key.encrypt(&mut rng, rsa::Pkcs1v15Encrypt, &request.verify_token)?,
+    };
+    link.send(&response.to_frame_bytes()?)?;
+    link.end_tick()?;
+    Ok((Cfb8Encryptor::new(&secret), Cfb8Decryptor::new(&secret)))
+}
+
+struct Driver<'a> {
+    link: Link<'a>,
     spec: &'a ClientSpec,
     templates: &'a [Vec<Spec>],
     buf: Vec<u8>,
@@ -95,7 +164,7 @@ impl Driver<'_> {
         let (expected, frames) = match self.spec.profile {
             Profile::Modded => {
                 for p in workload::encode_client_tick(seq) {
-                    self.conn.send(&p)?;
+                    self.link.send(&p)?;
                 }
                 let mut answer = Vec::with_capacity(16 * 1024);
                 let n = workload::encode_tick_answer(self.templates, seq, &mut answer);
@@ -107,12 +176,12 @@ impl Driver<'_> {
                     workload::encode_echo_frame(seq, i, self.spec.payload, &mut burst);
                 }
                 // One client write per burst: with coalescing off the library sends each send as one message.
-                self.conn.send(&burst)?;
+                self.link.send(&burst)?;
                 (burst, 2 * self.spec.burst as u64)
             }
         };
         if self.spec.end_ticks {
-            self.conn.end_tick()?;
+            self.link.end_tick()?;
         }
         self.in_flight.push_back(InFlight { sent: Instant::now(), expected, frames });
         Ok(())
@@ -137,7 +206,7 @@ impl Driver<'_> {
             if !out.is_empty() {
                 return Ok(());
             }
-            let n = self.conn.recv(&mut self.buf, Some(Duration::from_secs(30)))?;
+            let n = self.link.recv(&mut self.buf, Duration::from_secs(30))?;
             if n == 0 {
                 anyhow::bail!("no answer within 30 s");
             }
@@ -201,13 +270,17 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         let answer = login_answer(&spec.name);
         let turn = sync.login_turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
-        conn.send(&hs.to_frame_bytes()?)?;
-        conn.send(&LoginStart { name: spec.name.clone() }.to_frame_bytes()?)?;
-        conn.end_tick()?;
+        let mut link = Link { conn: &conn, cipher: None, scratch: Vec::new() };
+        link.send(&hs.to_frame_bytes()?)?;
+        link.send(&LoginStart { name: spec.name.clone() }.to_frame_bytes()?)?;
+        link.end_tick()?;
         let mut got = Vec::with_capacity(answer.len());
         let mut buf = vec![0u8; 1 << 20];
+        if spec.online {
+            link.cipher = Some(online_login(&mut link, &mut buf)?);
+        }
         while got.len() < answer.len() {
-            let n = conn.recv(&mut buf, Some(Duration::from_secs(30)))?;
+            let n = link.recv(&mut buf, Duration::from_secs(30))?;
             if n == 0 {
                 anyhow::bail!("login burst not received within 30 s");
             }
@@ -219,7 +292,7 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
             anyhow::bail!("login answer differs from what the backend sent");
         }
         let mut driver = Driver {
-            conn: &conn,
+            link,
             spec: &spec,
             templates: &templates,
             buf: vec![0u8; 256 * 1024],

@@ -9,6 +9,7 @@
 mod backend;
 mod client;
 mod metrics;
+mod sessions;
 mod workload;
 
 use std::io::{BufRead, BufReader};
@@ -98,6 +99,10 @@ struct Args {
     /// The peer's binary (default: found on PATH).
     #[arg(long)]
     peer_bin: Option<PathBuf>,
+    /// Also run a second moonbridge with `auth.mode = "online"` (variant `moonbridge-online`): clients do the
+    /// encryption handshake and AES-CFB8, against a stand-in session server in this process.
+    #[arg(long)]
+    online: bool,
 }
 
 /// One phase's figures.
@@ -206,6 +211,7 @@ fn spawn_proxy(
     backend: SocketAddr,
     dir: &Path,
     cert: Option<&(PathBuf, PathBuf, PathBuf)>,
+    session_server: Option<&str>,
 ) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
@@ -221,10 +227,14 @@ fn spawn_proxy(
         }
         (TransportArg::Wss, None) => bail!("wss needs a certificate"),
     };
-    let config = dir.join("moonbridge.toml");
+    let auth = match session_server {
+        Some(url) => format!("[auth]\nmode = \"online\"\nsession_server = \"{url}\"\n"),
+        None => String::new(),
+    };
+    let config = dir.join(format!("moonbridge-{port}.toml"));
     std::fs::write(
         &config,
-        format!("[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n"),
+        format!("[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n{auth}"),
     )?;
     let mut child = Command::new(bin)
         .arg("--config")
@@ -284,6 +294,7 @@ struct Variant {
     url: String,
     options: Options,
     pid: Option<u32>,
+    online: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -314,6 +325,7 @@ fn run_phase(
             burst: args.burst.max(1),
             end_ticks: args.client_coalesce == 1,
             name: format!("Bench{repeat}x{i}"),
+            online: variant.online,
         };
         let (t, s) = (Arc::clone(templates), Arc::clone(&sync));
         handles.push(std::thread::Builder::new().name("bench-client".into()).spawn(move || run_client(spec, t, s))?);
@@ -454,7 +466,17 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
     if variants.iter().any(|v| v == "direct") && variants.iter().any(|v| v == "moonbridge") {
         show("moonbridge/direct frames_per_s", pairs("moonbridge", "direct", &|r| Some(r.frames_per_s)));
     }
-    for peer in variants.iter().filter(|v| *v != "direct" && *v != "moonbridge") {
+    if variants.iter().any(|v| v == "moonbridge-online") {
+        show(
+            "moonbridge-online/moonbridge proxy_cpu_ns_per_frame",
+            pairs("moonbridge-online", "moonbridge", &|r| r.proxy_cpu_ns_per_frame),
+        );
+        show(
+            "moonbridge-online/moonbridge frames_per_s",
+            pairs("moonbridge-online", "moonbridge", &|r| Some(r.frames_per_s)),
+        );
+    }
+    for peer in variants.iter().filter(|v| !matches!(v.as_str(), "direct" | "moonbridge" | "moonbridge-online")) {
         show(
             &format!("moonbridge/{peer} proxy_cpu_ns_per_frame"),
             pairs("moonbridge", peer, &|r| r.proxy_cpu_ns_per_frame),
@@ -497,6 +519,7 @@ fn main() -> anyhow::Result<()> {
         url: scheme(TransportArg::Tcp, backend_addr),
         options: direct_options,
         pid: None,
+        online: false,
     }];
     let mut _keep = Vec::new();
     match args.target.as_str() {
@@ -506,14 +529,27 @@ fn main() -> anyhow::Result<()> {
                 Some(b) => b.clone(),
                 None => std::env::current_exe()?.with_file_name("moonbridge"),
             };
-            let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref())?;
+            let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), None)?;
             variants.push(Variant {
                 name: "moonbridge".into(),
                 url: scheme(args.transport, p.addr),
                 options: options.clone(),
                 pid: Some(p.child.id()),
+                online: false,
             });
             _keep.push(p);
+            if args.online {
+                let url = format!("http://{}", sessions::start()?);
+                let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), Some(&url))?;
+                variants.push(Variant {
+                    name: "moonbridge-online".into(),
+                    url: scheme(args.transport, p.addr),
+                    options: options.clone(),
+                    pid: Some(p.child.id()),
+                    online: true,
+                });
+                _keep.push(p);
+            }
             if let Some(peer) = args.peer {
                 let want = match peer {
                     PeerArg::Haproxy => TransportArg::Tcp,
@@ -530,6 +566,7 @@ fn main() -> anyhow::Result<()> {
                     url: scheme(args.transport, p.addr),
                     options: o,
                     pid: Some(p.child.id()),
+                    online: false,
                 });
                 _keep.push(p);
             }
@@ -542,6 +579,7 @@ fn main() -> anyhow::Result<()> {
                 url: scheme(args.transport, addr),
                 options: options.clone(),
                 pid: args.target_pid,
+                online: false,
             });
         }
     }

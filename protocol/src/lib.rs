@@ -9,11 +9,13 @@
 //! - [`handshake`]: the Forge marker and the routing key of a handshake address.
 //! - [`legacy`]: pre-1.7 `0xFE` server-list pings and their `0xFF` answers.
 //! - [`forwarding`]: offline UUIDs and BungeeCord IP forwarding.
+//! - [`crypto`]: the login server hash and the AES-128-CFB8 stream cipher.
 //! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule.
 //!
 //! The wire facts come from the protocol 5 (1.7.6–1.7.10) packet tables.
 
 pub mod codec;
+pub mod crypto;
 pub mod error;
 pub mod forwarding;
 pub mod frame;

@@ -193,6 +193,66 @@ impl Packet for LoginSuccess {
     }
 }
 
+/// Encryption Request, state Login, id 0x01, clientbound: `String server_id` (≤ 20), `i16` length + public
+/// key (X.509 SubjectPublicKeyInfo DER), `i16` length + verify token. Protocol 5 uses `i16` lengths here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncryptionRequest {
+    /// The server id hashed into the server hash (empty for modern servers).
+    pub server_id: String,
+    /// The server's RSA public key, DER.
+    pub public_key: Vec<u8>,
+    /// Random bytes the client must send back encrypted.
+    pub verify_token: Vec<u8>,
+}
+
+impl Packet for EncryptionRequest {
+    const ID: i32 = 0x01;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.server_id, 20, "server_id")?;
+        put_i16_bytes(out, &self.public_key, "public_key")?;
+        put_i16_bytes(out, &self.verify_token, "verify_token")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            server_id: r.string(20, "server_id")?.to_owned(),
+            public_key: r.i16_bytes("public_key")?.to_vec(),
+            verify_token: r.i16_bytes("verify_token")?.to_vec(),
+        })
+    }
+}
+
+/// Encryption Response, state Login, id 0x01, serverbound: `i16` length + RSA-encrypted shared secret,
+/// `i16` length + RSA-encrypted verify token (PKCS#1 v1.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncryptionResponse {
+    /// The shared secret, encrypted with the server's public key.
+    pub shared_secret: Vec<u8>,
+    /// The verify token, encrypted with the server's public key.
+    pub verify_token: Vec<u8>,
+}
+
+impl Packet for EncryptionResponse {
+    const ID: i32 = 0x01;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_i16_bytes(out, &self.shared_secret, "shared_secret")?;
+        put_i16_bytes(out, &self.verify_token, "verify_token")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            shared_secret: r.i16_bytes("shared_secret")?.to_vec(),
+            verify_token: r.i16_bytes("verify_token")?.to_vec(),
+        })
+    }
+}
+
+/// Largest Encryption Response frame body in bytes: id (1) + two `i16`-prefixed arrays of at most 512 bytes
+/// each (RSA-1024 and RSA-4096 ciphertexts are 128 and 512 bytes).
+pub const MAX_ENCRYPTION_RESPONSE_FRAME_LEN: usize = 1 + 2 * (2 + 512);
+
 /// Status Request, state Status, id 0x00, serverbound: no fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusRequest;
@@ -435,6 +495,22 @@ mod tests {
         assert_eq!(&KeepAlive { id: 7 }.to_frame_bytes().unwrap()[..], &[0x05, 0x00, 0, 0, 0, 7]);
         let d = PlayDisconnect { reason_json: chat_text("bye") };
         assert_eq!(&d.to_frame_bytes().unwrap()[..3], &[0x10, 0x40, 0x0e]);
+    }
+
+    #[test]
+    fn encryption_packets_use_i16_lengths() {
+        let req =
+            EncryptionRequest { server_id: String::new(), public_key: vec![0x30; 162], verify_token: vec![1, 2, 3, 4] };
+        let bytes = req.to_frame_bytes().unwrap();
+        // length, id 0x01, empty server id, i16 162, ..., i16 4, token
+        assert_eq!(&bytes[..6], &[0xac, 0x01, 0x01, 0x00, 0x00, 0xa2]);
+        assert_eq!(&bytes[bytes.len() - 6..], &[0x00, 0x04, 1, 2, 3, 4]);
+        assert_eq!(one_frame(&bytes).decode::<EncryptionRequest>().unwrap(), req);
+        let resp = EncryptionResponse { shared_secret: vec![9; 128], verify_token: vec![8; 128] };
+        let bytes = resp.to_frame_bytes().unwrap();
+        assert_eq!(&bytes[..5], &[0x85, 0x02, 0x01, 0x00, 0x80]);
+        assert!(bytes.len() - 2 <= MAX_ENCRYPTION_RESPONSE_FRAME_LEN);
+        assert_eq!(one_frame(&bytes).decode::<EncryptionResponse>().unwrap(), resp);
     }
 
     #[test]

@@ -75,6 +75,7 @@ fn default_backends() -> Vec<BackendConfig> {
         name: DEFAULT_BACKEND_NAME.into(),
         address: DEFAULT_BACKEND_ADDRESS.into(),
         forwarding: Forwarding::None,
+        forwarding_secret: None,
     }]
 }
 
@@ -233,6 +234,10 @@ pub struct BackendConfig {
     /// `forwarding`: `"none"` (default), `"bungeecord"` or `"proxy-protocol"`.
     #[serde(default)]
     pub forwarding: Forwarding,
+    /// `forwarding_secret` (bungeecord only): added to the forwarded properties as `bungeeguard-token`, for
+    /// backends running BungeeGuard (or a compatible check). Default none.
+    #[serde(default)]
+    pub forwarding_secret: Option<String>,
 }
 
 /// `[routing]`.
@@ -258,25 +263,39 @@ pub enum AuthMode {
     Passthrough,
     /// The proxy names players with offline UUIDs (`OfflinePlayer:<name>`), for `bungeecord` forwarding.
     Offline,
+    /// The proxy authenticates players with the session server (login encryption ends at the proxy) and
+    /// forwards their verified UUID and properties.
+    Online,
 }
 
 /// `[auth]`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
-    /// `mode`: `"passthrough"` (default) or `"offline"`.
+    /// `mode`: `"passthrough"` (default), `"offline"` or `"online"`.
     #[serde(default)]
     pub mode: AuthMode,
-    /// `session_server`: base URL of the session server (used by `online` mode). Default
-    /// `https://sessionserver.mojang.com`.
+    /// `session_server`: base URL of the session server for `online` mode (`https://`, or `http://` for a
+    /// local stand-in). Default `https://sessionserver.mojang.com`.
     #[serde(default = "default_session_server")]
     pub session_server: String,
+    /// `session_timeout_seconds`: the whole `hasJoined` request. Default 10 seconds.
+    #[serde(default = "default_session_timeout")]
+    pub session_timeout_seconds: u64,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { mode: AuthMode::default(), session_server: default_session_server() }
+        Self {
+            mode: AuthMode::default(),
+            session_server: default_session_server(),
+            session_timeout_seconds: default_session_timeout(),
+        }
     }
+}
+
+fn default_session_timeout() -> u64 {
+    10
 }
 
 fn default_session_server() -> String {
@@ -299,8 +318,9 @@ pub struct LimitsConfig {
     pub handshake_timeout_seconds: u64,
     /// `backend_connect_timeout_seconds`: TCP connect to a backend. Default 5 seconds.
     pub backend_connect_timeout_seconds: u64,
-    /// `login_timeout_seconds`: from sending Login Start to the backend until its first answer (and the whole
-    /// of a status exchange). Default 30 seconds.
+    /// `login_timeout_seconds`: from sending Login Start to the backend until its first answer; also the
+    /// whole of a status exchange, and in online mode the wait for the player's Encryption Response. Default
+    /// 30 seconds.
     pub login_timeout_seconds: u64,
     /// `max_ws_message_bytes`: largest WebSocket message accepted from a player. Default 4194304 bytes.
     pub max_ws_message_bytes: usize,
@@ -463,6 +483,16 @@ impl Config {
                         .into(),
                 );
             }
+            match &b.forwarding_secret {
+                Some(_) if b.forwarding != Forwarding::Bungeecord => push(
+                    format!("backend[{i}].forwarding_secret"),
+                    "only applies with forwarding = \"bungeecord\"".into(),
+                ),
+                Some(secret) if secret.len() < 16 => {
+                    push(format!("backend[{i}].forwarding_secret"), "must be at least 16 characters".into());
+                }
+                _ => {}
+            }
         }
         if let Some(d) = &self.routing.default_backend {
             if !names.contains(d.as_str()) {
@@ -511,8 +541,12 @@ impl Config {
         if l.max_ws_message_bytes < min_ws {
             push("limits.max_ws_message_bytes".into(), format!("must be at least {min_ws} (one 1.7.10 frame)"));
         }
-        if self.auth.session_server.is_empty() {
-            push("auth.session_server".into(), "must not be empty".into());
+        let url = self.auth.session_server.to_ascii_lowercase();
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() < 10 {
+            push("auth.session_server".into(), format!("\"{}\" is not an http(s) URL", self.auth.session_server));
+        }
+        if self.auth.session_timeout_seconds == 0 || self.auth.session_timeout_seconds > 300 {
+            push("auth.session_timeout_seconds".into(), "must be between 1 and 300 seconds".into());
         }
         p
     }
@@ -769,6 +803,59 @@ mod tests {
                 "routing.hosts.\"x.com.\"",
                 "limits.max_connections",
                 "limits.max_ws_message_bytes",
+            ]
+        );
+    }
+
+    #[test]
+    fn online_mode_keys() {
+        let c = Config::from_toml(
+            r#"
+            [[backend]]
+            name = "a"
+            address = "127.0.0.1:25565"
+            forwarding = "bungeecord"
+            forwarding_secret = "0123456789abcdef"
+            [auth]
+            mode = "online"
+            session_server = "http://127.0.0.1:8081"
+            session_timeout_seconds = 3
+            "#,
+        )
+        .unwrap();
+        assert!(c.check().is_empty(), "{:?}", c.check());
+        assert_eq!(c.auth.mode, AuthMode::Online);
+        assert_eq!(c.auth.session_timeout_seconds, 3);
+        assert_eq!(c.backends[0].forwarding_secret.as_deref(), Some("0123456789abcdef"));
+        assert_eq!(Config::default().auth.session_timeout_seconds, 10);
+        assert_eq!(Config::default().auth.session_server, "https://sessionserver.mojang.com");
+
+        let bad = Config::from_toml(
+            r#"
+            [[backend]]
+            name = "a"
+            address = "127.0.0.1:25565"
+            forwarding = "bungeecord"
+            forwarding_secret = "short"
+            [[backend]]
+            name = "b"
+            address = "127.0.0.1:25566"
+            forwarding_secret = "0123456789abcdef"
+            [auth]
+            mode = "online"
+            session_server = "sessionserver.mojang.com"
+            session_timeout_seconds = 0
+            "#,
+        )
+        .unwrap();
+        let keys: Vec<String> = bad.check().into_iter().map(|p| p.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "backend[0].forwarding_secret",
+                "backend[1].forwarding_secret",
+                "auth.session_server",
+                "auth.session_timeout_seconds",
             ]
         );
     }

@@ -4,6 +4,7 @@
 //! backends, routing, authentication and limits; [`Server::bind`] opens the listeners and [`Server::run`]
 //! serves players until a shutdown signal. The `moonbridge` binary is a thin command line around these calls.
 
+mod auth;
 pub mod config;
 mod limits;
 mod proxy_header;
@@ -13,5 +14,6 @@ mod session;
 pub mod tls;
 mod ws;
 
+pub use auth::AuthError;
 pub use config::Config;
 pub use server::{Server, ServerError, ServerStats, StatsHandle};

@@ -14,6 +14,7 @@ use std::io;
 use std::net::Shutdown;
 use std::time::Duration;
 
+use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
 use moonbridge_protocol::FrameScanner;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,31 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; RELAY_CHUNK]);
 }
 
+/// The player's AES-128-CFB8 stream in online mode (protocol 5: key = IV = the 16-byte shared secret), one
+/// state per direction. Both transform in place, so the relay adds no copy and no allocation per batch.
+#[derive(Debug)]
+pub(crate) struct ClientCipher {
+    /// Encrypts what the player receives.
+    pub(crate) encrypt: Cfb8Encryptor,
+    /// Decrypts what the player sends.
+    pub(crate) decrypt: Cfb8Decryptor,
+}
+
+impl ClientCipher {
+    pub(crate) fn new(shared_secret: &[u8; moonbridge_protocol::crypto::SHARED_SECRET_LEN]) -> Self {
+        Self { encrypt: Cfb8Encryptor::new(shared_secret), decrypt: Cfb8Decryptor::new(shared_secret) }
+    }
+}
+
+/// What a direction does to its bytes besides counting them.
+#[derive(Debug)]
+pub(crate) enum Transform {
+    /// Player → backend in online mode: decrypt before anything looks at the bytes.
+    Decrypt(Box<Cfb8Decryptor>),
+    /// Backend → player in online mode: encrypt after the frame scanner has seen the plaintext.
+    Encrypt(Box<Cfb8Encryptor>),
+}
+
 /// One direction of the relay.
 #[derive(Debug)]
 pub(crate) struct Direction {
@@ -42,11 +68,30 @@ pub(crate) struct Direction {
     pub(crate) scanner: Option<FrameScanner>,
     /// How long the destination may accept nothing before the relay gives up on it.
     stall: Duration,
+    /// Online mode's cipher for this direction.
+    transform: Option<Transform>,
 }
 
 impl Direction {
-    pub(crate) fn new(scanner: Option<FrameScanner>, stall: Duration) -> Self {
-        Self { bytes: 0, pending: Vec::new(), scanner, stall }
+    pub(crate) fn new(scanner: Option<FrameScanner>, stall: Duration, transform: Option<Transform>) -> Self {
+        Self { bytes: 0, pending: Vec::new(), scanner, stall, transform }
+    }
+
+    /// Everything that happens to a batch in flight, in place: decrypt (serverbound), count and scan the
+    /// plaintext, encrypt (clientbound).
+    pub(crate) fn process(&mut self, data: &mut [u8]) {
+        if let Some(Transform::Decrypt(d)) = &mut self.transform {
+            d.apply(data);
+        }
+        self.account(data);
+        self.seal(data);
+    }
+
+    /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
+    pub(crate) fn seal(&mut self, data: &mut [u8]) {
+        if let Some(Transform::Encrypt(e)) = &mut self.transform {
+            e.apply(data);
+        }
     }
 
     /// Counts bytes going through and follows frame boundaries; a stream that stops parsing (encryption,
@@ -220,8 +265,9 @@ fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Resul
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Batch::WouldBlock),
             Err(e) => return Err(PumpError::Read(e)),
         };
-        let data = buf.get(..n).unwrap_or_default();
-        dir.account(data);
+        let data = buf.get_mut(..n).unwrap_or_default();
+        dir.process(data);
+        let data = &*data;
         match to.try_write(data) {
             Ok(m) => dir.pending.extend_from_slice(data.get(m..).unwrap_or_default()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => dir.pending.extend_from_slice(data),
@@ -305,7 +351,9 @@ pub(crate) async fn relay_tcp(
         let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
             drain(player, down).await?;
             if down.at_frame_boundary() {
-                write_all(player, disconnect, SHUTDOWN_FLUSH_TIMEOUT).await?;
+                let mut disconnect = disconnect.to_vec();
+                down.seal(&mut disconnect);
+                write_all(player, &disconnect, SHUTDOWN_FLUSH_TIMEOUT).await?;
             }
             io::Result::Ok(())
         })

@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, Transport};
 use crate::limits::{HandshakeSlot, HandshakeSlots, LogLimiter};
-use crate::relay::{relay_tcp, Direction};
+use crate::relay::{relay_tcp, Direction, Transform};
 use crate::session::{self, shutdown_disconnect_frame, ConnInfo, Finish, Player, RelayReport, RelayStart};
 use crate::tls::{ReloadingCert, Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::ws::{accept_upgrade, WsPlayer, WsSettings};
@@ -50,6 +51,9 @@ pub enum ServerError {
     /// A `wss` listener's certificate or key could not be loaded.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// Online mode could not start (no RSA key pair).
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 /// A backend as the sessions see it.
@@ -58,6 +62,8 @@ pub(crate) struct Backend {
     pub(crate) name: String,
     pub(crate) address: String,
     pub(crate) forwarding: Forwarding,
+    /// Sent as the `bungeeguard-token` property with `bungeecord` forwarding.
+    pub(crate) forwarding_secret: Option<String>,
 }
 
 /// State shared by every session.
@@ -65,11 +71,15 @@ pub(crate) struct Backend {
 pub(crate) struct Shared {
     pub(crate) limits: LimitsConfig,
     pub(crate) auth: AuthMode,
+    /// Key pair and session-server client, in `online` mode.
+    pub(crate) online: Option<Arc<OnlineAuth>>,
     backends: Vec<Backend>,
     routes: HashMap<String, usize>,
     default_backend: usize,
     pub(crate) bad_input_log: LogLimiter,
     limit_log: LogLimiter,
+    /// Session-server failures (online mode), logged at most once per 10 s.
+    pub(crate) session_server_log: LogLimiter,
     conn_limit: Arc<Semaphore>,
     handshaking: Arc<HandshakeSlots>,
     next_id: AtomicU64,
@@ -80,11 +90,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn new(config: &Config) -> Self {
+    fn new(config: &Config, online: Option<Arc<OnlineAuth>>) -> Self {
         let backends: Vec<Backend> = config
             .backends
             .iter()
-            .map(|b| Backend { name: b.name.clone(), address: b.address.clone(), forwarding: b.forwarding })
+            .map(|b| Backend {
+                name: b.name.clone(),
+                address: b.address.clone(),
+                forwarding: b.forwarding,
+                forwarding_secret: b.forwarding_secret.clone(),
+            })
             .collect();
         let index = |name: &str| backends.iter().position(|b| b.name == name);
         let routes = config
@@ -97,11 +112,13 @@ impl Shared {
         Self {
             limits: config.limits.clone(),
             auth: config.auth.mode,
+            online,
             routes,
             default_backend,
             backends,
             bad_input_log: LogLimiter::new(10, Duration::from_secs(10)),
             limit_log: LogLimiter::new(1, Duration::from_secs(10)),
+            session_server_log: LogLimiter::new(1, Duration::from_secs(10)),
             conn_limit: Arc::new(Semaphore::new(config.limits.max_connections)),
             handshaking: HandshakeSlots::new(config.limits.max_handshaking),
             next_id: AtomicU64::new(1),
@@ -216,9 +233,25 @@ impl Server {
     ///
     /// # Errors
     /// [`ServerError::Config`] for an invalid configuration, [`ServerError::Tls`] for unusable certificate
-    /// files, [`ServerError::Bind`] when an address is taken.
+    /// files, [`ServerError::Bind`] when an address is taken, [`ServerError::Auth`] when online mode cannot
+    /// make its key pair.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
         config.validate()?;
+        let online = match config.auth.mode {
+            AuthMode::Online => {
+                let (url, secs) = (config.auth.session_server.clone(), config.auth.session_timeout_seconds);
+                // RSA key generation takes tens of milliseconds: keep it off the runtime's workers.
+                let made = tokio::task::spawn_blocking(move || OnlineAuth::new(&url, Duration::from_secs(secs))).await;
+                let auth = made.map_err(|e| crate::auth::AuthError::Key(e.to_string()))??;
+                info!(
+                    session_server = %config.auth.session_server,
+                    "online mode: players are authenticated by the proxy (RSA-{} key pair made)",
+                    crate::auth::RSA_BITS
+                );
+                Some(Arc::new(auth))
+            }
+            AuthMode::Passthrough | AuthMode::Offline => None,
+        };
         let mut listeners = Vec::with_capacity(config.listeners.len());
         let mut certs = Vec::new();
         for l in &config.listeners {
@@ -241,7 +274,7 @@ impl Server {
         }
         Ok(Self {
             listeners,
-            shared: Arc::new(Shared::new(config)),
+            shared: Arc::new(Shared::new(config, online)),
             certs,
             max_connections: config.limits.max_connections,
         })
@@ -507,9 +540,13 @@ impl Player for TcpPlayer {
 
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
         let stall = start.write_stall;
-        let mut up = Direction::new(None, stall);
+        let (encrypt, decrypt) = match start.cipher {
+            Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
+            None => (None, None),
+        };
+        let mut up = Direction::new(None, stall, decrypt);
         up.bytes = start.up;
-        let mut down = Direction::new(start.scanner, stall);
+        let mut down = Direction::new(start.scanner, stall, encrypt);
         down.bytes = start.down;
         let end =
             relay_tcp(&self.stream, &backend, &mut up, &mut down, start.shutdown, &shutdown_disconnect_frame()).await;

@@ -5,10 +5,13 @@
 //!    `0xFE` ping, or a handshake frame and — for login — the Login Start frame. Frames here are limited to the
 //!    largest legal handshake and Login Start, so nothing bigger is ever buffered.
 //! 2. **Route** by the handshake hostname (Forge marker and one trailing dot stripped, lowercased).
-//! 3. **Backend**: connect (`backend_connect_timeout_seconds`), send the handshake (with forwarding applied),
+//! 3. **Online mode** only (`auth.mode = "online"`): Encryption Request, Encryption Response (within
+//!    `login_timeout_seconds`), then AES-CFB8 on the player's stream and the session server's `hasJoined`
+//!    check (see [`crate::auth`]). A failure is a Login Disconnect and no backend is contacted.
+//! 4. **Backend**: connect (`backend_connect_timeout_seconds`), send the handshake (with forwarding applied),
 //!    Login Start and every byte that followed, in one write; wait for the backend's first answer
 //!    (`login_timeout_seconds`). Failures become a Login Disconnect with a clear reason.
-//! 4. **Relay** bytes both ways (see [`crate::relay`]).
+//! 5. **Relay** bytes both ways (see [`crate::relay`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,13 +19,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid};
+use moonbridge_protocol::crypto::{server_hash, Cfb8Encryptor, SHARED_SECRET_LEN};
+use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid, Property};
 use moonbridge_protocol::frame::peek_packet_id;
 use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::legacy::{self, LegacyDetect, LegacyPing, LegacyStatus};
 use moonbridge_protocol::packets::{
-    chat_text, Handshake, LoginDisconnect, LoginStart, NextState, Packet, PlayDisconnect, StatusPing, StatusRequest,
-    StatusResponse, MAX_HANDSHAKE_FRAME_LEN, MAX_LOGIN_START_FRAME_LEN, PROTOCOL_VERSION,
+    chat_text, EncryptionRequest, EncryptionResponse, Handshake, LoginDisconnect, LoginStart, NextState, Packet,
+    PlayDisconnect, StatusPing, StatusRequest, StatusResponse, MAX_ENCRYPTION_RESPONSE_FRAME_LEN,
+    MAX_HANDSHAKE_FRAME_LEN, MAX_LOGIN_START_FRAME_LEN, PROTOCOL_VERSION,
 };
 use moonbridge_protocol::{DecodeError, FrameDecoder, FrameError, FrameScanner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,9 +36,10 @@ use tokio::time::{timeout, timeout_at, Duration};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::auth::{OnlineAuth, Profile, SessionError};
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
-use crate::relay::{RelayEnd, RELAY_CHUNK};
+use crate::relay::{ClientCipher, RelayEnd, RELAY_CHUNK};
 use crate::server::{Backend, Shared};
 
 /// How long a connection that sent only `FE` or `FE 01` may stay silent before it is answered as a legacy
@@ -88,6 +94,8 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) down: u64,
     /// `limits.write_stall_timeout_seconds`.
     pub(crate) write_stall: Duration,
+    /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext).
+    pub(crate) cipher: Option<ClientCipher>,
 }
 
 /// What the relay stage reports.
@@ -275,9 +283,18 @@ async fn read_opening<P: Player>(player: &mut P) -> Result<Opening, OpeningError
     }
 }
 
-/// Sends a Login Disconnect with `reason` and ends the connection.
-async fn login_disconnect<P: Player>(player: &mut P, reason: &str, finish: Finish) {
-    if let Ok(frame) = (LoginDisconnect { reason_json: chat_text(reason) }).to_frame_bytes() {
+/// Sends a Login Disconnect with `reason` (encrypted with `encrypt` once the player's stream is) and ends the
+/// connection.
+async fn login_disconnect<P: Player>(
+    player: &mut P,
+    reason: &str,
+    encrypt: Option<&mut Cfb8Encryptor>,
+    finish: Finish,
+) {
+    if let Ok(mut frame) = (LoginDisconnect { reason_json: chat_text(reason) }).to_frame_bytes() {
+        if let Some(e) = encrypt {
+            e.apply(&mut frame);
+        }
         if player.send(&frame).await.is_ok() {
             player.finish(finish).await;
             return;
@@ -308,6 +325,182 @@ async fn connect_backend(shared: &Shared, backend: &Backend, info: &ConnInfo) ->
     Ok(s)
 }
 
+/// Vanilla's texts for online-mode failures (`NetHandlerLoginServer`), so players see what they know.
+const TOOK_TOO_LONG: &str = "Took too long to log in";
+const NOT_VERIFIED: &str = "Failed to verify username!";
+const AUTH_SERVERS_DOWN: &str = "Authentication servers are down. Please try again later, sorry!";
+
+/// The name of the property BungeeGuard-style backends check against their configured token.
+const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
+
+/// A player the session server vouched for.
+struct Verified {
+    profile: Profile,
+    cipher: ClientCipher,
+    /// Serverbound bytes that followed Encryption Response, decrypted.
+    rest: BytesMut,
+}
+
+/// Why an online-mode login failed.
+struct AuthFailure {
+    /// What the player is told (`None` when the player is already gone).
+    message: Option<&'static str>,
+    /// The player's encryptor when the stream was already encrypted at the failure.
+    encrypt: Option<Cfb8Encryptor>,
+    finish: Finish,
+    /// For the session log.
+    reason: String,
+}
+
+impl AuthFailure {
+    fn new(message: Option<&'static str>, finish: Finish, reason: impl Into<String>) -> Self {
+        Self { message, encrypt: None, finish, reason: reason.into() }
+    }
+
+    fn encrypted(mut self, cipher: ClientCipher) -> Self {
+        self.encrypt = Some(cipher.encrypt);
+        self
+    }
+}
+
+/// The online-mode login (protocol 5): Encryption Request, Encryption Response, AES-CFB8 on, `hasJoined`.
+async fn authenticate<P: Player>(
+    player: &mut P,
+    shared: &Shared,
+    auth: &Arc<OnlineAuth>,
+    name: &str,
+    rest: BytesMut,
+    shutdown: &CancellationToken,
+) -> Result<Verified, AuthFailure> {
+    let mut token = [0u8; 4];
+    rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut token);
+    let request = EncryptionRequest {
+        server_id: String::new(),
+        public_key: auth.public_key_der().to_vec(),
+        verify_token: token.to_vec(),
+    };
+    let sent = match request.to_frame_bytes() {
+        Ok(frame) => player.send(&frame).await,
+        Err(e) => Err(io::Error::other(e.to_string())),
+    };
+    if let Err(e) = sent {
+        return Err(AuthFailure::new(None, Finish::Normal, format!("player write failed: {e}")));
+    }
+
+    // The player's Encryption Response, within the login deadline.
+    let mut dec = FrameDecoder::new(MAX_ENCRYPTION_RESPONSE_FRAME_LEN);
+    dec.queue_bytes(rest);
+    let login_timeout = shared.limits.login_timeout_seconds;
+    let frame = tokio::select! {
+        r = timeout(shared.limits.login_timeout(), next_frame(player, &mut dec)) => r,
+        () = shutdown.cancelled() => {
+            return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown"));
+        }
+    };
+    let frame = match frame {
+        Ok(Ok(f)) => f,
+        Ok(Err(OpeningError::Closed)) => {
+            return Err(AuthFailure::new(None, Finish::Normal, "closed during the encryption handshake"))
+        }
+        Ok(Err(e)) => {
+            return Err(AuthFailure::new(
+                Some("Invalid Encryption Response"),
+                Finish::ProtocolError,
+                format!("bad Encryption Response: {e}"),
+            ))
+        }
+        Err(_) => {
+            return Err(AuthFailure::new(
+                Some(TOOK_TOO_LONG),
+                Finish::ProtocolError,
+                format!("no Encryption Response within {login_timeout}s (limits.login_timeout_seconds)"),
+            ))
+        }
+    };
+    let response: EncryptionResponse = match frame.decode() {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(AuthFailure::new(
+                Some("Invalid Encryption Response"),
+                Finish::ProtocolError,
+                format!("expected Encryption Response: {e}"),
+            ))
+        }
+    };
+
+    // RSA decryption costs about a millisecond of CPU: off the runtime's workers.
+    let key = Arc::clone(auth);
+    let decrypted = tokio::task::spawn_blocking(move || {
+        (key.decrypt(&response.shared_secret), key.decrypt(&response.verify_token))
+    })
+    .await;
+    let Ok((secret, token_back)) = decrypted else {
+        return Err(AuthFailure::new(Some(NOT_VERIFIED), Finish::ProtocolError, "RSA decryption task failed"));
+    };
+    let secret: [u8; SHARED_SECRET_LEN] = match secret.map(<[u8; SHARED_SECRET_LEN]>::try_from) {
+        Some(Ok(s)) => s,
+        Some(Err(v)) => {
+            return Err(AuthFailure::new(
+                Some("Invalid shared secret"),
+                Finish::ProtocolError,
+                format!("shared secret is {} bytes, not {SHARED_SECRET_LEN}", v.len()),
+            ))
+        }
+        None => {
+            return Err(AuthFailure::new(
+                Some("Invalid shared secret"),
+                Finish::ProtocolError,
+                "shared secret does not decrypt with the proxy's key",
+            ))
+        }
+    };
+    // From here the client encrypts and decrypts everything (it switched after sending the response).
+    let mut cipher = ClientCipher::new(&secret);
+    if token_back.as_deref() != Some(&token[..]) {
+        return Err(AuthFailure::new(
+            Some("Invalid verify token"),
+            Finish::ProtocolError,
+            "verify token does not match",
+        )
+        .encrypted(cipher));
+    }
+    let mut rest = dec.take_buffered();
+    cipher.decrypt.apply(&mut rest);
+
+    let hash = server_hash("", &secret, auth.public_key_der());
+    let checker = Arc::clone(auth);
+    let who = name.to_string();
+    let checked = tokio::select! {
+        r = tokio::task::spawn_blocking(move || checker.has_joined(&who, &hash)) => r,
+        () = shutdown.cancelled() => {
+            return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown").encrypted(cipher));
+        }
+    };
+    let checked = checked.unwrap_or_else(|e| Err(SessionError::Unreachable(format!("session check task: {e}"))));
+    match checked {
+        Ok(Some(profile)) if profile.name == name => Ok(Verified { profile, cipher, rest }),
+        Ok(Some(profile)) => Err(AuthFailure::new(
+            Some(NOT_VERIFIED),
+            Finish::Normal,
+            format!("session server returned the name {:?}", profile.name),
+        )
+        .encrypted(cipher)),
+        Ok(None) => Err(AuthFailure::new(Some(NOT_VERIFIED), Finish::Normal, "not verified by the session server")
+            .encrypted(cipher)),
+        Err(e) => {
+            if let Some(suppressed) = shared.session_server_log.allow() {
+                warn!(suppressed, "online mode: {e}");
+            }
+            Err(AuthFailure::new(Some(AUTH_SERVERS_DOWN), Finish::BackendUnavailable, e.to_string()).encrypted(cipher))
+        }
+    }
+}
+
+/// The player's encryptor, when online mode switched it on.
+fn encryptor(cipher: &mut Option<ClientCipher>) -> Option<&mut Cfb8Encryptor> {
+    cipher.as_mut().map(|c| &mut c.encrypt)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn login_session<P: Player>(
     player: &mut P,
@@ -323,27 +516,54 @@ async fn login_session<P: Player>(
     summary.player = Some(login.name.clone());
     let host = HostField::parse(&handshake.server_address);
     let Some(backend) = shared.route(&host.routing_key()) else {
-        login_disconnect(player, &format!("Unknown server address {}", host.hostname), Finish::Normal).await;
+        login_disconnect(player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
         return summary;
     };
     summary.backend = Some(backend.name.clone());
 
+    // Online mode: authenticate before any backend is contacted.
+    let (verified, mut cipher, rest) = match &shared.online {
+        Some(auth) => match authenticate(player, shared, auth, &login.name, rest, shutdown).await {
+            Ok(v) => (Some(v.profile), Some(v.cipher), v.rest),
+            Err(mut f) => {
+                if let Some(message) = f.message {
+                    login_disconnect(player, message, f.encrypt.as_mut(), f.finish).await;
+                } else {
+                    player.finish(f.finish).await;
+                }
+                summary.reason = format!("online mode: {}", f.reason);
+                return summary;
+            }
+        },
+        None => (None, None, rest),
+    };
+
     let server_address = match backend.forwarding {
         Forwarding::None | Forwarding::ProxyProtocol => handshake.server_address.clone(),
         Forwarding::Bungeecord => {
-            let uuid = match shared.auth {
-                AuthMode::Offline => offline_uuid(&login.name),
-                // Refused by config validation; never reached.
-                AuthMode::Passthrough => offline_uuid(&login.name),
+            let mut props: Vec<Property> = Vec::new();
+            let uuid = match (&verified, shared.auth) {
+                (Some(profile), _) => {
+                    props.extend(profile.properties.iter().cloned());
+                    profile.id
+                }
+                // Passthrough with bungeecord is refused by config validation; never reached.
+                (None, AuthMode::Offline | AuthMode::Passthrough | AuthMode::Online) => offline_uuid(&login.name),
             };
-            let props = host.marker.filter(|_| host.is_forge()).map(forge_properties);
-            bungeecord_address(host.hostname, info.client.ip(), uuid, props.as_ref().map_or(&[][..], |p| &p[..]))
+            if let Some(marker) = host.marker.filter(|_| host.is_forge()) {
+                props.extend(forge_properties(marker));
+            }
+            if let Some(secret) = &backend.forwarding_secret {
+                props.push(Property { name: BUNGEEGUARD_PROPERTY.into(), value: secret.clone(), signature: None });
+            }
+            bungeecord_address(host.hostname, info.client.ip(), uuid, &props)
         }
     };
     let mut opening = BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
     if (Handshake { server_address, ..handshake }).encode_frame(&mut opening).is_err() {
-        login_disconnect(player, "Handshake could not be forwarded", Finish::ProtocolError).await;
+        login_disconnect(player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
+            .await;
         summary.reason = "forwarded handshake too long".into();
         return summary;
     }
@@ -351,18 +571,18 @@ async fn login_session<P: Player>(
     opening.extend_from_slice(&rest);
     let up = opening.len() as u64;
 
+    let unreachable = format!("Server {} is unreachable", backend.name);
     let mut stream = match connect_backend(shared, backend, info).await {
         Ok(s) => s,
         Err(e) => {
             warn!(backend = %backend.name, "{e}");
-            login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable)
-                .await;
+            login_disconnect(player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = e;
             return summary;
         }
     };
     if let Err(e) = stream.write_all(&opening).await {
-        login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable).await;
+        login_disconnect(player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
         summary.reason = format!("backend write failed: {e}");
         return summary;
     }
@@ -372,44 +592,47 @@ async fn login_session<P: Player>(
     let answered = tokio::select! {
         r = timeout(shared.limits.login_timeout(), stream.read_buf(&mut first)) => r,
         () = shutdown.cancelled() => {
-            login_disconnect(player, SHUTDOWN_REASON, Finish::Shutdown).await;
+            login_disconnect(player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
             summary.reason = "proxy shutdown".into();
             return summary;
         }
     };
-    match answered {
-        Ok(Ok(n)) if n > 0 => {}
-        Ok(Ok(_)) => {
-            login_disconnect(
-                player,
-                &format!("Server {} closed the connection during login", backend.name),
-                Finish::BackendUnavailable,
-            )
-            .await;
-            summary.reason = "backend closed during login".into();
-            return summary;
-        }
-        Ok(Err(e)) => {
-            login_disconnect(player, &format!("Server {} is unreachable", backend.name), Finish::BackendUnavailable)
-                .await;
-            summary.reason = format!("backend read failed: {e}");
-            return summary;
-        }
+    let failed = match answered {
+        Ok(Ok(n)) if n > 0 => None,
+        Ok(Ok(_)) => Some((
+            format!("Server {} closed the connection during login", backend.name),
+            "backend closed during login".to_string(),
+        )),
+        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"))),
         Err(_) => {
             warn!(backend = %backend.name, "backend did not answer the login within {}s", shared.limits.login_timeout_seconds);
-            login_disconnect(
-                player,
-                &format!("Server {} did not answer the login in time", backend.name),
-                Finish::BackendUnavailable,
-            )
-            .await;
-            summary.reason = "backend login timeout".into();
-            return summary;
+            Some((format!("Server {} did not answer the login in time", backend.name), "backend login timeout".into()))
         }
+    };
+    let first_id = peek_packet_id(&first);
+    let failed = failed.or_else(|| match first_id {
+        // An online-mode backend behind an online-mode proxy would ask the player to encrypt a second time.
+        Ok(Some(0x01)) if cipher.is_some() => {
+            warn!(backend = %backend.name, "backend sent Encryption Request: with auth.mode = \"online\" backends must run in offline mode");
+            Some((
+                format!("Server {} is misconfigured (online mode behind an online-mode proxy)", backend.name),
+                "backend is in online mode".into(),
+            ))
+        }
+        _ => None,
+    });
+    if let Some((message, reason)) = failed {
+        login_disconnect(player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+        summary.reason = reason;
+        return summary;
     }
-    // Login Success (0x02) means the clientbound stream stays plaintext: follow its frames so a shutdown can
-    // insert a Disconnect between two of them. Anything else (encryption) is relayed opaquely.
-    let scanner = match peek_packet_id(&first) {
+    if let Some(profile) = &verified {
+        summary.player = Some(profile.name.clone());
+    }
+    // Login Success (0x02) means the clientbound stream stays plaintext Minecraft: follow its frames so a
+    // shutdown can insert a Disconnect between two of them. Anything else (backend encryption) is relayed
+    // opaquely.
+    let scanner = match first_id {
         Ok(Some(0x02)) => {
             let mut s = FrameScanner::new();
             s.scan(&first).ok().map(|_| s)
@@ -417,13 +640,16 @@ async fn login_session<P: Player>(
         _ => None,
     };
     let down = first.len() as u64;
+    if let Some(e) = encryptor(&mut cipher) {
+        e.apply(&mut first);
+    }
     if let Err(e) = player.send(&first).await {
         summary.reason = format!("player write failed: {e}");
         return summary;
     }
     drop(first);
     let write_stall = shared.limits.write_stall_timeout();
-    let report = player.relay(stream, RelayStart { shutdown, scanner, up, down, write_stall }).await;
+    let report = player.relay(stream, RelayStart { shutdown, scanner, up, down, write_stall, cipher }).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
@@ -482,7 +708,14 @@ async fn status<P: Player>(
         shared.limits.login_timeout(),
         player.relay(
             stream,
-            RelayStart { shutdown, scanner: None, up, down: 0, write_stall: shared.limits.write_stall_timeout() },
+            RelayStart {
+                shutdown,
+                scanner: None,
+                up,
+                down: 0,
+                write_stall: shared.limits.write_stall_timeout(),
+                cipher: None,
+            },
         ),
     )
     .await

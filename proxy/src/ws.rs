@@ -15,6 +15,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use ipnet::IpNet;
+use moonbridge_protocol::crypto::Cfb8Encryptor;
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use moonbridge_protocol::FrameScanner;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -363,6 +364,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
         let mut up = start.up;
         let mut down = start.down;
         let mut scanner: Option<FrameScanner> = start.scanner;
+        // Online mode: the player's stream is AES-CFB8 both ways, transformed in place per batch.
+        let (mut encrypt, mut decrypt) = start.cipher.map(|c| (c.encrypt, c.decrypt)).unzip();
         let mut keepalive = self.ping_interval.map(|i| Keepalive::new(i, Instant::now()));
         let mut ticker = keepalive.as_ref().map(|k| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + k.tick_period(), k.tick_period());
@@ -401,6 +404,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         }
                     };
                     if !batch.is_empty() {
+                        if let Some(d) = &mut decrypt {
+                            d.apply(&mut batch);
+                        }
                         if let Err(e) = write_all(&backend, &batch, stall).await {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                             break RelayEnd::Error(Side::Backend, e);
@@ -445,7 +451,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
-                    let data = match read_batch(&backend) {
+                    let data = match read_batch(&backend, &mut scanner, encrypt.as_mut()) {
                         Ok(Some(d)) => d,
                         Ok(None) => continue,
                         Err(e) => {
@@ -459,11 +465,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         break RelayEnd::Closed(Side::Backend);
                     }
                     down += data.len() as u64;
-                    if let Some(s) = &mut scanner {
-                        if s.scan(&data).is_err() {
-                            scanner = None;
-                        }
-                    }
                     self.messages_out += 1;
                     self.shared.ws_messages_out.fetch_add(1, Ordering::Relaxed);
                     if let Err(e) = bounded(stall, self.ws.send(Message::Binary(data))).await {
@@ -492,7 +493,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     let at_boundary = scanner.as_ref().is_some_and(FrameScanner::at_boundary);
                     let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
                         if at_boundary {
-                            let _ = self.send_binary(Bytes::from(shutdown_disconnect_frame())).await;
+                            let mut disconnect = shutdown_disconnect_frame();
+                            if let Some(e) = &mut encrypt {
+                                e.apply(&mut disconnect);
+                            }
+                            let _ = self.send_binary(Bytes::from(disconnect)).await;
                         }
                         self.close(carriage::CLOSE_GOING_AWAY, "proxy shutting down").await;
                     })
@@ -529,10 +534,25 @@ async fn tick(ticker: &mut Option<Interval>) {
     }
 }
 
-/// Reads one batch from the backend: `Some(empty)` at EOF, `None` when nothing was ready after all.
-fn read_batch(backend: &TcpStream) -> io::Result<Option<Bytes>> {
+/// Reads one batch from the backend: `Some(empty)` at EOF, `None` when nothing was ready after all. The
+/// plaintext passes `scanner` (dropped when the stream stops parsing), then `encrypt` in place, before the one
+/// copy into the message.
+fn read_batch(
+    backend: &TcpStream,
+    scanner: &mut Option<FrameScanner>,
+    encrypt: Option<&mut Cfb8Encryptor>,
+) -> io::Result<Option<Bytes>> {
     crate::relay::with_scratch(|buf| match crate::relay::read_clearing(backend, buf) {
-        Ok(n) => Ok(Some(Bytes::copy_from_slice(buf.get(..n).unwrap_or_default()))),
+        Ok(n) => {
+            let data = buf.get_mut(..n).unwrap_or_default();
+            if scanner.as_mut().is_some_and(|s| s.scan(data).is_err()) {
+                *scanner = None;
+            }
+            if let Some(e) = encrypt {
+                e.apply(data);
+            }
+            Ok(Some(Bytes::copy_from_slice(data)))
+        }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e),
     })

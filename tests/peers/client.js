@@ -2,7 +2,10 @@
 // Real node-minecraft-protocol 1.7.10 clients connecting through MoonBridge.
 //
 // Usage: node client.js '{"host":"127.0.0.1","port":N,"count":50,"serverHost":"mc.example.com","forge":true,
-//                         "burstCount":70,"burstSize":30000,"timeoutMs":60000,"url":"ws://..."}'
+//                         "burstCount":70,"burstSize":30000,"timeoutMs":60000,"url":"ws://...",
+//                         "online":{"sessionServer":"http://127.0.0.1:M","profiles":[{"name","id","accessToken"}]}}'
+// With `online`, client i logs in as profiles[i] with auth 'mojang': it joins the session server (the local
+// stand-in, see session-server.js) and encrypts its stream, as a real online-mode client does.
 // Each client logs in (Forge marker in the handshake when forge is set), waits for Join Game, checks every byte
 // of the plugin-message burst, completes a chat round trip and disconnects. One JSON line per client, then a
 // summary line {"event":"done","ok":N,"failed":M,"ms":T}; the exit code is 0 only when every client passed.
@@ -33,16 +36,26 @@ function wsConnect (opts, result) {
 
 function runOne (i) {
   return new Promise((resolve) => {
-    const username = opts.prefix + i
+    const profile = opts.online ? opts.online.profiles[i] : null
+    const username = profile ? profile.name : opts.prefix + i
     const started = Date.now()
     const result = { event: 'client', username, ok: false, joined: false, burst: 0, chat: false }
     const forge = opts.forge === 'alternate' ? i % 2 === 0 : Boolean(opts.forge)
     result.forge = forge
     const host = opts.serverHost + (forge ? '\0FML\0' : '')
-    const client = mc.createClient({
-      host: opts.host, port: opts.port, username, version: '1.7.10', auth: 'offline', fakeHost: host,
+    const auth = profile
+      ? {
+          auth: 'mojang',
+          sessionServer: opts.online.sessionServer,
+          session: { accessToken: profile.accessToken, clientToken: 'moonbridge-tests', selectedProfile: { id: profile.id, name: profile.name } },
+          skipValidation: true,
+          profilesFolder: false
+        }
+      : { auth: 'offline' }
+    const client = mc.createClient(Object.assign({
+      host: opts.host, port: opts.port, username, version: '1.7.10', fakeHost: host,
       connect: wsConnect(opts, result), keepAlive: true
-    })
+    }, auth))
     let finished = false
     const finish = (err) => {
       if (finished) return

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub mod mc;
+pub mod online;
 
 /// The plugin channel of the backend's login burst (`peers/common.js`).
 pub const BURST_CHANNEL: &str = "MB|Burst";
@@ -170,6 +171,26 @@ impl NodePeer {
             Ok(Some(v)) => v,
             Ok(None) => panic!("node peer exited before event {name:?}"),
             Err(_) => panic!("no {name:?} event within {within:?}"),
+        }
+    }
+
+    /// The next `n` lines, whatever their events.
+    pub async fn next_lines(&mut self, n: usize, within: Duration) -> Vec<Value> {
+        let mut seen = Vec::new();
+        let got = timeout(within, async {
+            while seen.len() < n {
+                match self.lines.recv().await {
+                    Some(v) => seen.push(v),
+                    None => return false,
+                }
+            }
+            true
+        })
+        .await;
+        match got {
+            Ok(true) => seen,
+            Ok(false) => panic!("node peer exited after {seen:?}"),
+            Err(_) => panic!("fewer than {n} lines within {within:?}: {seen:?}"),
         }
     }
 
@@ -371,6 +392,21 @@ pub fn login_disconnect_reason(bytes: &[u8]) -> Option<String> {
     let json = r.string(32767, "reason").ok()?;
     let v: Value = serde_json::from_str(json).ok()?;
     v["text"].as_str().map(str::to_owned)
+}
+
+/// A protocol 5 handshake frame for `host` (port 25565) with next state Login.
+pub fn login_handshake(host: &str) -> Vec<u8> {
+    use moonbridge_protocol::packets::{Handshake, NextState, Packet};
+    Handshake { protocol_version: 5, server_address: host.into(), server_port: 25565, next_state: NextState::Login }
+        .to_frame_bytes()
+        .unwrap()
+        .to_vec()
+}
+
+/// A Login Start frame for `name`.
+pub fn login_start(name: &str) -> Vec<u8> {
+    use moonbridge_protocol::packets::{LoginStart, Packet};
+    LoginStart { name: name.into() }.to_frame_bytes().unwrap().to_vec()
 }
 
 /// A Login Success frame for `name` (what a backend sends to complete the login).

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::Connection;
 use moonbridge_protocol::codec::{put_string, Reader};
-use moonbridge_protocol::packets::{Handshake, KeepAlive, LoginStart, LoginSuccess, NextState, Packet, PluginMessage};
+use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessage};
 use moonbridge_protocol::{Frame, FrameDecoder, MAX_FRAME_LEN};
 
 /// Byte `i` of burst message `n`, as `peers/common.js` builds it.
@@ -69,14 +69,8 @@ fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
 /// Handshake + Login Start for `name`, Forge marker optional, as one tick.
 pub fn send_login(conn: &Connection, name: &str, forge: bool) {
     let host = if forge { "mc.example.com\0FML\0" } else { "mc.example.com" };
-    let hs = Handshake {
-        protocol_version: 5,
-        server_address: host.into(),
-        server_port: 25565,
-        next_state: NextState::Login,
-    };
-    conn.send(&hs.to_frame_bytes().unwrap()).unwrap();
-    conn.send(&LoginStart { name: name.into() }.to_frame_bytes().unwrap()).unwrap();
+    conn.send(&crate::login_handshake(host)).unwrap();
+    conn.send(&crate::login_start(name)).unwrap();
     conn.end_tick().unwrap();
 }
 

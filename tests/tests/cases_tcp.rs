@@ -10,8 +10,8 @@ use moonbridge_protocol::legacy;
 use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
-    frames, login_disconnect_reason, login_success, raise_fd_limit, read_to_close, tcp_config, Proxy, RawBackend,
-    RawBehaviour, HS, LS, STEP,
+    frames, login_disconnect_reason, login_handshake, login_success, raise_fd_limit, read_to_close, tcp_config, Proxy,
+    RawBackend, RawBehaviour, HS, LS, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -109,14 +109,7 @@ async fn c3_forge_marker_routes_by_hostname_and_reaches_the_backend() {
     assert_eq!(rx, hs_ls(), "backend receives the handshake with \\0FML\\0 and Login Start unchanged");
 
     // Without the marker (and with a trailing dot and other case): forwarded without one.
-    let plain = Handshake {
-        protocol_version: 5,
-        server_address: "Mc.Example.com.".into(),
-        server_port: 25565,
-        next_state: NextState::Login,
-    }
-    .to_frame_bytes()
-    .unwrap();
+    let plain = login_handshake("Mc.Example.com.");
     let bytes = [&plain[..], LS].concat();
     let _q = log_in(addr, &bytes).await;
     let rx = routed.wait_received(1, bytes.len(), STEP).await;
@@ -186,14 +179,7 @@ async fn c4_bungeecord_forwarding_carries_forge_as_properties() {
     assert!(!fields.iter().any(|f| f == "FML"), "the marker is not spliced between the fields");
 
     // A vanilla client: exactly three fields.
-    let plain = Handshake {
-        protocol_version: 5,
-        server_address: "mc.example.com".into(),
-        server_port: 25565,
-        next_state: NextState::Login,
-    }
-    .to_frame_bytes()
-    .unwrap();
+    let plain = login_handshake("mc.example.com");
     let mut vanilla = TcpStream::connect(addr).await.unwrap();
     vanilla.write_all(&[&plain[..], LS].concat()).await.unwrap();
     let rx = backend.wait_frames(1, 2, STEP).await;

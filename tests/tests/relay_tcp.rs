@@ -204,14 +204,7 @@ async fn shutdown_disconnects_players_with_a_message() {
     let addr = proxy.addr(Transport::Tcp);
     let mut p = logged_in(addr).await;
 
-    let hs = moonbridge_protocol::packets::Handshake {
-        protocol_version: 5,
-        server_address: "silent.example.com".into(),
-        server_port: 25565,
-        next_state: moonbridge_protocol::packets::NextState::Login,
-    }
-    .to_frame_bytes()
-    .unwrap();
+    let hs = moonbridge_tests::login_handshake("silent.example.com");
     let mut w = TcpStream::connect(addr).await.unwrap();
     w.write_all(&[&hs[..], LS].concat()).await.unwrap();
     silent.wait_received(0, hs.len() + LS.len(), STEP).await;

@@ -1,0 +1,290 @@
+//! Online mode (`auth.mode = "online"`): the proxy runs the protocol 5 encryption handshake, checks the player
+//! with the session server and forwards the verified identity with BungeeCord forwarding.
+//!
+//! The session server is `peers/session-server.js`, a local STAND-IN: the real sessionserver.mojang.com cannot
+//! be reached from the test machines. It implements `join` and `hasJoined` with the real server-hash check (the
+//! hash the client joined with must equal the one the proxy asks about). Its texture signatures are opaque
+//! test strings (only Mojang's key can make real ones; the proxy passes them through unread).
+//!
+//! Players are real node-minecraft-protocol 1.7.10 clients (`auth: 'mojang'` against the stand-in); the
+//! failure cases use a raw client in `moonbridge_tests::online` that can misbehave on purpose.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::online::start_online_login;
+use moonbridge_tests::{node_backend, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+const TOKEN: &str = "bungeeguard-secret-0123456789";
+
+/// Test profiles: name, UUID (32 hex digits) and a textures property.
+fn profiles(names: &[&str]) -> Vec<Value> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "name": name,
+                "id": format!("{:08x}1234412389ab{:012x}", 0x5eed_0000 + i, i + 1),
+                "accessToken": format!("access-token-{name}"),
+                "properties": [{
+                    "name": "textures",
+                    "value": format!("dGV4dHVyZXMgb2Yg{name}"),
+                    "signature": format!("c3RhbmQtaW4tc2lnbmF0dXJl{name}")
+                }]
+            })
+        })
+        .collect()
+}
+
+async fn session_server(opts: Value) -> (NodePeer, String) {
+    let mut peer = NodePeer::spawn("session-server.js", &opts).await;
+    let port = peer.event("listening", STEP).await["port"].as_u64().unwrap();
+    (peer, format!("http://127.0.0.1:{port}"))
+}
+
+fn online_auth_toml(session_server: &str, extra: &str) -> String {
+    format!("\n[auth]\nmode = \"online\"\nsession_server = \"{session_server}\"\n{extra}")
+}
+
+/// Real clients log in through `listener` (TOML of one listener) with online mode and bungeecord forwarding
+/// to a backend that checks the forwarded UUID, signed textures and token, then play: the 70 × 30,000-byte
+/// burst checked byte for byte and a chat round trip, over the encrypted player stream.
+async fn online_players(transport: Transport, names: &[&str]) {
+    let profiles = profiles(names);
+    let (mut sessions, session_url) = session_server(json!({ "profiles": profiles })).await;
+    let expect: serde_json::Map<String, Value> = profiles
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                json!({ "uuid": p["id"], "textures": p["properties"][0]["value"], "token": TOKEN }),
+            )
+        })
+        .collect();
+    let (mut backend, backend_addr) = node_backend(json!({ "expectForwarded": expect })).await;
+    let cert = TestCert::generate("online-wss", "ec");
+    let listener = match transport {
+        Transport::Tcp => "transport = \"tcp\"".to_string(),
+        Transport::Wss => {
+            format!("transport = \"wss\"\ntls_cert = \"{}\"\ntls_key = \"{}\"", cert.cert.display(), cert.key.display())
+        }
+        Transport::Ws => "transport = \"ws\"".to_string(),
+    };
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\n{listener}\nbind = \"127.0.0.1:0\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{backend_addr}\"\nforwarding = \"bungeecord\"\n\
+         forwarding_secret = \"{TOKEN}\"\n{}",
+        online_auth_toml(&session_url, "")
+    ))
+    .await;
+    let port = proxy.addr(transport).port();
+    let mut opts = json!({
+        "port": port, "count": names.len(), "forge": "alternate",
+        "online": { "sessionServer": session_url, "profiles": profiles },
+    });
+    if transport == Transport::Wss {
+        opts["url"] = json!(format!("wss://127.0.0.1:{port}/mc"));
+        opts["ca"] = json!(cert.ca);
+        opts["servername"] = json!("localhost");
+    }
+    let mut clients = NodePeer::spawn("client.js", &opts).await;
+    let (results, done) = clients.collect_until_done("client", Duration::from_secs(120)).await;
+    assert_eq!(done["ok"], names.len(), "{results:?}");
+    for r in &results {
+        assert_eq!(
+            (r["ok"].clone(), r["burst"].clone(), r["chat"].clone()),
+            (json!(true), json!(70), json!(true)),
+            "{r}"
+        );
+    }
+    assert_eq!(clients.wait(STEP).await, Some(0));
+
+    // The session server saw each client join and the proxy ask with the same server hash.
+    let calls = sessions.next_lines(2 * names.len(), STEP).await;
+    for name in names {
+        let call =
+            |event: &str| calls.iter().find(|c| c["event"] == event && (c["name"] == *name || c["username"] == *name));
+        let (join, has_joined) = (call("join").expect("joined"), call("hasJoined").expect("checked"));
+        assert_eq!((join["ok"].as_bool(), has_joined["ok"].as_bool()), (Some(true), Some(true)), "{calls:?}");
+        assert_eq!(join["serverId"], has_joined["serverId"]);
+    }
+    // The backend got each verified identity (it kicks on a mismatch, so the clients above would have failed).
+    for _ in names {
+        let login = backend.event("login", STEP).await;
+        let p = profiles.iter().find(|p| p["name"] == login["username"]).expect("a known player");
+        let f = &login["forwarded"];
+        assert_eq!(f["host"], "mc.example.com");
+        assert_eq!(f["ip"], "127.0.0.1");
+        assert_eq!(f["uuid"], p["id"]);
+        let props = f["properties"].as_array().unwrap();
+        let textures = props.iter().find(|x| x["name"] == "textures").unwrap();
+        assert_eq!(textures, &p["properties"][0], "textures forwarded with their signature");
+        let token = props.iter().find(|x| x["name"] == "bungeeguard-token").unwrap();
+        assert_eq!(token["value"], TOKEN);
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_players_over_tcp() {
+    online_players(Transport::Tcp, &["Alice", "Bob", "Carol"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_players_over_wss() {
+    online_players(Transport::Wss, &["Dave", "Erin", "Frank"]).await;
+}
+
+/// A proxy in online mode in front of a backend that must never be contacted.
+async fn failing_proxy(session_server: &str, extra: &str) -> (Proxy, RawBackend, SocketAddr) {
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let toml =
+        tcp_config(backend.addr, &format!("forwarding = \"bungeecord\"\n{}", online_auth_toml(session_server, extra)));
+    let proxy = Proxy::start(&toml).await;
+    let addr = proxy.addr(Transport::Tcp);
+    (proxy, backend, addr)
+}
+
+const SECRET: [u8; 16] = *b"moonbridge-test!";
+
+/// Logs in with a correct Encryption Response but without joining the session server first.
+async fn correct_response(addr: SocketAddr) -> moonbridge_tests::online::OnlineStart {
+    let mut login = start_online_login(addr, "Mallory").await;
+    assert_eq!(login.request.server_id, "");
+    assert_eq!(login.request.verify_token.len(), 4);
+    let token = login.request.verify_token.clone();
+    login.respond(&SECRET, &token).await;
+    login
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_server_down() {
+    // A port nothing listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut login = correct_response(addr).await;
+    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    assert_eq!(reason.as_deref(), Some("Authentication servers are down. Please try again later, sorry!"));
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_server_timeout() {
+    // Accepts connections and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let (proxy, backend, addr) = failing_proxy(&url, "session_timeout_seconds = 1\n").await;
+    let mut login = correct_response(addr).await;
+    let started = Instant::now();
+    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    assert_eq!(reason.as_deref(), Some("Authentication servers are down. Please try again later, sorry!"));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(backend.accepted(), 0);
+    hold.abort();
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn player_not_verified() {
+    let (mut sessions, url) = session_server(json!({ "profiles": profiles(&["Alice"]) })).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut login = correct_response(addr).await;
+    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    assert_eq!(reason.as_deref(), Some("Failed to verify username!"));
+    let asked = sessions.event("hasJoined", STEP).await;
+    assert_eq!((asked["username"].as_str(), asked["ok"].as_bool()), (Some("Mallory"), Some(false)));
+    // The proxy asked with the real server hash of this login.
+    let expected = moonbridge_protocol::crypto::server_hash("", &SECRET, &login.request.public_key);
+    assert_eq!(asked["serverId"], expected);
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_server_names_someone_else() {
+    let (_sessions, url) =
+        session_server(json!({ "answerAs": { "id": "0123456789abcdef0123456789abcdef", "name": "Alice" } })).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut login = correct_response(addr).await;
+    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    assert_eq!(reason.as_deref(), Some("Failed to verify username!"));
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_verify_token() {
+    let (_sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut login = start_online_login(addr, "Mallory").await;
+    let mut token = login.request.verify_token.clone();
+    token[0] ^= 0xff;
+    login.respond(&SECRET, &token).await;
+    // The client already encrypts: the disconnect comes encrypted with its secret.
+    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    assert_eq!(reason.as_deref(), Some("Invalid verify token"));
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_length() {
+    let (_sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    for len in [15usize, 32] {
+        let mut login = start_online_login(addr, "Mallory").await;
+        let token = login.request.verify_token.clone();
+        login.respond(&vec![7u8; len], &token).await;
+        // No usable key, so the answer is plaintext.
+        let reason = login.disconnect_reason(None, STEP).await;
+        assert_eq!(reason.as_deref(), Some("Invalid shared secret"), "secret of {len} bytes");
+    }
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_an_encryption_response() {
+    let (_sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut login = start_online_login(addr, "Mallory").await;
+    // A second Login Start where the Encryption Response belongs.
+    tokio::io::AsyncWriteExt::write_all(&mut login.stream, &[0x07, 0x00, 0x05, b'S', b't', b'e', b'v', b'e'])
+        .await
+        .unwrap();
+    let reason = login.disconnect_reason(None, STEP).await;
+    assert_eq!(reason.as_deref(), Some("Invalid Encryption Response"));
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_stalls_in_the_encryption_handshake() {
+    let (_sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "[limits]\nlogin_timeout_seconds = 1\n").await;
+    let mut login = start_online_login(addr, "Mallory").await;
+    let started = Instant::now();
+    // Send nothing: the login deadline ends it with a plaintext Login Disconnect.
+    let reason = login.disconnect_reason(None, STEP).await;
+    assert_eq!(reason.as_deref(), Some("Took too long to log in"));
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
