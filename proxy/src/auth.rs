@@ -8,6 +8,7 @@
 //! 3. `GET {session_server}/session/minecraft/hasJoined?username=…&serverId=<server hash>`: 200 with the
 //!    profile (id, name, signed properties) means verified; 204 means the client did not join.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use moonbridge_protocol::forwarding::Property;
@@ -20,6 +21,9 @@ use uuid::Uuid;
 pub(crate) const RSA_BITS: usize = 1024;
 /// Largest session-server answer read, in bytes.
 const MAX_PROFILE_BYTES: u64 = 64 * 1024;
+/// Most session checks in flight at once. Each holds a blocking thread for up to `session_timeout_seconds`;
+/// logins beyond this wait (inside the same timeout) instead of piling threads onto a slow session server.
+pub(crate) const MAX_CONCURRENT_CHECKS: usize = 64;
 
 /// Why online mode could not start.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +69,7 @@ pub(crate) struct OnlineAuth {
     agent: ureq::Agent,
     session_server: String,
     timeout: Duration,
+    checks: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for OnlineAuth {
@@ -88,7 +93,7 @@ fn encode_query(value: &str) -> String {
 
 impl OnlineAuth {
     /// Generates the RSA-1024 key pair (once per process) and prepares the HTTP agent (rustls with the
-    /// aws-lc-rs provider and the webpki roots; `http://` URLs work too, for local stand-ins).
+    /// aws-lc-rs provider and the webpki roots, no redirects; `http://` URLs work too, for local stand-ins).
     pub(crate) fn new(session_server: &str, timeout: Duration) -> Result<Self, AuthError> {
         let key = RsaPrivateKey::new(&mut rand_core::OsRng, RSA_BITS).map_err(|e| AuthError::Key(e.to_string()))?;
         let public_der =
@@ -100,6 +105,7 @@ impl OnlineAuth {
             .build();
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
+            .max_redirects(0)
             .http_status_as_error(false)
             .tls_config(tls)
             .user_agent("moonbridge")
@@ -110,6 +116,7 @@ impl OnlineAuth {
             agent: ureq::Agent::new_with_config(config),
             session_server: session_server.trim_end_matches('/').to_string(),
             timeout,
+            checks: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CHECKS)),
         })
     }
 
@@ -118,9 +125,38 @@ impl OnlineAuth {
         &self.public_der
     }
 
-    /// Decrypts a PKCS#1 v1.5 block from Encryption Response; `None` when it does not decrypt.
+    /// Decrypts a PKCS#1 v1.5 block from Encryption Response (with RSA blinding); `None` when it does not
+    /// decrypt. Blocking CPU work: call from `spawn_blocking`.
     pub(crate) fn decrypt(&self, ciphertext: &[u8]) -> Option<Vec<u8>> {
-        self.key.decrypt(Pkcs1v15Encrypt, ciphertext).ok()
+        self.key.decrypt_blinded(&mut rand_core::OsRng, Pkcs1v15Encrypt, ciphertext).ok()
+    }
+
+    /// Asks the session server about `name` and `server_hash` on the blocking pool, at most
+    /// [`MAX_CONCURRENT_CHECKS`] at once; the whole check, waiting for a turn included, is bounded by
+    /// `session_timeout_seconds`.
+    pub(crate) async fn check(
+        self: &Arc<Self>,
+        name: &str,
+        server_hash: String,
+    ) -> Result<Option<Profile>, SessionError> {
+        let auth = Arc::clone(self);
+        let name = name.to_string();
+        let run = async move {
+            let permit =
+                Arc::clone(&auth.checks).acquire_owned().await.map_err(|e| SessionError::Unreachable(e.to_string()))?;
+            // The permit lives as long as the blocking call, even when this future is dropped by the timeout.
+            tokio::task::spawn_blocking(move || {
+                let r = auth.has_joined(&name, &server_hash);
+                drop(permit);
+                r
+            })
+            .await
+            .unwrap_or_else(|e| Err(SessionError::Unreachable(format!("session check task: {e}"))))
+        };
+        match tokio::time::timeout(self.timeout, run).await {
+            Ok(r) => r,
+            Err(_) => Err(SessionError::Timeout(self.session_server.clone(), self.timeout.as_secs())),
+        }
     }
 
     /// Asks the session server whether `name` joined with `server_hash`. Blocking: call from

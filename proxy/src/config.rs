@@ -488,7 +488,7 @@ impl Config {
                     format!("backend[{i}].forwarding_secret"),
                     "only applies with forwarding = \"bungeecord\"".into(),
                 ),
-                Some(secret) if secret.len() < 16 => {
+                Some(secret) if secret.chars().count() < 16 => {
                     push(format!("backend[{i}].forwarding_secret"), "must be at least 16 characters".into());
                 }
                 _ => {}
@@ -541,9 +541,8 @@ impl Config {
         if l.max_ws_message_bytes < min_ws {
             push("limits.max_ws_message_bytes".into(), format!("must be at least {min_ws} (one 1.7.10 frame)"));
         }
-        let url = self.auth.session_server.to_ascii_lowercase();
-        if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() < 10 {
-            push("auth.session_server".into(), format!("\"{}\" is not an http(s) URL", self.auth.session_server));
+        if let Err(m) = check_session_server(&self.auth.session_server) {
+            push("auth.session_server".into(), m);
         }
         if self.auth.session_timeout_seconds == 0 || self.auth.session_timeout_seconds > 300 {
             push("auth.session_timeout_seconds".into(), "must be between 1 and 300 seconds".into());
@@ -613,6 +612,34 @@ fn check_listener(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, St
             push(key("trusted_proxies"), m);
         }
     }
+}
+
+/// `auth.session_server`: an `https://` URL, or `http://` to a loopback host (a local stand-in). Plain HTTP to
+/// anywhere else would let anyone on the path answer `hasJoined` with any profile.
+fn check_session_server(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    let (rest, secure) = if let Some(r) = lower.strip_prefix("https://") {
+        (r, true)
+    } else if let Some(r) = lower.strip_prefix("http://") {
+        (r, false)
+    } else {
+        return Err(format!("\"{url}\" is not an https:// URL"));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() {
+        return Err(format!("\"{url}\" has no host"));
+    }
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !secure && !loopback {
+        return Err(format!(
+            "\"{url}\": plain http:// is only accepted for a loopback host (a local stand-in); use https://"
+        ));
+    }
+    Ok(())
 }
 
 fn check_host_port(address: &str) -> Result<(), String> {
@@ -829,6 +856,15 @@ mod tests {
         assert_eq!(c.backends[0].forwarding_secret.as_deref(), Some("0123456789abcdef"));
         assert_eq!(Config::default().auth.session_timeout_seconds, 10);
         assert_eq!(Config::default().auth.session_server, "https://sessionserver.mojang.com");
+        for ok in ["https://sessionserver.mojang.com", "http://127.0.0.1:8081", "http://[::1]:80/x", "http://localhost"]
+        {
+            assert_eq!(check_session_server(ok), Ok(()), "{ok}");
+        }
+        for bad in
+            ["http://sessionserver.mojang.com", "http://10.0.0.1", "ftp://x", "https://", "sessionserver.mojang.com"]
+        {
+            assert!(check_session_server(bad).is_err(), "{bad}");
+        }
 
         let bad = Config::from_toml(
             r#"

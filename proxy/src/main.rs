@@ -77,7 +77,7 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         match &config_path {
             Some(p) => info!("moonbridge {} starting with {}", env!("CARGO_PKG_VERSION"), p.display()),
             None => info!("moonbridge {} starting with built-in defaults (no --config)", env!("CARGO_PKG_VERSION")),
@@ -94,7 +94,10 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         let server = Server::bind(&config).await?;
         server.run(shutdown_signal()).await;
         anyhow::Ok(())
-    })
+    });
+    // Sessions have ended; do not wait for blocking work still in flight (a session-server call).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).

@@ -252,6 +252,15 @@ impl Server {
             }
             AuthMode::Passthrough | AuthMode::Offline => None,
         };
+        if online.is_some() {
+            for b in config.backends.iter().filter(|b| b.forwarding != Forwarding::Bungeecord) {
+                warn!(
+                    "online mode: backend {} has forwarding = {:?}, so it does not receive the verified UUIDs and \
+                     skins (only forwarding = \"bungeecord\" carries them)",
+                    b.name, b.forwarding
+                );
+            }
+        }
         let mut listeners = Vec::with_capacity(config.listeners.len());
         let mut certs = Vec::new();
         for l in &config.listeners {

@@ -36,7 +36,7 @@ use tokio::time::{timeout, timeout_at, Duration};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::auth::{OnlineAuth, Profile, SessionError};
+use crate::auth::{OnlineAuth, Profile};
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
 use crate::relay::{ClientCipher, RelayEnd, RELAY_CHUNK};
@@ -216,12 +216,19 @@ async fn run<P: Player>(
             return Summary::new("proxy shutdown");
         }
     };
-    drop(slot);
     match opening {
-        Opening::Legacy { ping, raw } => legacy_ping(player, info, shared, ping, raw, deadline).await,
-        Opening::Status { handshake, rest } => status(player, info, shared, handshake, rest, shutdown).await,
+        Opening::Legacy { ping, raw } => {
+            drop(slot);
+            legacy_ping(player, info, shared, ping, raw, deadline).await
+        }
+        Opening::Status { handshake, rest } => {
+            drop(slot);
+            status(player, info, shared, handshake, rest, shutdown).await
+        }
+        // Online mode keeps the handshake slot until the Encryption Response is in: an unauthenticated
+        // connection counts against `max_handshaking` until then.
         Opening::Login { handshake, login, login_raw, rest } => {
-            login_session(player, info, shared, handshake, login, login_raw, rest, shutdown).await
+            login_session(player, info, shared, handshake, login, login_raw, rest, slot, shutdown).await
         }
     }
 }
@@ -364,12 +371,15 @@ impl AuthFailure {
 }
 
 /// The online-mode login (protocol 5): Encryption Request, Encryption Response, AES-CFB8 on, `hasJoined`.
+/// `slot` (the connection's `max_handshaking` slot) is released once the Encryption Response is in.
+#[allow(clippy::too_many_arguments)]
 async fn authenticate<P: Player>(
     player: &mut P,
     shared: &Shared,
     auth: &Arc<OnlineAuth>,
     name: &str,
     rest: BytesMut,
+    slot: HandshakeSlot,
     shutdown: &CancellationToken,
 ) -> Result<Verified, AuthFailure> {
     let mut token = [0u8; 4];
@@ -393,10 +403,18 @@ async fn authenticate<P: Player>(
     let login_timeout = shared.limits.login_timeout_seconds;
     let frame = tokio::select! {
         r = timeout(shared.limits.login_timeout(), next_frame(player, &mut dec)) => r,
+        () = slot.evicted() => {
+            return Err(AuthFailure::new(
+                None,
+                Finish::ProtocolError,
+                "evicted: too many connections in the handshake stage",
+            ));
+        }
         () = shutdown.cancelled() => {
             return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown"));
         }
     };
+    drop(slot);
     let frame = match frame {
         Ok(Ok(f)) => f,
         Ok(Err(OpeningError::Closed)) => {
@@ -428,15 +446,30 @@ async fn authenticate<P: Player>(
         }
     };
 
-    // RSA decryption costs about a millisecond of CPU: off the runtime's workers.
+    // RSA decryption (blinded, a fraction of a millisecond each) runs off the runtime's workers. The verify
+    // token goes first, so a garbage response costs one private-key operation, not two.
     let key = Arc::clone(auth);
-    let decrypted = tokio::task::spawn_blocking(move || {
-        (key.decrypt(&response.shared_secret), key.decrypt(&response.verify_token))
-    })
-    .await;
-    let Ok((secret, token_back)) = decrypted else {
+    let EncryptionResponse { shared_secret, verify_token } = response;
+    let decrypted = tokio::select! {
+        r = tokio::task::spawn_blocking(move || {
+            let token_ok = key.decrypt(&verify_token).is_some_and(|t| t == token);
+            (token_ok, if token_ok { key.decrypt(&shared_secret) } else { None })
+        }) => r,
+        () = shutdown.cancelled() => {
+            return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown"));
+        }
+    };
+    let Ok((token_ok, secret)) = decrypted else {
         return Err(AuthFailure::new(Some(NOT_VERIFIED), Finish::ProtocolError, "RSA decryption task failed"));
     };
+    if !token_ok {
+        // Plaintext: the secret is not even looked at.
+        return Err(AuthFailure::new(
+            Some("Invalid verify token"),
+            Finish::ProtocolError,
+            "verify token does not decrypt or does not match",
+        ));
+    }
     let secret: [u8; SHARED_SECRET_LEN] = match secret.map(<[u8; SHARED_SECRET_LEN]>::try_from) {
         Some(Ok(s)) => s,
         Some(Err(v)) => {
@@ -456,27 +489,16 @@ async fn authenticate<P: Player>(
     };
     // From here the client encrypts and decrypts everything (it switched after sending the response).
     let mut cipher = ClientCipher::new(&secret);
-    if token_back.as_deref() != Some(&token[..]) {
-        return Err(AuthFailure::new(
-            Some("Invalid verify token"),
-            Finish::ProtocolError,
-            "verify token does not match",
-        )
-        .encrypted(cipher));
-    }
     let mut rest = dec.take_buffered();
     cipher.decrypt.apply(&mut rest);
 
     let hash = server_hash("", &secret, auth.public_key_der());
-    let checker = Arc::clone(auth);
-    let who = name.to_string();
     let checked = tokio::select! {
-        r = tokio::task::spawn_blocking(move || checker.has_joined(&who, &hash)) => r,
+        r = auth.check(name, hash) => r,
         () = shutdown.cancelled() => {
             return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown").encrypted(cipher));
         }
     };
-    let checked = checked.unwrap_or_else(|e| Err(SessionError::Unreachable(format!("session check task: {e}"))));
     match checked {
         Ok(Some(profile)) if profile.name == name => Ok(Verified { profile, cipher, rest }),
         Ok(Some(profile)) => Err(AuthFailure::new(
@@ -510,6 +532,7 @@ async fn login_session<P: Player>(
     login: LoginStart,
     login_raw: BytesMut,
     rest: BytesMut,
+    slot: HandshakeSlot,
     shutdown: &CancellationToken,
 ) -> Summary {
     let mut summary = Summary::new("");
@@ -524,7 +547,7 @@ async fn login_session<P: Player>(
 
     // Online mode: authenticate before any backend is contacted.
     let (verified, mut cipher, rest) = match &shared.online {
-        Some(auth) => match authenticate(player, shared, auth, &login.name, rest, shutdown).await {
+        Some(auth) => match authenticate(player, shared, auth, &login.name, rest, slot, shutdown).await {
             Ok(v) => (Some(v.profile), Some(v.cipher), v.rest),
             Err(mut f) => {
                 if let Some(message) = f.message {
@@ -536,7 +559,10 @@ async fn login_session<P: Player>(
                 return summary;
             }
         },
-        None => (None, None, rest),
+        None => {
+            drop(slot);
+            (None, None, rest)
+        }
     };
 
     let server_address = match backend.forwarding {

@@ -14,10 +14,16 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
+use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::online::start_online_login;
-use moonbridge_tests::{node_backend, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use moonbridge_tests::online::{rsa_encrypt, start_online_login};
+use moonbridge_tests::{
+    frames, login_handshake, login_start, login_success, node_backend, read_to_close, tcp_config, ws_connect, Message,
+    NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP,
+};
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 const TOKEN: &str = "bungeeguard-secret-0123456789";
@@ -165,11 +171,8 @@ async fn correct_response(addr: SocketAddr) -> moonbridge_tests::online::OnlineS
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_server_down() {
-    // A port nothing listens on.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    // Port 1 (tcpmux): nothing listens there, so the connect is refused.
+    let (proxy, backend, addr) = failing_proxy("http://127.0.0.1:1", "").await;
     let mut login = correct_response(addr).await;
     let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
     assert_eq!(reason.as_deref(), Some("Authentication servers are down. Please try again later, sorry!"));
@@ -236,8 +239,8 @@ async fn bad_verify_token() {
     let mut token = login.request.verify_token.clone();
     token[0] ^= 0xff;
     login.respond(&SECRET, &token).await;
-    // The client already encrypts: the disconnect comes encrypted with its secret.
-    let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+    // The secret is not even decrypted (one RSA operation per bad response), so the answer is plaintext.
+    let reason = login.disconnect_reason(None, STEP).await;
     assert_eq!(reason.as_deref(), Some("Invalid verify token"));
     assert_eq!(backend.accepted(), 0);
     proxy.shutdown().await;
@@ -255,6 +258,12 @@ async fn wrong_secret_length() {
         let reason = login.disconnect_reason(None, STEP).await;
         assert_eq!(reason.as_deref(), Some("Invalid shared secret"), "secret of {len} bytes");
     }
+    // A secret that does not decrypt with the proxy's key at all (128 random-looking bytes).
+    let mut login = start_online_login(addr, "Mallory").await;
+    let token = rsa_encrypt(&login.request.public_key, &login.request.verify_token.clone());
+    let garbage = EncryptionResponse { shared_secret: vec![0x5a; 128], verify_token: token };
+    login.stream.write_all(&garbage.to_frame_bytes().unwrap()).await.unwrap();
+    assert_eq!(login.disconnect_reason(None, STEP).await.as_deref(), Some("Invalid shared secret"));
     assert_eq!(backend.accepted(), 0);
     proxy.shutdown().await;
 }
@@ -286,5 +295,172 @@ async fn client_stalls_in_the_encryption_handshake() {
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(10), "{waited:?}");
     assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+/// A stand-in that vouches for `Mallory` (the raw client does not call `join`).
+async fn vouching_session_server() -> (NodePeer, String) {
+    session_server(json!({ "answerAs": { "id": "0123456789abcdef0123456789abcdef", "name": "Mallory" } })).await
+}
+
+/// A Chat Message frame (Play, serverbound 0x01, `String message`) the raw client pipelines right behind its
+/// Encryption Response.
+fn pipelined_chat() -> Vec<u8> {
+    [&[11u8, 0x01, 9][..], b"pipelined"].concat()
+}
+
+/// Encryption Response plus `extra` encrypted with `SECRET`, as one write; returns the client's ciphers.
+fn response_and(request: &EncryptionRequest, extra: &[u8]) -> (Vec<u8>, Cfb8Decryptor) {
+    let response = EncryptionResponse {
+        shared_secret: rsa_encrypt(&request.public_key, &SECRET),
+        verify_token: rsa_encrypt(&request.public_key, &request.verify_token),
+    };
+    let mut out = response.to_frame_bytes().unwrap().to_vec();
+    let mut sealed = extra.to_vec();
+    Cfb8Encryptor::new(&SECRET).apply(&mut sealed);
+    out.extend_from_slice(&sealed);
+    (out, Cfb8Decryptor::new(&SECRET))
+}
+
+/// Checks what the player read after a shutdown: the (decrypted) Login Success, then a Play Disconnect.
+fn assert_success_then_disconnect(plain: &[u8]) {
+    let f = frames(plain);
+    assert_eq!(f.len(), 2, "{plain:02x?}");
+    assert_eq!(f[0].0, 0x02, "Login Success first");
+    assert_eq!(f[1].0, PlayDisconnect::ID);
+    let reason = PlayDisconnect::decode_body(&mut moonbridge_protocol::codec::Reader::new(&f[1].1)).unwrap();
+    assert!(reason.reason_json.contains("restarting"), "{}", reason.reason_json);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_stream_over_tcp_pipelining_and_shutdown() {
+    let (_sessions, url) = vouching_session_server().await;
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Mallory") }).await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, &online_auth_toml(&url, ""))).await;
+    let mut login = start_online_login(proxy.addr(Transport::Tcp), "Mallory").await;
+    let chat = pipelined_chat();
+    let (bytes, mut dec) = response_and(&login.request, &chat);
+    login.stream.write_all(&bytes).await.unwrap();
+
+    // The backend gets plain handshake, Login Start and the pipelined chat, decrypted, in order.
+    let hello = [login_handshake("mc.example.com"), login_start("Mallory")].concat();
+    let rx = backend.wait_received(0, hello.len() + chat.len(), STEP).await;
+    assert_eq!(rx, [hello, chat].concat());
+    // The player gets the backend's Login Success encrypted.
+    let expected = login_success("Mallory");
+    let mut got = vec![0u8; expected.len()];
+    tokio::time::timeout(STEP, login.stream.read_exact(&mut got)).await.unwrap().unwrap();
+    dec.apply(&mut got);
+    assert_eq!(got, expected);
+
+    // Shutdown: the inserted Play Disconnect continues the same cipher stream.
+    let stop = tokio::spawn(proxy.shutdown());
+    let (mut rest, closed) = read_to_close(&mut login.stream, STEP).await;
+    assert!(closed);
+    dec.apply(&mut rest);
+    assert_success_then_disconnect(&[got, rest].concat());
+    tokio::time::timeout(STEP, stop).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_stream_over_ws_pipelining_and_shutdown() {
+    let (_sessions, url) = vouching_session_server().await;
+    let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Mallory") }).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n[[backend]]\nname = \"survival\"\naddress = \"{}\"\n{}",
+        backend.addr,
+        online_auth_toml(&url, "")
+    ))
+    .await;
+    let addr = proxy.addr(Transport::Ws);
+    let (mut ws, _) = ws_connect(addr, &format!("ws://{addr}/mc"), &[], None).await.unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    let hello = [login_handshake("mc.example.com"), login_start("Mallory")].concat();
+    ws.send(Message::Binary(hello.clone().into())).await.unwrap();
+    let mut received = Vec::new();
+    let request = tokio::time::timeout(STEP, async {
+        loop {
+            if let Some((id, body)) = frames(&received).into_iter().next() {
+                assert_eq!(id, 0x01);
+                return EncryptionRequest::decode_body(&mut moonbridge_protocol::codec::Reader::new(&body)).unwrap();
+            }
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => received.extend_from_slice(&b),
+                other => panic!("expected Encryption Request, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let chat = pipelined_chat();
+    let (bytes, mut dec) = response_and(&request, &chat);
+    ws.send(Message::Binary(bytes.into())).await.unwrap();
+    let rx = backend.wait_received(0, hello.len() + chat.len(), STEP).await;
+    assert_eq!(rx, [hello, chat].concat());
+
+    // Read until Login Success has arrived, then shut down and read to the close.
+    let expected = login_success("Mallory");
+    let mut plain = Vec::new();
+    tokio::time::timeout(STEP, async {
+        while plain.len() < expected.len() {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    let mut b = b.to_vec();
+                    dec.apply(&mut b);
+                    plain.extend_from_slice(&b);
+                }
+                other => panic!("expected Login Success, got {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(plain[..expected.len()], expected[..]);
+    let stop = tokio::spawn(proxy.shutdown());
+    let close = tokio::time::timeout(STEP, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => {
+                    let mut b = b.to_vec();
+                    dec.apply(&mut b);
+                    plain.extend_from_slice(&b);
+                }
+                Some(Ok(Message::Close(c))) => return c.map(|c| u16::from(c.code)),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return None,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(close, Some(1001));
+    assert_success_then_disconnect(&plain);
+    tokio::time::timeout(STEP, stop).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_after_authentication_are_encrypted() {
+    let (_sessions, url) = vouching_session_server().await;
+    // A backend in online mode answers with its own Encryption Request.
+    let request = EncryptionRequest { server_id: String::new(), public_key: vec![0x30; 162], verify_token: vec![1; 4] };
+    let online_backend =
+        RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: request.to_frame_bytes().unwrap().to_vec() })
+            .await;
+    let proxy = Proxy::start(&tcp_config(online_backend.addr, &online_auth_toml(&url, ""))).await;
+    let mut login = start_online_login(proxy.addr(Transport::Tcp), "Mallory").await;
+    let (bytes, _) = response_and(&login.request, &[]);
+    login.stream.write_all(&bytes).await.unwrap();
+    assert_eq!(
+        login.disconnect_reason(Some(&SECRET), STEP).await.as_deref(),
+        Some("Server survival is misconfigured (online mode behind an online-mode proxy)")
+    );
+    proxy.shutdown().await;
+
+    // An unreachable backend (port 1: connection refused).
+    let proxy = Proxy::start(&tcp_config("127.0.0.1:1".parse().unwrap(), &online_auth_toml(&url, ""))).await;
+    let mut login = start_online_login(proxy.addr(Transport::Tcp), "Mallory").await;
+    let (bytes, _) = response_and(&login.request, &[]);
+    login.stream.write_all(&bytes).await.unwrap();
+    assert_eq!(login.disconnect_reason(Some(&SECRET), STEP).await.as_deref(), Some("Server survival is unreachable"));
     proxy.shutdown().await;
 }
