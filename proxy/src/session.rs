@@ -94,8 +94,9 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) down: u64,
     /// `limits.write_stall_timeout_seconds`.
     pub(crate) write_stall: Duration,
-    /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext).
-    pub(crate) cipher: Option<ClientCipher>,
+    /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext). Boxed: the AES key
+    /// schedules are about 1.5 KiB, which would otherwise size every session's task.
+    pub(crate) cipher: Option<Box<ClientCipher>>,
 }
 
 /// What the relay stage reports.
@@ -219,11 +220,11 @@ async fn run<P: Player>(
     match opening {
         Opening::Legacy { ping, raw } => {
             drop(slot);
-            legacy_ping(player, info, shared, ping, raw, deadline).await
+            Box::pin(legacy_ping(player, info, shared, ping, raw, deadline)).await
         }
         Opening::Status { handshake, rest } => {
             drop(slot);
-            status(player, info, shared, handshake, rest, shutdown).await
+            Box::pin(status(player, info, shared, handshake, rest, shutdown)).await
         }
         // Online mode keeps the handshake slot until the Encryption Response is in: an unauthenticated
         // connection counts against `max_handshaking` until then.
@@ -343,7 +344,7 @@ const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
 /// A player the session server vouched for.
 struct Verified {
     profile: Profile,
-    cipher: ClientCipher,
+    cipher: Box<ClientCipher>,
     /// Serverbound bytes that followed Encryption Response, decrypted.
     rest: BytesMut,
 }
@@ -352,8 +353,8 @@ struct Verified {
 struct AuthFailure {
     /// What the player is told (`None` when the player is already gone).
     message: Option<&'static str>,
-    /// The player's encryptor when the stream was already encrypted at the failure.
-    encrypt: Option<Cfb8Encryptor>,
+    /// The player's ciphers when the stream was already encrypted at the failure.
+    cipher: Option<Box<ClientCipher>>,
     finish: Finish,
     /// For the session log.
     reason: String,
@@ -361,11 +362,11 @@ struct AuthFailure {
 
 impl AuthFailure {
     fn new(message: Option<&'static str>, finish: Finish, reason: impl Into<String>) -> Self {
-        Self { message, encrypt: None, finish, reason: reason.into() }
+        Self { message, cipher: None, finish, reason: reason.into() }
     }
 
-    fn encrypted(mut self, cipher: ClientCipher) -> Self {
-        self.encrypt = Some(cipher.encrypt);
+    fn encrypted(mut self, cipher: Box<ClientCipher>) -> Self {
+        self.cipher = Some(cipher);
         self
     }
 }
@@ -488,7 +489,7 @@ async fn authenticate<P: Player>(
         }
     };
     // From here the client encrypts and decrypts everything (it switched after sending the response).
-    let mut cipher = ClientCipher::new(&secret);
+    let mut cipher = Box::new(ClientCipher::new(&secret));
     let mut rest = dec.take_buffered();
     cipher.decrypt.apply(&mut rest);
 
@@ -519,7 +520,7 @@ async fn authenticate<P: Player>(
 }
 
 /// The player's encryptor, when online mode switched it on.
-fn encryptor(cipher: &mut Option<ClientCipher>) -> Option<&mut Cfb8Encryptor> {
+fn encryptor(cipher: &mut Option<Box<ClientCipher>>) -> Option<&mut Cfb8Encryptor> {
     cipher.as_mut().map(|c| &mut c.encrypt)
 }
 
@@ -547,11 +548,13 @@ async fn login_session<P: Player>(
 
     // Online mode: authenticate before any backend is contacted.
     let (verified, mut cipher, rest) = match &shared.online {
-        Some(auth) => match authenticate(player, shared, auth, &login.name, rest, slot, shutdown).await {
+        // Boxed, like the status and legacy paths: a session's task is sized by its largest state, and an idle
+        // player should not carry the encryption handshake's.
+        Some(auth) => match Box::pin(authenticate(player, shared, auth, &login.name, rest, slot, shutdown)).await {
             Ok(v) => (Some(v.profile), Some(v.cipher), v.rest),
             Err(mut f) => {
                 if let Some(message) = f.message {
-                    login_disconnect(player, message, f.encrypt.as_mut(), f.finish).await;
+                    login_disconnect(player, message, encryptor(&mut f.cipher), f.finish).await;
                 } else {
                     player.finish(f.finish).await;
                 }

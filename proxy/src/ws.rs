@@ -365,7 +365,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
         let mut down = start.down;
         let mut scanner: Option<FrameScanner> = start.scanner;
         // Online mode: the player's stream is AES-CFB8 both ways, transformed in place per batch.
-        let (mut encrypt, mut decrypt) = start.cipher.map(|c| (c.encrypt, c.decrypt)).unzip();
+        let mut cipher = start.cipher;
         let mut keepalive = self.ping_interval.map(|i| Keepalive::new(i, Instant::now()));
         let mut ticker = keepalive.as_ref().map(|k| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + k.tick_period(), k.tick_period());
@@ -404,8 +404,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         }
                     };
                     if !batch.is_empty() {
-                        if let Some(d) = &mut decrypt {
-                            d.apply(&mut batch);
+                        if let Some(c) = &mut cipher {
+                            c.decrypt.apply(&mut batch);
                         }
                         if let Err(e) = write_all(&backend, &batch, stall).await {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
@@ -451,7 +451,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
-                    let data = match read_batch(&backend, &mut scanner, encrypt.as_mut()) {
+                    let data = match read_batch(&backend, &mut scanner, cipher.as_mut().map(|c| &mut c.encrypt)) {
                         Ok(Some(d)) => d,
                         Ok(None) => continue,
                         Err(e) => {
@@ -494,8 +494,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
                         if at_boundary {
                             let mut disconnect = shutdown_disconnect_frame();
-                            if let Some(e) = &mut encrypt {
-                                e.apply(&mut disconnect);
+                            if let Some(c) = &mut cipher {
+                                c.encrypt.apply(&mut disconnect);
                             }
                             let _ = self.send_binary(Bytes::from(disconnect)).await;
                         }
