@@ -19,6 +19,12 @@ if ! command -v haproxy >/dev/null 2>&1; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
 fi
 if [ ! -x "$CACHE/bin/websocat" ]; then
+  # websocat's default features link OpenSSL.
+  if ! dpkg-query -W -f='${Status}' libssl-dev 2>/dev/null | grep -q "install ok installed"; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev pkg-config >/dev/null
+  fi
   echo "peers.sh: installing websocat into $CACHE (cargo install, a few minutes)" >&2
   cargo install --quiet --locked --root "$CACHE" websocat
 fi

@@ -63,6 +63,9 @@ struct Args {
     /// PID of the external endpoint's process, for its CPU time (with --target HOST:PORT).
     #[arg(long)]
     target_pid: Option<u32>,
+    /// Port of the fake backend on 127.0.0.1 (0: any free port; an external --target needs a fixed one).
+    #[arg(long, default_value_t = 0)]
+    backend_port: u16,
     /// Concurrent client connections.
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -492,7 +495,11 @@ fn main() -> anyhow::Result<()> {
         ProfileArg::Echo => Profile::Echo,
         ProfileArg::Modded => Profile::Modded,
     };
-    let (backend_addr, backend_stats, _rt) = backend::start("127.0.0.1:0".parse()?, profile, 1)?;
+    let (backend_addr, backend_stats, _rt) =
+        backend::start(SocketAddr::from(([127, 0, 0, 1], args.backend_port)), profile, 1)?;
+    if !args.json {
+        println!("# fake backend at {backend_addr}");
+    }
     let templates = Arc::new(workload::templates());
     if args.profile == ProfileArg::Modded && !args.json {
         let (p, b) = workload::template_averages(&templates);
@@ -572,11 +579,19 @@ fn main() -> anyhow::Result<()> {
             }
         }
         other => {
-            let addr: SocketAddr =
-                other.parse().with_context(|| format!("--target {other:?} is not proxy, direct or HOST:PORT"))?;
+            use std::net::ToSocketAddrs;
+            let bad = || format!("--target {other:?} is not proxy, direct or HOST:PORT");
+            // Checked here, so a typo fails before any phase runs.
+            other.to_socket_addrs().with_context(bad)?.next().with_context(bad)?;
+            let url = match args.transport {
+                // The host as given, so TLS checks the name the endpoint's certificate carries.
+                TransportArg::Tcp => format!("tcp://{other}"),
+                TransportArg::Ws => format!("ws://{other}/mc"),
+                TransportArg::Wss => format!("wss://{other}/mc"),
+            };
             variants.push(Variant {
                 name: "target".into(),
-                url: scheme(args.transport, addr),
+                url,
                 options: options.clone(),
                 pid: args.target_pid,
                 online: false,

@@ -68,13 +68,14 @@ pub fn templates() -> Vec<Vec<Spec>> {
             let mut t = Vec::new();
             for _ in 0..rng.range(6, 14) {
                 let len = rng.range(20, 500);
-                let kind = if rng.next() % 3 == 0 { Kind::TileEntity } else { Kind::Plugin((rng.next() % 6) as u8) };
+                let kind =
+                    if rng.next().is_multiple_of(3) { Kind::TileEntity } else { Kind::Plugin((rng.next() % 6) as u8) };
                 t.push(Spec { kind, len });
             }
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 t.push(Spec { kind: Kind::Plugin(5), len: rng.range(2048, 8192) });
             }
-            if rng.next() % 20 == 0 {
+            if rng.next().is_multiple_of(20) {
                 t.push(Spec { kind: Kind::Chunk, len: rng.range(30_000, 60_000) });
             }
             t
