@@ -19,6 +19,8 @@ use moonbridge_protocol::FrameScanner;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::session::RelayStart;
+
 /// Largest single read in the relay, in bytes (per direction, per batch).
 pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
 
@@ -50,7 +52,7 @@ impl ClientCipher {
 
 /// What a direction does to its bytes besides counting them.
 #[derive(Debug)]
-pub(crate) enum Transform {
+enum Transform {
     /// Player → backend in online mode: decrypt before anything looks at the bytes.
     Decrypt(Box<Cfb8Decryptor>),
     /// Backend → player in online mode: encrypt after the frame scanner has seen the plaintext.
@@ -73,8 +75,21 @@ pub(crate) struct Direction {
 }
 
 impl Direction {
-    pub(crate) fn new(scanner: Option<FrameScanner>, stall: Duration, transform: Option<Transform>) -> Self {
-        Self { bytes: 0, pending: Vec::new(), scanner, stall, transform }
+    /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
+    /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
+    pub(crate) fn pair(start: RelayStart<'_>) -> (Self, Self) {
+        let (encrypt, decrypt) = match start.cipher.map(|c| *c) {
+            Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
+            None => (None, None),
+        };
+        let direction = |bytes, scanner, transform| Self {
+            bytes,
+            pending: Vec::new(),
+            scanner,
+            stall: start.write_stall,
+            transform,
+        };
+        (direction(start.up, None, decrypt), direction(start.down, start.scanner, encrypt))
     }
 
     /// Everything that happens to a batch in flight, in place: decrypt (serverbound), count and scan the

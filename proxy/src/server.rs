@@ -20,7 +20,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, Transport};
 use crate::limits::{HandshakeSlot, HandshakeSlots, LogLimiter};
-use crate::relay::{relay_tcp, Direction, Transform};
+use crate::relay::{relay_tcp, Direction};
 use crate::session::{self, shutdown_disconnect_frame, ConnInfo, Finish, Player, RelayReport, RelayStart};
 use crate::tls::{ReloadingCert, Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::ws::{accept_upgrade, WsPlayer, WsSettings};
@@ -548,17 +548,9 @@ impl Player for TcpPlayer {
     }
 
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
-        let stall = start.write_stall;
-        let (encrypt, decrypt) = match start.cipher.map(|c| *c) {
-            Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
-            None => (None, None),
-        };
-        let mut up = Direction::new(None, stall, decrypt);
-        up.bytes = start.up;
-        let mut down = Direction::new(start.scanner, stall, encrypt);
-        down.bytes = start.down;
-        let end =
-            relay_tcp(&self.stream, &backend, &mut up, &mut down, start.shutdown, &shutdown_disconnect_frame()).await;
+        let shutdown = start.shutdown;
+        let (mut up, mut down) = Direction::pair(start);
+        let end = relay_tcp(&self.stream, &backend, &mut up, &mut down, shutdown, &shutdown_disconnect_frame()).await;
         RelayReport { up: up.bytes, down: down.bytes, end }
     }
 }

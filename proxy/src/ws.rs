@@ -15,9 +15,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use ipnet::IpNet;
-use moonbridge_protocol::crypto::Cfb8Encryptor;
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
-use moonbridge_protocol::FrameScanner;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Interval;
@@ -28,7 +26,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::RealIpHeader;
-use crate::relay::{discard_until_eof, write_all, RelayEnd, Side, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT};
+use crate::relay::{discard_until_eof, write_all, Direction, RelayEnd, Side, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT};
 use crate::server::{Shared, LINGER};
 use crate::session::{shutdown_disconnect_frame, Finish, Player, RelayReport, RelayStart};
 
@@ -360,12 +358,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
     }
 
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
-        let stall = start.write_stall;
-        let mut up = start.up;
-        let mut down = start.down;
-        let mut scanner: Option<FrameScanner> = start.scanner;
-        // Online mode: the player's stream is AES-CFB8 both ways, transformed in place per batch.
-        let mut cipher = start.cipher;
+        let (stall, shutdown) = (start.write_stall, start.shutdown);
+        // Counting, frame following and (online mode) AES-CFB8, in place per batch, as in the TCP relay.
+        let (mut up, mut down) = Direction::pair(start);
         let mut keepalive = self.ping_interval.map(|i| Keepalive::new(i, Instant::now()));
         let mut ticker = keepalive.as_ref().map(|k| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + k.tick_period(), k.tick_period());
@@ -386,7 +381,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         match msg {
                             Some(Ok(Message::Binary(b))) => {
                                 self.count_in();
-                                up += b.len() as u64;
                                 if batch.is_empty() {
                                     batch = b.into();
                                 } else {
@@ -404,9 +398,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         }
                     };
                     if !batch.is_empty() {
-                        if let Some(c) = &mut cipher {
-                            c.decrypt.apply(&mut batch);
-                        }
+                        up.process(&mut batch);
                         if let Err(e) = write_all(&backend, &batch, stall).await {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                             break RelayEnd::Error(Side::Backend, e);
@@ -451,7 +443,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
-                    let data = match read_batch(&backend, &mut scanner, cipher.as_mut().map(|c| &mut c.encrypt)) {
+                    let data = match read_batch(&backend, &mut down) {
                         Ok(Some(d)) => d,
                         Ok(None) => continue,
                         Err(e) => {
@@ -464,7 +456,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         self.close(carriage::CLOSE_NORMAL, "").await;
                         break RelayEnd::Closed(Side::Backend);
                     }
-                    down += data.len() as u64;
                     self.messages_out += 1;
                     self.shared.ws_messages_out.fetch_add(1, Ordering::Relaxed);
                     if let Err(e) = bounded(stall, self.ws.send(Message::Binary(data))).await {
@@ -489,14 +480,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                         }
                     }
                 }
-                () = start.shutdown.cancelled() => {
-                    let at_boundary = scanner.as_ref().is_some_and(FrameScanner::at_boundary);
+                () = shutdown.cancelled() => {
+                    let at_boundary = down.at_frame_boundary();
                     let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
                         if at_boundary {
                             let mut disconnect = shutdown_disconnect_frame();
-                            if let Some(c) = &mut cipher {
-                                c.encrypt.apply(&mut disconnect);
-                            }
+                            down.seal(&mut disconnect);
                             let _ = self.send_binary(Bytes::from(disconnect)).await;
                         }
                         self.close(carriage::CLOSE_GOING_AWAY, "proxy shutting down").await;
@@ -506,7 +495,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsPlayer<S> {
                 }
             }
         };
-        RelayReport { up, down, end }
+        RelayReport { up: up.bytes, down: down.bytes, end }
     }
 }
 
@@ -534,23 +523,14 @@ async fn tick(ticker: &mut Option<Interval>) {
     }
 }
 
-/// Reads one batch from the backend: `Some(empty)` at EOF, `None` when nothing was ready after all. The
-/// plaintext passes `scanner` (dropped when the stream stops parsing), then `encrypt` in place, before the one
-/// copy into the message.
-fn read_batch(
-    backend: &TcpStream,
-    scanner: &mut Option<FrameScanner>,
-    encrypt: Option<&mut Cfb8Encryptor>,
-) -> io::Result<Option<Bytes>> {
+/// Reads one batch from the backend: `Some(empty)` at EOF, `None` when nothing was ready after all. The batch
+/// goes through `down` (counted, frames followed, encrypted in online mode) in the scratch buffer, before the
+/// one copy into the message.
+fn read_batch(backend: &TcpStream, down: &mut Direction) -> io::Result<Option<Bytes>> {
     crate::relay::with_scratch(|buf| match crate::relay::read_clearing(backend, buf) {
         Ok(n) => {
             let data = buf.get_mut(..n).unwrap_or_default();
-            if scanner.as_mut().is_some_and(|s| s.scan(data).is_err()) {
-                *scanner = None;
-            }
-            if let Some(e) = encrypt {
-                e.apply(data);
-            }
+            down.process(data);
             Ok(Some(Bytes::copy_from_slice(data)))
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
