@@ -2,15 +2,19 @@
 # Runs every MoonBridge test, installing what the tests need first:
 #   1. Debian packages the tests use (apt-get update + install, only when one is missing),
 #   2. the pinned node-minecraft-protocol peers (npm ci in tests/peers),
-#   3. formatting and lint checks, every Rust test in the workspace (with the C header drift check),
-#   4. the Java shim: the release native library, the mod jar and its JUnit tests in a real JVM.
+#   3. the Windows test environment under Wine (scripts/wine-env.sh: Windows builds of the client scenarios and
+#      library, a Wine prefix, a Windows JDK),
+#   4. formatting and lint checks, every Rust test in the workspace (with the C header drift check, and the
+#      client scenarios as a Windows program under Wine),
+#   5. the Java shim: the release native library, the mod jar (with the Windows library too) and its JUnit tests
+#      in a real JVM, and in a Windows JVM under Wine.
 # Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-APT_PACKAGES=(ca-certificates openssl)
+APT_PACKAGES=(ca-certificates openssl wine wine64 gcc-mingw-w64-x86-64)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +34,11 @@ done
 step "installing the pinned test peers (npm ci in tests/peers)"
 npm ci --prefix tests/peers --no-audit --no-fund --loglevel=error
 
+step "Windows test environment (scripts/wine-env.sh)"
+scripts/wine-env.sh
+# The Windows tests fail, rather than skip, when a piece of that environment is missing.
+export MOONBRIDGE_WINE=required
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -43,6 +52,8 @@ step "cargo test (includes the C header drift check and the C program)"
 cargo test --workspace --locked
 
 step "Java shim: release native library, jar, JUnit tests (Surefire) and jar tests (Failsafe)"
-java-shim/build.sh verify "-Dmoonbridge.bin=$PWD/target/debug/moonbridge" "-Dmoonbridge.peers=$PWD/tests/peers"
+MOONBRIDGE_EXTRA_NATIVES="$PWD/target/wine/natives" java-shim/build.sh verify \
+  "-Dmoonbridge.bin=$PWD/target/debug/moonbridge" "-Dmoonbridge.peers=$PWD/tests/peers" \
+  "-Dmoonbridge.wine.dir=$PWD/target/wine" -Dmoonbridge.wine=required
 
 step "all tests passed"

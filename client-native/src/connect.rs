@@ -148,7 +148,7 @@ pub(crate) fn tls_config(options: &Options) -> Result<Arc<ClientConfig>, ClientE
             TlsVersion::V1_3 => &rustls::version::TLS13,
         })
         .collect();
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
         .map_err(|e| ClientError::InvalidOptions(format!("tls_versions: {e}")))?

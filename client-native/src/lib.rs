@@ -6,7 +6,8 @@
 //!
 //! - `tcp://host:port`: plain TCP with TCP_NODELAY.
 //! - `ws://host[:port]/path` and `wss://host[:port]/path`: WebSocket carriage version 1 (binary messages
-//!   carry the Minecraft byte stream), over TLS 1.2/1.3 with rustls for `wss`, offering subprotocol
+//!   carry the Minecraft byte stream), over TLS 1.2/1.3 with rustls (the *ring* provider, which cross-builds
+//!   for every platform of the mod jar) for `wss`, offering subprotocol
 //!   `moonbridge.v1`.
 //! - Per-tick coalescing: bytes sent between two [`Connection::end_tick`] calls leave as one message.
 //! - An I/O thread per connection does all network work, so a stalled game thread never stalls Pings.

@@ -19,11 +19,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub mod mc;
+/// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
+pub use moonbridge_client_scenarios as mc;
+pub mod natives;
 pub mod online;
 
-/// The plugin channel of the backend's login burst (`peers/common.js`).
-pub const BURST_CHANNEL: &str = "MB|Burst";
+pub use moonbridge_client_scenarios::{login_handshake, login_start, BURST_CHANNEL};
 
 use moonbridge_proxy::config::Transport;
 use moonbridge_proxy::{Config, Server, StatsHandle};
@@ -392,21 +393,6 @@ pub fn login_disconnect_reason(bytes: &[u8]) -> Option<String> {
     let json = r.string(32767, "reason").ok()?;
     let v: Value = serde_json::from_str(json).ok()?;
     v["text"].as_str().map(str::to_owned)
-}
-
-/// A protocol 5 handshake frame for `host` (port 25565) with next state Login.
-pub fn login_handshake(host: &str) -> Vec<u8> {
-    use moonbridge_protocol::packets::{Handshake, NextState, Packet};
-    Handshake { protocol_version: 5, server_address: host.into(), server_port: 25565, next_state: NextState::Login }
-        .to_frame_bytes()
-        .unwrap()
-        .to_vec()
-}
-
-/// A Login Start frame for `name`.
-pub fn login_start(name: &str) -> Vec<u8> {
-    use moonbridge_protocol::packets::{LoginStart, Packet};
-    LoginStart { name: name.into() }.to_frame_bytes().unwrap().to_vec()
 }
 
 /// A Login Success frame for `name` (what a backend sends to complete the login).

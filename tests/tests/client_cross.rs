@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{play, send_login};
+use moonbridge_tests::mc::{self as scenarios, send_login, Endpoints};
 use moonbridge_tests::{login_success, node_backend, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,18 +27,15 @@ async fn all_transports(backend: SocketAddr, cert: &TestCert, extra: &str) -> Pr
     .await
 }
 
-fn urls(proxy: &Proxy) -> [(&'static str, String); 3] {
-    [
-        ("tcp", format!("tcp://127.0.0.1:{}", proxy.addr(Transport::Tcp).port())),
-        ("ws", format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port())),
-        ("wss", format!("wss://localhost:{}/mc", proxy.addr(Transport::Wss).port())),
-    ]
-}
-
-fn options(extra: serde_json::Value, cert: &TestCert) -> Options {
-    let mut o = json!({ "ca_file": cert.ca });
-    o.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    Options::from_json(Some(&o.to_string())).unwrap()
+/// The scenarios' endpoints for `proxy` (built by [`all_transports`]).
+fn endpoints(proxy: &Proxy, cert: &TestCert) -> Endpoints {
+    Endpoints {
+        tcp: format!("tcp://127.0.0.1:{}", proxy.addr(Transport::Tcp).port()),
+        ws: format!("ws://127.0.0.1:{}/mc", proxy.addr(Transport::Ws).port()),
+        wss: format!("wss://localhost:{}/mc", proxy.addr(Transport::Wss).port()),
+        ca: cert.ca.clone(),
+        dead_port: std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(),
+    }
 }
 
 /// Runs `f` on a blocking thread (the client API blocks) with a time limit.
@@ -46,47 +43,15 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::time::timeout(Duration::from_secs(90), tokio::task::spawn_blocking(f)).await.expect("in time").unwrap()
 }
 
+/// The scenarios `client-cross.exe` also runs under Wine (`client_windows.rs`), here in-process on Linux.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_transport_with_coalescing_on_and_off() {
     let cert = TestCert::generate("client-cross", "ec");
     let (_node, backend) = node_backend(json!({})).await;
     let proxy = all_transports(backend, &cert, "").await;
-    let mut runs = Vec::new();
-    for (transport, url) in urls(&proxy) {
-        let tls_pins: &[Option<&str>] = if transport == "wss" { &[None, Some("1.2")] } else { &[None] };
-        for pin in tls_pins {
-            for coalesce in ["tick", "off"] {
-                let mut extra = json!({ "coalesce": coalesce });
-                if let Some(v) = pin {
-                    extra["tls_versions"] = json!([v]);
-                }
-                runs.push((transport, url.clone(), options(extra, &cert), *pin, coalesce));
-            }
-        }
-    }
-    assert_eq!(runs.len(), 8);
-    for (i, (transport, url, opts, pin, coalesce)) in runs.into_iter().enumerate() {
-        let name = format!("Client{i}");
-        let report = blocking(move || {
-            let conn = Connection::connect(&url, opts).unwrap();
-            match (transport, pin) {
-                ("wss", Some("1.2")) => assert_eq!(conn.tls_version(), Some("1.2")),
-                ("wss", _) => assert_eq!(conn.tls_version(), Some("1.3")),
-                _ => assert_eq!(conn.tls_version(), None),
-            }
-            let report = play(&conn, &name, i % 2 == 0, 70, 30_000);
-            let stats = conn.stats();
-            conn.close();
-            (report, stats, name)
-        })
-        .await;
-        let (report, stats, name) = report;
-        eprintln!("{transport} pin={pin:?} coalesce={coalesce}: {report:?} {stats:?}");
-        assert!(report.joined, "{transport}/{coalesce}: Join Game");
-        assert_eq!(report.burst_messages, 70);
-        assert_eq!(report.chat_echo.as_deref(), Some(format!("echo:hello from {name}").as_str()));
-        assert!(stats.frames_in >= 72, "{stats:?}");
-        assert!(stats.bytes_in > 2_100_000, "{stats:?}");
+    let ep = endpoints(&proxy, &cert);
+    for line in blocking(move || scenarios::every_transport(&ep)).await {
+        eprintln!("{line}");
     }
     proxy.shutdown().await;
 }
@@ -96,21 +61,18 @@ async fn login_burst_over_wss_takes_few_large_reads() {
     let cert = TestCert::generate("client-burst", "ec");
     let (_node, backend) = node_backend(json!({})).await;
     let proxy = all_transports(backend, &cert, "").await;
-    let url = urls(&proxy)[2].1.clone();
-    let opts = options(json!({}), &cert);
-    let (report, stats) = blocking(move || {
-        let conn = Connection::connect(&url, opts).unwrap();
-        let r = play(&conn, "Burst", true, 70, 30_000);
-        (r, conn.stats())
-    })
-    .await;
-    eprintln!(
-        "wss login burst: 2.1 MB in {:?}, {} recv calls, {} messages",
-        report.burst_time, report.recv_calls, stats.messages_in
-    );
-    assert_eq!(report.burst_messages, 70);
-    assert!(report.recv_calls < 200, "{} recv calls for a 2.1 MB burst", report.recv_calls);
-    assert!(stats.messages_in < 400, "{stats:?}");
+    let ep = endpoints(&proxy, &cert);
+    eprintln!("{}", blocking(move || scenarios::burst_in_few_reads(&ep)).await);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors_name_their_reason() {
+    let cert = TestCert::generate("client-errors", "ec");
+    let (_node, backend) = node_backend(json!({})).await;
+    let proxy = all_transports(backend, &cert, "").await;
+    let ep = endpoints(&proxy, &cert);
+    eprintln!("{}", blocking(move || scenarios::connect_errors(&ep)).await);
     proxy.shutdown().await;
 }
 

@@ -5,27 +5,48 @@ import java.io.File;
 import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
+import java.io.RandomAccessFile;
+import java.nio.channels.FileLock;
+import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 
 /**
  * Loads the MoonBridge native client library ({@code moonbridge_client}).
  *
- * <p>The jar carries one library per platform at {@code /natives/<os>-<arch>/<System.mapLibraryName>}, for
- * example {@code /natives/linux-x86_64/libmoonbridge_client.so}. {@link #load()} extracts the one for this JVM
- * into {@code <java.io.tmpdir>/moonbridge-natives-<user>/<sha256 prefix>/} (owner-only; reused only when the
- * file there has exactly the same SHA-256) and loads it. The system property {@code moonbridge.native.path} names a library file to load instead.
- * An unsupported platform gets an {@link UnsatisfiedLinkError} saying which platform and which ones the jar
- * has.
+ * <p>The jar carries one library per platform at {@code /natives/<os>-<arch>/<System.mapLibraryName>}: {@code
+ * linux-x86_64}, {@code linux-aarch64}, {@code macos-x86_64}, {@code macos-aarch64} and {@code windows-x86_64}
+ * (see {@link #platform()}). {@link #load()} extracts the one for this JVM and loads it. The system property
+ * {@code moonbridge.native.path} names a library file to load instead.
+ *
+ * <p>Where it extracts: into a directory named after the first 16 hex digits of the library's SHA-256, under the
+ * first of these that works: {@code <java.io.tmpdir>/moonbridge-natives-<user>}, {@code
+ * <user.home>/.moonbridge/natives}, and on Windows {@code %ProgramData%\MoonBridge\natives-<user>}. A directory
+ * is skipped when it cannot be created or written (a read-only temporary directory), when another user owns it,
+ * or, on Windows, when its path has characters the JVM cannot pass to the system loader (the ANSI code page:
+ * a user name in another alphabet); the next one is tried. An earlier extraction is reused only when its
+ * SHA-256 is exactly that of the jar's library; several game instances extracting at once take turns under a
+ * file lock, write to a temporary file and move it into place, so none ever loads a half-written library.
+ *
+ * <p>An unsupported platform, or no usable directory, gets an {@link UnsatisfiedLinkError} whose message says
+ * which platform, which platforms the jar has, and what each directory tried failed with.
  */
 public final class NativeLoader {
     /** System property naming a library file to load instead of the one in the jar. */
     public static final String PATH_PROPERTY = "moonbridge.native.path";
     /** The library's base name, as passed to {@link System#mapLibraryName(String)}. */
     public static final String LIBRARY = "moonbridge_client";
+    /** The name of the lock file in an extraction directory. */
+    static final String LOCK_FILE = ".lock";
 
     private static volatile File loadedFrom;
 
@@ -46,6 +67,12 @@ public final class NativeLoader {
         return platform(System.getProperty("os.name", ""), System.getProperty("os.arch", ""));
     }
 
+    /**
+     * The jar's platform name for an {@code os.name} and {@code os.arch}: {@code windows}, {@code macos} or
+     * {@code linux}, then {@code x86_64} ({@code amd64}, {@code x86_64}, {@code x64}) or {@code aarch64}
+     * ({@code aarch64}, {@code arm64}). 32-bit JVMs ({@code x86}, {@code i386}...) map to {@code x86}, which no
+     * jar carries: the error then tells the player to install a 64-bit Java.
+     */
     static String platform(String osName, String osArch) {
         String n = osName.toLowerCase(Locale.ROOT);
         String os;
@@ -60,10 +87,12 @@ public final class NativeLoader {
         }
         String a = osArch.toLowerCase(Locale.ROOT);
         String arch;
-        if (a.equals("amd64") || a.equals("x86_64") || a.equals("x64")) {
+        if (a.equals("amd64") || a.equals("x86_64") || a.equals("x64") || a.equals("x86-64")) {
             arch = "x86_64";
         } else if (a.equals("aarch64") || a.equals("arm64")) {
             arch = "aarch64";
+        } else if (a.equals("x86") || a.equals("i386") || a.equals("i486") || a.equals("i586") || a.equals("i686")) {
+            arch = "x86";
         } else {
             arch = a.replaceAll("[^a-z0-9_]", "");
         }
@@ -72,14 +101,25 @@ public final class NativeLoader {
 
     /** The resource path of the library for {@code platform}. */
     static String resourcePath(String platform) {
-        return "/natives/" + platform + "/" + System.mapLibraryName(LIBRARY);
+        return "/natives/" + platform + "/" + libraryFileName(platform);
+    }
+
+    /** The library's file name on {@code platform} (independent of the platform this JVM runs on). */
+    static String libraryFileName(String platform) {
+        if (platform.startsWith("windows-")) {
+            return LIBRARY + ".dll";
+        }
+        if (platform.startsWith("macos-")) {
+            return "lib" + LIBRARY + ".dylib";
+        }
+        return "lib" + LIBRARY + ".so";
     }
 
     /**
      * Loads the library once (later calls return at once).
      *
      * @throws UnsatisfiedLinkError when this platform has no library in the jar, the override file is missing,
-     *     or the JVM refuses the library; the message says which
+     *     no extraction directory is usable, or the JVM refuses the library; the message says which
      */
     public static synchronized void load() {
         if (loadedFrom != null) {
@@ -99,26 +139,47 @@ public final class NativeLoader {
     }
 
     static synchronized void loadFromJar(String platform) {
+        byte[] bytes = readResource(platform);
+        String hash = sha256Hex(bytes);
+        String name = libraryFileName(platform);
+        List<String> failures = new ArrayList<String>();
+        for (File base : extractionBases()) {
+            File file;
+            try {
+                file = extract(base, hash, name, bytes);
+            } catch (IOException | RuntimeException e) {
+                failures.add(base + " (" + e.getMessage() + ")");
+                continue;
+            }
+            try {
+                System.load(file.getPath());
+            } catch (UnsatisfiedLinkError e) {
+                failures.add(file + " (the JVM refused it: " + e.getMessage() + ")");
+                continue;
+            }
+            loadedFrom = file;
+            return;
+        }
+        throw new UnsatisfiedLinkError("MoonBridge: cannot extract and load the native library for " + platform
+                + "; tried " + String.join("; ", failures));
+    }
+
+    private static byte[] readResource(String platform) {
         String resource = resourcePath(platform);
-        byte[] bytes;
         try (InputStream in = NativeLoader.class.getResourceAsStream(resource)) {
             if (in == null) {
+                String hint = platform.endsWith("-x86")
+                        ? " This is a 32-bit Java: install a 64-bit Java to join MoonBridge servers."
+                        : " Set -D" + PATH_PROPERTY + "=<file> to use a library built for this platform.";
                 throw new UnsatisfiedLinkError("MoonBridge: no native library for platform " + platform + " in this jar ("
-                        + resource.substring(1) + "); it has: " + availablePlatforms()
-                        + ". Set -D" + PATH_PROPERTY + "=<file> to use a library built for this platform.");
+                        + resource.substring(1) + "); it has: " + availablePlatforms() + "." + hint);
             }
-            bytes = readAll(in);
+            return readAll(in);
         } catch (IOException e) {
-            throw link("MoonBridge: cannot read " + resource + " from the jar", e);
+            UnsatisfiedLinkError err = new UnsatisfiedLinkError("MoonBridge: cannot read " + resource + " from the jar: " + e);
+            err.initCause(e);
+            throw err;
         }
-        File file;
-        try {
-            file = extract(bytes);
-        } catch (IOException e) {
-            throw link("MoonBridge: cannot extract the native library", e);
-        }
-        System.load(file.getPath());
-        loadedFrom = file;
     }
 
     /** The platforms the jar carries, from {@code /natives/platforms.txt} (written by build.sh). */
@@ -142,55 +203,143 @@ public final class NativeLoader {
         }
     }
 
-    private static File extract(byte[] bytes) throws IOException {
+    /** The directories tried for extraction, in order (see the class documentation). */
+    static List<File> extractionBases() {
         String user = System.getProperty("user.name", "user").replaceAll("[^A-Za-z0-9_.-]", "_");
-        File base = new File(System.getProperty("java.io.tmpdir"), "moonbridge-natives-" + user);
-        String hash = sha256Hex(bytes);
+        List<File> bases = new ArrayList<File>();
+        String tmp = System.getProperty("java.io.tmpdir");
+        if (tmp != null && !tmp.isEmpty()) {
+            bases.add(new File(tmp, "moonbridge-natives-" + user));
+        }
+        String home = System.getProperty("user.home");
+        if (home != null && !home.isEmpty()) {
+            bases.add(new File(new File(home, ".moonbridge"), "natives"));
+        }
+        String programData = System.getenv("ProgramData");
+        if (isWindows() && programData != null && !programData.isEmpty()) {
+            bases.add(new File(new File(programData, "MoonBridge"), "natives-" + user));
+        }
+        return bases;
+    }
+
+    private static boolean isWindows() {
+        return System.getProperty("os.name", "").toLowerCase(Locale.ROOT).startsWith("windows");
+    }
+
+    /**
+     * True when the JVM can hand {@code path} to the system loader: always, except on Windows, where a path
+     * outside the ANSI code page ({@code sun.jnu.encoding}) may not load.
+     */
+    static boolean loadablePath(String path) {
+        if (!isWindows()) {
+            return true;
+        }
+        try {
+            return Charset.forName(System.getProperty("sun.jnu.encoding", "UTF-8")).newEncoder().canEncode(path);
+        } catch (RuntimeException e) {
+            return true;
+        }
+    }
+
+    /**
+     * Puts the library into {@code <base>/<hash prefix>/<name>} unless an identical file is already there, and
+     * returns that file. Concurrent extractions (several game instances) take turns under a file lock.
+     */
+    static File extract(File base, String hash, String name, byte[] bytes) throws IOException {
         File dir = new File(base, hash.substring(0, 16));
-        File file = new File(dir, System.mapLibraryName(LIBRARY));
+        File file = new File(dir, name);
+        if (!loadablePath(file.getAbsolutePath())) {
+            throw new IOException("its path has characters this system's code page ("
+                    + System.getProperty("sun.jnu.encoding") + ") cannot name");
+        }
         privateDirectory(base);
-        // Reuse an earlier extraction only when its content is exactly this library: the temporary directory
-        // is shared, so a file there is never trusted by its name or size alone.
-        if (file.isFile() && file.length() == bytes.length && hash.equals(sha256Hex(java.nio.file.Files.readAllBytes(file.toPath())))) {
+        privateDirectory(dir);
+        // The temporary directory is shared: a file there is never trusted by its name or size alone.
+        if (sameContent(file, hash)) {
             return file;
         }
-        privateDirectory(dir);
-        File tmp = File.createTempFile(LIBRARY, ".part", dir);
-        try (OutputStream out = new FileOutputStream(tmp)) {
-            out.write(bytes);
+        try (RandomAccessFile lockFile = new RandomAccessFile(new File(dir, LOCK_FILE), "rw");
+                FileLock lock = lockFile.getChannel().lock()) {
+            if (sameContent(file, hash)) {
+                return file; // another instance extracted it while this one waited
+            }
+            File tmp = uniqueFile(dir, ".part");
+            try {
+                try (FileOutputStream out = new FileOutputStream(tmp)) {
+                    out.write(bytes);
+                    out.getFD().sync();
+                }
+                move(tmp.toPath(), file.toPath());
+            } finally {
+                Files.deleteIfExists(tmp.toPath());
+            }
+            if (!sameContent(file, hash)) {
+                throw new IOException(file + " does not hold the library after extraction");
+            }
+            return file;
         }
-        if (!tmp.renameTo(file) && !(file.isFile() && file.length() == bytes.length)) {
-            tmp.delete();
-            throw new IOException("cannot move " + tmp + " to " + file);
+    }
+
+    private static void move(Path from, Path to) throws IOException {
+        try {
+            Files.move(from, to, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        } catch (AtomicMoveNotSupportedException e) {
+            Files.move(from, to, StandardCopyOption.REPLACE_EXISTING);
         }
-        tmp.delete();
-        return file;
+    }
+
+    /**
+     * Creates a new empty file in {@code dir} with a name no other process uses. Not {@code File.createTempFile}:
+     * that seeds a {@code SecureRandom}, which costs start-up time and crashes some JVMs under Wine; the names
+     * need no secrecy, because creation fails if the name exists and the directory is private.
+     */
+    private static File uniqueFile(File dir, String suffix) throws IOException {
+        String base = LIBRARY + "-" + Long.toHexString(System.nanoTime()) + "-"
+                + Integer.toHexString(System.identityHashCode(new Object()));
+        for (int i = 0; ; i++) {
+            File f = new File(dir, base + "-" + i + suffix);
+            try {
+                Files.createFile(f.toPath());
+                return f;
+            } catch (java.nio.file.FileAlreadyExistsException e) {
+                if (i >= 100) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    private static boolean sameContent(File file, String hash) throws IOException {
+        return file.isFile() && hash.equals(sha256Hex(Files.readAllBytes(file.toPath())));
     }
 
     /**
      * Creates {@code dir} readable and writable by this user only where the file system supports POSIX
-     * permissions, and refuses a directory that another user owns.
+     * permissions, and refuses a directory that another user owns there (compared with the owner of a file
+     * this process creates). Fails when the directory cannot be created or written.
      */
     private static void privateDirectory(File dir) throws IOException {
-        java.nio.file.Path p = dir.toPath();
+        Path p = dir.toPath();
+        boolean posix = p.getFileSystem().supportedFileAttributeViews().contains("posix");
         if (!dir.isDirectory()) {
-            try {
-                java.nio.file.Files.createDirectories(p, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
-                        java.nio.file.attribute.PosixFilePermissions.fromString("rwx------")));
-            } catch (UnsupportedOperationException e) {
-                if (!dir.mkdirs() && !dir.isDirectory()) {
-                    throw new IOException("cannot create " + dir);
-                }
+            if (posix) {
+                Files.createDirectories(p, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
+            } else {
+                Files.createDirectories(p);
             }
         }
+        // Proves the directory is writable, and on POSIX systems who "this user" is.
+        Path probe = uniqueFile(dir, ".probe").toPath();
         try {
-            java.nio.file.attribute.UserPrincipal owner = java.nio.file.Files.getOwner(p);
-            String me = System.getProperty("user.name");
-            if (me != null && !owner.getName().equals(me)) {
-                throw new IOException(dir + " belongs to " + owner.getName() + ", not to " + me);
+            if (posix) {
+                String me = Files.getOwner(probe).getName();
+                String owner = Files.getOwner(p).getName();
+                if (!owner.equals(me)) {
+                    throw new IOException(dir + " belongs to " + owner + ", not to " + me);
+                }
             }
-        } catch (UnsupportedOperationException e) {
-            // no owner information on this file system
+        } finally {
+            Files.deleteIfExists(probe);
         }
     }
 
@@ -215,11 +364,5 @@ public final class NativeLoader {
             out.write(buf, 0, n);
         }
         return out.toByteArray();
-    }
-
-    private static UnsatisfiedLinkError link(String message, Throwable cause) {
-        UnsatisfiedLinkError e = new UnsatisfiedLinkError(message + ": " + cause);
-        e.initCause(cause);
-        return e;
     }
 }

@@ -11,13 +11,14 @@ import java.io.File;
 
 /**
  * The mod: reads {@code config/moonbridge.cfg}, checks the native library once, and ends the tick on every
- * MoonBridge connection at the end of each client tick. Client-side only; servers need nothing.
+ * MoonBridge connection at the end of each client tick. Client-side only; servers need nothing. Its version
+ * comes from {@code mcmod.info} ({@code useMetadata}), which Maven fills in from the project version: the
+ * version lives in {@code pom.xml} only.
  */
-@Mod(modid = MoonBridgeMod.MODID, name = "MoonBridge", version = MoonBridgeMod.VERSION,
-        acceptedMinecraftVersions = "[1.7.10]", acceptableRemoteVersions = "*")
+@Mod(modid = MoonBridgeMod.MODID, name = "MoonBridge", useMetadata = true, acceptedMinecraftVersions = "[1.7.10]",
+        acceptableRemoteVersions = "*")
 public class MoonBridgeMod {
     public static final String MODID = "moonbridge";
-    public static final String VERSION = "0.1.0";
 
     @Mod.EventHandler
     public void preInit(FMLPreInitializationEvent event) {

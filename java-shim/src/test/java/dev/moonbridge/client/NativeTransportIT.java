@@ -37,10 +37,22 @@ class NativeTransportIT {
     @Test
     void libraryComesFromTheJar() {
         assertEquals(null, System.getProperty(NativeLoader.PATH_PROPERTY));
-        assertEquals("0.1.0", NativeTransport.nativeVersion());
+        assertEquals(ProjectVersion.get(), NativeTransport.nativeVersion(), "the native library and the jar share a version");
         File from = NativeLoader.loadedFrom();
         assertTrue(from.getPath().contains("moonbridge-natives-"), "extracted from the jar: " + from);
         URLCheck.assertInsideJar(NativeLoader.class);
+    }
+
+    @Test
+    void theManifestNamesTheCoremodAndTheClientSide() throws Exception {
+        String jar = NativeLoader.class.getProtectionDomain().getCodeSource().getLocation().getPath();
+        try (java.util.jar.JarFile f = new java.util.jar.JarFile(jar)) {
+            java.util.jar.Attributes a = f.getManifest().getMainAttributes();
+            assertEquals("dev.moonbridge.forge.MoonBridgeCoremod", a.getValue("FMLCorePlugin"));
+            assertEquals("true", a.getValue("FMLCorePluginContainsFMLMod"));
+            assertEquals("CLIENT", a.getValue("ModSide"), "dedicated servers skip the jar");
+            assertEquals(ProjectVersion.get(), a.getValue("Implementation-Version"));
+        }
     }
 
     @Test

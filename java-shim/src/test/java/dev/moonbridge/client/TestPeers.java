@@ -190,6 +190,7 @@ public final class TestPeers implements AutoCloseable {
         }
     }
 
+    /** Stops the peers and deletes their directory (certificates, configuration). */
     @Override
     public void close() {
         for (Process p : processes) {
@@ -204,5 +205,6 @@ public final class TestPeers implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
+        ProbeRunner.deleteTree(dir);
     }
 }

@@ -19,6 +19,8 @@ public @interface Mod {
 
     String acceptableRemoteVersions() default "";
 
+    boolean useMetadata() default false;
+
     @Retention(RetentionPolicy.RUNTIME)
     @Target(ElementType.METHOD)
     @interface EventHandler {}
