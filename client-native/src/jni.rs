@@ -293,3 +293,33 @@ pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_version0<'l>(
 ) -> jstring {
     entry(&mut env, std::ptr::null_mut(), |env| Ok(env.new_string(crate::VERSION)?.into_raw()))
 }
+
+/// `NativeTransport.discover0(host, resolver, timeoutMs)`: the MoonBridge URL of `_moonbridge.<host>`, or null
+/// (see [`crate::discovery::lookup`]). `resolver` is `host:port` of a DNS server to ask instead of the
+/// system's (tests), or null. A failed lookup throws `IOException`; the Java side treats it like null.
+#[no_mangle]
+pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_discover0<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    host: JString<'l>,
+    resolver: JString<'l>,
+    timeout_ms: jint,
+) -> jstring {
+    entry(&mut env, std::ptr::null_mut(), |env| {
+        if host.is_null() {
+            return Err(ClientError::InvalidArgument("host is null".into()).into());
+        }
+        let host: String = env.get_string(&host)?.into();
+        let resolver = if resolver.is_null() {
+            None
+        } else {
+            let text: String = env.get_string(&resolver)?.into();
+            Some(text.parse().map_err(|_| ClientError::InvalidArgument(format!("resolver {text:?} is not IP:port")))?)
+        };
+        let timeout = timeout(timeout_ms).filter(|t| !t.is_zero()).unwrap_or(Duration::from_secs(2));
+        match crate::discovery::lookup(&host, resolver, timeout)? {
+            Some(url) => Ok(env.new_string(url)?.into_raw()),
+            None => Ok(std::ptr::null_mut()),
+        }
+    })
+}

@@ -16,6 +16,7 @@
 
 mod connect;
 mod connection;
+pub mod discovery;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod ffi;

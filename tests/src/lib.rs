@@ -21,6 +21,7 @@ use std::time::Duration;
 
 /// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
 pub use moonbridge_client_scenarios as mc;
+pub mod dns;
 pub mod natives;
 pub mod online;
 
@@ -460,12 +461,18 @@ impl TestCert {
         t
     }
 
-    /// Issues a new leaf (CN `cn`) from this CA into `cert` (leaf + CA chain) and `key`.
+    /// Issues a new leaf (CN `cn`) from this CA into `cert` (leaf + CA chain) and `key`, valid for `localhost`,
+    /// `127.0.0.1` and `::1`.
     pub fn issue(&self, cert: &std::path::Path, key: &std::path::Path, cn: &str) {
+        self.issue_for(cert, key, cn, "DNS:localhost,IP:127.0.0.1,IP:::1");
+    }
+
+    /// Issues a new leaf (CN `cn`) with the subject alternative names `sans` (OpenSSL syntax).
+    pub fn issue_for(&self, cert: &std::path::Path, key: &std::path::Path, cn: &str, sans: &str) {
         let csr = self.dir.join("leaf.csr");
         let leaf = self.dir.join("leaf.pem");
         let ext = self.dir.join("leaf.ext");
-        std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+        std::fs::write(&ext, format!("subjectAltName={sans}\nbasicConstraints=CA:FALSE\n")).unwrap();
         let mut args: Vec<std::ffi::OsString> = vec!["req".into(), "-new".into(), "-nodes".into(), "-subj".into()];
         args.push(format!("/CN={cn}").into());
         args.extend(newkey_args(&self.key_type).into_iter().map(Into::into));

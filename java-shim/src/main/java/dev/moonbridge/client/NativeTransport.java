@@ -41,6 +41,22 @@ public final class NativeTransport implements AutoCloseable {
         return new NativeTransport(nativeOpen(url, optionsJson));
     }
 
+    /**
+     * Route discovery: the MoonBridge URL published for {@code host} in the DNS TXT record
+     * {@code _moonbridge.<host>}, or {@code null} when there is none. Loads the library first. Answers are cached
+     * for the record's TTL by the library; the lookup takes at most about {@code timeoutMillis}.
+     *
+     * @param resolver {@code IP:port} of the DNS server to ask instead of the system's (tests), or {@code null}
+     * @throws IOException when the lookup failed (timeout, no DNS server): callers treat it as "no record"
+     */
+    public static String discover(String host, String resolver, int timeoutMillis) throws IOException {
+        if (host == null) {
+            throw new IOException("host is null");
+        }
+        NativeLoader.load();
+        return discover0(host, resolver, timeoutMillis);
+    }
+
     /** The native library's version; loads the library first. */
     public static String nativeVersion() {
         NativeLoader.load();
@@ -146,4 +162,6 @@ public final class NativeTransport implements AutoCloseable {
     private static native void nativeClose(long handle);
 
     private static native String version0();
+
+    private static native String discover0(String host, String resolver, int timeoutMillis) throws IOException;
 }

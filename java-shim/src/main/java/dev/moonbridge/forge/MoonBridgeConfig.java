@@ -29,6 +29,10 @@ import java.util.Map;
  *     ping_interval_ms = 30000
  *     connect_timeout_ms = 10000
  * }
+ * discovery {
+ *     enabled = true
+ *     timeout_ms = 2000
+ * }
  * </pre>
  */
 public final class MoonBridgeConfig {
@@ -48,6 +52,10 @@ public final class MoonBridgeConfig {
     public final List<Route> routes = new ArrayList<Route>();
     public final Map<String, String> options = new LinkedHashMap<String, String>();
     public final List<String> problems = new ArrayList<String>();
+    /** {@code discovery.enabled}: look up {@code _moonbridge.<host>} TXT records (default true). */
+    public boolean discoveryEnabled = true;
+    /** {@code discovery.timeout_ms}: bound on one lookup, in milliseconds (default 2000). */
+    public int discoveryTimeoutMs = 2000;
 
     static final String[] OPTION_KEYS = {"coalesce", "tls_versions", "ca_file", "ping_interval_ms", "connect_timeout_ms"};
 
@@ -80,6 +88,16 @@ public final class MoonBridgeConfig {
                 + "\n"
                 + "    # Give up connecting after this many milliseconds.\n"
                 + "    connect_timeout_ms = 10000\n"
+                + "}\n"
+                + "\n"
+                + "# Route discovery: for a server typed without a port, ask DNS for a TXT record _moonbridge.<host>; a server\n"
+                + "# that publishes its MoonBridge URL there is joined through MoonBridge with no route above. Routes above win.\n"
+                + "discovery {\n"
+                + "    # true (default) or false.\n"
+                + "    enabled = true\n"
+                + "\n"
+                + "    # Give up on a lookup after this many milliseconds (the server is then joined as usual).\n"
+                + "    timeout_ms = 2000\n"
                 + "}\n";
     }
 
@@ -108,7 +126,7 @@ public final class MoonBridgeConfig {
             }
             if (line.endsWith("{")) {
                 section = line.substring(0, line.length() - 1).trim().toLowerCase(Locale.ROOT);
-                if (!section.equals("routes") && !section.equals("options")) {
+                if (!section.equals("routes") && !section.equals("options") && !section.equals("discovery")) {
                     c.problems.add("line " + lineNo + ": unknown section " + section);
                 }
                 continue;
@@ -119,13 +137,15 @@ public final class MoonBridgeConfig {
             }
             int eq = line.indexOf('=');
             if (eq < 0 || section == null) {
-                c.problems.add("line " + lineNo + ": expected key = value inside routes { } or options { }");
+                c.problems.add("line " + lineNo + ": expected key = value inside routes { }, options { } or discovery { }");
                 continue;
             }
             String key = line.substring(0, eq).trim();
             String value = line.substring(eq + 1).trim();
             if (section.equals("routes")) {
                 c.addRoute(lineNo, key, value);
+            } else if (section.equals("discovery")) {
+                c.setDiscovery(lineNo, key, value);
             } else if (section.equals("options")) {
                 boolean known = false;
                 for (String k : OPTION_KEYS) {
@@ -139,6 +159,28 @@ public final class MoonBridgeConfig {
             }
         }
         return c;
+    }
+
+    private void setDiscovery(int lineNo, String key, String value) {
+        if (key.equals("enabled")) {
+            if (value.equalsIgnoreCase("true") || value.equalsIgnoreCase("false")) {
+                discoveryEnabled = Boolean.parseBoolean(value.toLowerCase(Locale.ROOT));
+            } else {
+                problems.add("line " + lineNo + ": discovery enabled must be true or false, not " + value);
+            }
+        } else if (key.equals("timeout_ms")) {
+            try {
+                int ms = Integer.parseInt(value);
+                if (ms < 1 || ms > 30000) {
+                    throw new NumberFormatException();
+                }
+                discoveryTimeoutMs = ms;
+            } catch (NumberFormatException e) {
+                problems.add("line " + lineNo + ": discovery timeout_ms must be 1-30000, not " + value);
+            }
+        } else {
+            problems.add("line " + lineNo + ": unknown discovery key " + key);
+        }
     }
 
     private void addRoute(int lineNo, String key, String url) {

@@ -16,26 +16,49 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The real peers of the Java tests: a node-minecraft-protocol 1.7.10 backend ({@code tests/peers/backend.js}),
- * the {@code moonbridge} proxy with a wss listener, and a CA plus leaf certificate made with {@code openssl}.
- * Paths come from the system properties {@code moonbridge.bin} and {@code moonbridge.peers}.
+ * The real peers of the Java tests: a node-minecraft-protocol 1.7.10 backend ({@code tests/peers/backend.js})
+ * or a backend of the test's own, the {@code moonbridge} proxy with a wss, a ws, a tcp and an IPv6 ws listener
+ * ({@code [::1]}), and a CA plus leaf certificate (for {@code localhost}, {@code 127.0.0.1} and {@code ::1}) made
+ * with {@code openssl}. Paths come from the system properties {@code moonbridge.bin} and {@code moonbridge.peers}.
  */
 public final class TestPeers implements AutoCloseable {
     public final Path dir;
     public final Path ca;
     public final int wssPort;
+    public final int wsPort;
+    public final int tcpPort;
+    public final int ws6Port;
     private final List<Process> processes = new ArrayList<>();
     /** Every line the proxy has logged since start. */
     final BlockingQueue<String> proxyLog = new LinkedBlockingQueue<>();
+    /** Every line the node backend has printed since start (JSON events). */
+    final BlockingQueue<String> backendLog = new LinkedBlockingQueue<>();
 
-    private TestPeers(Path dir, Path ca, int wssPort) {
+    private TestPeers(Path dir, Path ca) throws IOException {
         this.dir = dir;
         this.ca = ca;
-        this.wssPort = wssPort;
+        this.wssPort = freePort();
+        this.wsPort = freePort();
+        this.tcpPort = freePort();
+        this.ws6Port = freePort();
     }
 
     public String wssUrl() {
         return "wss://localhost:" + wssPort + "/mc";
+    }
+
+    public String wsUrl() {
+        return "ws://127.0.0.1:" + wsPort + "/mc";
+    }
+
+    /** The ws listener on {@code [::1]}. */
+    public String ws6Url() {
+        return "ws://[::1]:" + ws6Port + "/mc";
+    }
+
+    /** Options trusting the test CA. */
+    public String caOptions() {
+        return "{\"ca_file\":" + Mc.json(ca.toString()) + "}";
     }
 
     static String requiredProperty(String name) {
@@ -52,8 +75,16 @@ public final class TestPeers implements AutoCloseable {
 
     /** Starts the peers; {@code backendOptions} is the JSON given to backend.js. */
     public static TestPeers start(String backendOptions) throws Exception {
+        return start(backendOptions, -1);
+    }
+
+    /** Starts the proxy (and certificates) in front of a backend the test runs itself on 127.0.0.1. */
+    public static TestPeers startForBackend(int backendPort) throws Exception {
+        return start(null, backendPort);
+    }
+
+    private static TestPeers start(String backendOptions, int ownBackendPort) throws Exception {
         String bin = requiredProperty("moonbridge.bin");
-        String peersDir = requiredProperty("moonbridge.peers");
         Path dir = Files.createTempDirectory("moonbridge-java-it");
         Path ca = dir.resolve("ca.pem");
         Path caKey = dir.resolve("ca.key");
@@ -62,35 +93,46 @@ public final class TestPeers implements AutoCloseable {
         Path leaf = dir.resolve("leaf.pem");
         Path csr = dir.resolve("leaf.csr");
         Path ext = dir.resolve("leaf.ext");
-        Files.write(ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n".getBytes(StandardCharsets.UTF_8));
-        run("openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=MoonBridge Java Test CA", "-newkey", "ec",
-                "-pkeyopt", "ec_paramgen_curve:prime256v1", "-keyout", caKey.toString(), "-out", ca.toString());
-        run("openssl", "req", "-new", "-nodes", "-subj", "/CN=localhost", "-newkey", "ec", "-pkeyopt",
-                "ec_paramgen_curve:prime256v1", "-keyout", key.toString(), "-out", csr.toString());
-        run("openssl", "x509", "-req", "-days", "2", "-in", csr.toString(), "-CA", ca.toString(), "-CAkey", caKey.toString(),
-                "-CAcreateserial", "-extfile", ext.toString(), "-out", leaf.toString());
-        byte[] chain = concat(Files.readAllBytes(leaf), Files.readAllBytes(ca));
-        Files.write(cert, chain);
-
-        int wssPort = freePort();
-        TestPeers p = new TestPeers(dir, ca, wssPort);
+        TestPeers p = new TestPeers(dir, ca);
         try {
-            Process backend = p.spawn(new File(peersDir), "node", "backend.js", backendOptions);
-            String listening = waitLine(backend.getInputStream(), "\"listening\"", 20);
-            int backendPort = Integer.parseInt(listening.replaceAll("[^0-9]", ""));
+            Files.write(ext, "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\n"
+                    .getBytes(StandardCharsets.UTF_8));
+            run("openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=MoonBridge Java Test CA", "-newkey", "ec",
+                    "-pkeyopt", "ec_paramgen_curve:prime256v1", "-keyout", caKey.toString(), "-out", ca.toString());
+            run("openssl", "req", "-new", "-nodes", "-subj", "/CN=localhost", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-keyout", key.toString(), "-out", csr.toString());
+            run("openssl", "x509", "-req", "-days", "2", "-in", csr.toString(), "-CA", ca.toString(), "-CAkey",
+                    caKey.toString(), "-CAcreateserial", "-extfile", ext.toString(), "-out", leaf.toString());
+            byte[] chain = concat(Files.readAllBytes(leaf), Files.readAllBytes(ca));
+            Files.write(cert, chain);
+            int backendPort = ownBackendPort;
+            if (backendPort < 0) {
+                String peersDir = requiredProperty("moonbridge.peers");
+                Process backend = p.spawn(new File(peersDir), "node", "backend.js", backendOptions);
+                String listening = waitLine(backend.getInputStream(), "\"listening\"", 20, p.backendLog);
+                backendPort = Integer.parseInt(listening.replaceAll("[^0-9]", ""));
+            }
             Path config = dir.resolve("moonbridge.toml");
-            String toml = "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:" + wssPort + "\"\n"
+            String toml = "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:" + p.wssPort + "\"\n"
                     + "tls_cert = \"" + cert + "\"\ntls_key = \"" + key + "\"\n"
+                    + "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:" + p.wsPort + "\"\n"
+                    + "[[listener]]\ntransport = \"ws\"\nbind = \"[::1]:" + p.ws6Port + "\"\n"
+                    + "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:" + p.tcpPort + "\"\n"
                     + "[[backend]]\nname = \"survival\"\naddress = \"127.0.0.1:" + backendPort + "\"\n";
             Files.write(config, toml.getBytes(StandardCharsets.UTF_8));
             Process proxy = p.spawn(null, bin, "--config", config.toString());
             p.collect(proxy.getErrorStream());
-            p.waitProxyLine("listening wss", 20);
+            p.waitProxyLine("listening tcp", 20);
             return p;
         } catch (Exception e) {
             p.close();
             throw e;
         }
+    }
+
+    /** The next backend line containing {@code needle} (earlier lines are consumed). */
+    public String waitBackendLine(String needle, int seconds) throws InterruptedException {
+        return waitIn(backendLog, needle, seconds, "backend");
     }
 
     private Process spawn(File cwd, String... cmd) throws IOException {
@@ -121,12 +163,17 @@ public final class TestPeers implements AutoCloseable {
 
     /** The next proxy log line containing {@code needle} (earlier lines are consumed). */
     public String waitProxyLine(String needle, int seconds) throws InterruptedException {
+        return waitIn(proxyLog, needle, seconds, "proxy log");
+    }
+
+    private static String waitIn(BlockingQueue<String> lines, String needle, int seconds, String what)
+            throws InterruptedException {
         long deadline = System.nanoTime() + seconds * 1_000_000_000L;
         while (true) {
             long left = deadline - System.nanoTime();
-            String line = left > 0 ? proxyLog.poll(left, TimeUnit.NANOSECONDS) : null;
+            String line = left > 0 ? lines.poll(left, TimeUnit.NANOSECONDS) : null;
             if (line == null) {
-                throw new IllegalStateException("no proxy log line containing " + needle + " within " + seconds + " s");
+                throw new IllegalStateException("no " + what + " line containing " + needle + " within " + seconds + " s");
             }
             if (line.contains(needle)) {
                 return line;
@@ -134,8 +181,12 @@ public final class TestPeers implements AutoCloseable {
         }
     }
 
-    /** Reads lines on a thread until one contains {@code needle}; keeps draining afterwards. */
-    private static String waitLine(java.io.InputStream stream, String needle, int seconds) throws Exception {
+    /**
+     * Reads lines on a thread until one contains {@code needle}; keeps draining afterwards, into {@code rest}
+     * (the lines after the one returned).
+     */
+    private static String waitLine(java.io.InputStream stream, String needle, int seconds, BlockingQueue<String> rest)
+            throws Exception {
         BlockingQueue<String> found = new LinkedBlockingQueue<>();
         Thread t = new Thread(() -> {
             try (BufferedReader r = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
@@ -145,6 +196,8 @@ public final class TestPeers implements AutoCloseable {
                     if (!sent && line.contains(needle)) {
                         found.add(line);
                         sent = true;
+                    } else if (sent) {
+                        rest.add(line);
                     }
                 }
             } catch (IOException ignored) {

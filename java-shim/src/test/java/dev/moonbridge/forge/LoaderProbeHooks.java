@@ -33,9 +33,9 @@ public final class LoaderProbeHooks {
                 System.out.println("vanilla " + (f.isSuccess() ? "ok" : "failed: " + f.cause()));
             }
             f.channel().close().syncUninterruptibly();
-            Routes.put("probe.invalid", 25565, routeUrl);
+            Routes.putConfig("probe.invalid", 25565, routeUrl);
             ChannelFuture mb = bootstrap(group, MoonBridgeChannel.class)
-                    .connect(InetAddress.getByAddress("probe.invalid", new byte[4]), 25565).awaitUninterruptibly();
+                    .connect(InetAddress.getByAddress("probe.invalid", new byte[] {127, 0, 0, 1}), 25565).awaitUninterruptibly();
             System.out.println("moonbridge " + (mb.isSuccess() ? "ok" : "failed: " + mb.cause()));
         } finally {
             group.shutdownGracefully().syncUninterruptibly();

@@ -39,4 +39,19 @@ class MoonBridgeConfigTest {
         assertTrue(c.problems.get(2).contains("unknown option colour"), c.problems.get(2));
         assertEquals("{\"tls_versions\":[\"1.2\"],\"ca_file\":\"/etc/ca.pem\"}", c.optionsJson());
     }
+
+    @Test
+    void discoverySection() {
+        MoonBridgeConfig c = MoonBridgeConfig.parse(MoonBridgeConfig.defaultText());
+        assertTrue(c.discoveryEnabled);
+        assertEquals(2000, c.discoveryTimeoutMs);
+        c = MoonBridgeConfig.parse("discovery {\n  enabled = false\n  timeout_ms = 500\n}\n");
+        assertEquals(0, c.problems.size(), c.problems.toString());
+        assertTrue(!c.discoveryEnabled);
+        assertEquals(500, c.discoveryTimeoutMs);
+        c = MoonBridgeConfig.parse("discovery {\n  enabled = maybe\n  timeout_ms = 0\n  colour = blue\n}\n");
+        assertEquals(3, c.problems.size(), c.problems.toString());
+        assertTrue(c.discoveryEnabled, "a bad value keeps the default");
+        assertEquals(2000, c.discoveryTimeoutMs);
+    }
 }

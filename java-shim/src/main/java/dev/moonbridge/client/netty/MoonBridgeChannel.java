@@ -40,6 +40,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * into the current tick's batch) and flush is free: {@link #endTickAll()}, called once per client tick, sends
  * the tick's batch as one WebSocket message. Options the game sets for TCP (TCP_NODELAY, IP_TOS, ...) are
  * accepted and ignored.
+ *
+ * <p>Some writes must not wait for the tick. Replies the game writes while it handles received packets on the
+ * Netty thread (Keep Alive, the server-list Ping, Forge's {@code FML|HS} handshake steps: 1.7.10 handles such
+ * packets at once, see {@code Packet.func_148836_a}) leave as soon as that delivery ends, and a server-list
+ * status connection (handshake next state 1, no game tick behind it) sends every write at once. Everything else
+ * still leaves once per tick.
  */
 public class MoonBridgeChannel extends AbstractChannel {
     /** Bytes read from the network but not yet taken by the pipeline before the reader thread waits. */
@@ -64,11 +70,21 @@ public class MoonBridgeChannel extends AbstractChannel {
     private volatile int state = STATE_OPEN;
     private volatile NativeTransport transport;
     private volatile InetSocketAddress remote;
+    /** The route this channel connects through, once connecting. */
+    private volatile Routes.Route route;
     private volatile boolean remoteClosed;
     /** The promise of a connect in progress, failed if the channel closes first (event loop only). */
     private ChannelPromise connectPromise;
     /** A read() was requested while autoRead is off (event loop only). */
     private boolean readPending;
+    /** The pipeline is handling received bytes right now (event loop only): writes then are replies. */
+    private boolean delivering;
+    /** A reply was written while delivering: it leaves when the delivery ends, not at the tick (event loop only). */
+    private boolean replyWritten;
+    /** The first frame (the handshake) has been looked at (event loop only). */
+    private boolean handshakeSeen;
+    /** A server-list status connection (handshake next state 1): every write leaves at once (event loop only). */
+    private boolean statusConnection;
 
     public MoonBridgeChannel() {
         super(null);
@@ -79,6 +95,11 @@ public class MoonBridgeChannel extends AbstractChannel {
         for (MoonBridgeChannel c : OPEN) {
             c.endTick();
         }
+    }
+
+    /** The route this channel connects (or connected) through, or {@code null} before connecting. */
+    public Routes.Route route() {
+        return route;
     }
 
     /** Open MoonBridge channels (for diagnostics and tests). */
@@ -227,14 +248,20 @@ public class MoonBridgeChannel extends AbstractChannel {
         if (t == null || state != STATE_ACTIVE) {
             throw new NotYetConnectedException();
         }
+        boolean wrote = false;
         for (;;) {
             Object msg = in.current();
             if (msg == null) {
-                return;
+                break;
             }
             if (msg instanceof ByteBuf) {
                 ByteBuf buf = (ByteBuf) msg;
+                if (!handshakeSeen && buf.isReadable()) {
+                    handshakeSeen = true;
+                    statusConnection = Handshakes.nextState(buf) == 1;
+                }
                 if (buf.isReadable()) {
+                    wrote = true;
                     ByteBuffer nio = buf.nioBufferCount() == 1
                             ? buf.nioBuffer(buf.readerIndex(), buf.readableBytes())
                             : ByteBuffer.wrap(copy(buf));
@@ -244,6 +271,13 @@ public class MoonBridgeChannel extends AbstractChannel {
             } else {
                 in.remove(new UnsupportedOperationException("MoonBridgeChannel writes ByteBuf only, not "
                         + msg.getClass().getName()));
+            }
+        }
+        if (wrote) {
+            if (delivering) {
+                replyWritten = true;
+            } else if (statusConnection) {
+                t.endTick();
             }
         }
     }
@@ -262,23 +296,46 @@ public class MoonBridgeChannel extends AbstractChannel {
             return;
         }
         boolean any = false;
-        while (state != STATE_CLOSED && (readPending || config.isAutoRead())) {
-            ByteBuf b = inbound.poll();
-            if (b == null) {
-                break;
+        delivering = true;
+        try {
+            while (state != STATE_CLOSED && (readPending || config.isAutoRead())) {
+                ByteBuf b = inbound.poll();
+                if (b == null) {
+                    break;
+                }
+                queuedBytes.addAndGet(-b.readableBytes());
+                any = true;
+                pipeline().fireChannelRead(b);
             }
-            queuedBytes.addAndGet(-b.readableBytes());
-            any = true;
-            pipeline().fireChannelRead(b);
+            if (any) {
+                readPending = false;
+                pipeline().fireChannelReadComplete();
+                synchronized (readerLock) {
+                    readerLock.notifyAll();
+                }
+            }
+        } finally {
+            delivering = false;
         }
-        if (any) {
-            readPending = false;
-            pipeline().fireChannelReadComplete();
-            synchronized (readerLock) {
-                readerLock.notifyAll();
-            }
+        if (replyWritten) {
+            replyWritten = false;
+            flushReplies();
         }
         if (remoteClosed && inbound.isEmpty() && state != STATE_CLOSED) {
+            unsafe().close(voidPromise());
+        }
+    }
+
+    /** Sends the replies written during a delivery now, as one message (event loop only). */
+    private void flushReplies() {
+        NativeTransport t = transport;
+        if (state != STATE_ACTIVE || t == null) {
+            return;
+        }
+        try {
+            t.endTick();
+        } catch (IOException e) {
+            pipeline().fireExceptionCaught(e);
             unsafe().close(voidPromise());
         }
     }
@@ -365,19 +422,40 @@ public class MoonBridgeChannel extends AbstractChannel {
                 return;
             }
             final InetSocketAddress isa = (InetSocketAddress) remoteAddress;
-            final Routes.Route route = Routes.find(isa.getHostString(), isa.getPort());
+            final Routes.Route route = isa.getAddress() != null ? Routes.forAddress(isa.getAddress(), isa.getPort())
+                    : Routes.find(isa.getHostString(), isa.getPort());
             if (route == null) {
                 promise.setFailure(new MoonBridgeConnectException(
                         "MoonBridge: no ws:// or wss:// route for " + isa.getHostString() + ":" + isa.getPort(), null));
                 close(voidPromise());
                 return;
             }
-            if (!promise.setUncancellable()) {
+            if (promise.isDone()) {
+                close(voidPromise()); // cancelled before it started
                 return;
             }
             state = STATE_CONNECTING;
             remote = isa;
+            MoonBridgeChannel.this.route = route;
             connectPromise = promise;
+            // Cancel (the game's "Cancel" on "Connecting..."): the channel closes at once; the native connect
+            // still running on the connector thread is closed as soon as it returns (within connect_timeout_ms).
+            promise.addListener(new io.netty.util.concurrent.GenericFutureListener<io.netty.util.concurrent.Future<Void>>() {
+                @Override
+                public void operationComplete(io.netty.util.concurrent.Future<Void> f) {
+                    if (f.isCancelled()) {
+                        onLoop(new Runnable() {
+                            @Override
+                            public void run() {
+                                close(voidPromise());
+                            }
+                        }, new Runnable() {
+                            @Override
+                            public void run() {}
+                        });
+                    }
+                }
+            });
             Thread connector = new Thread(new Runnable() {
                 @Override
                 public void run() {
@@ -402,8 +480,9 @@ public class MoonBridgeChannel extends AbstractChannel {
                     @Override
                     public void run() {
                         connectPromise = null;
-                        promise.tryFailure(failure);
+                        // Closed before the promise fails, so whoever waits on it sees a closed channel.
                         close(voidPromise());
+                        promise.tryFailure(failure);
                     }
                 }, new Runnable() {
                     @Override
@@ -417,19 +496,17 @@ public class MoonBridgeChannel extends AbstractChannel {
                 @Override
                 public void run() {
                     connectPromise = null;
-                    if (state != STATE_CONNECTING) {
-                        closeInBackground(t); // closed while connecting; the promise already failed
+                    if (state != STATE_CONNECTING || !promise.trySuccess()) {
+                        // Closed or cancelled while connecting: the promise already failed or was cancelled, and
+                        // the channel never becomes active (no channelActive, no channelInactive).
+                        closeInBackground(t);
+                        close(voidPromise());
                         return;
                     }
                     transport = t;
                     state = STATE_ACTIVE;
                     OPEN.add(MoonBridgeChannel.this);
-                    boolean stillWanted = promise.trySuccess();
                     pipeline().fireChannelActive();
-                    if (!stillWanted) {
-                        close(voidPromise());
-                        return;
-                    }
                     Thread reader = new Thread(new Runnable() {
                         @Override
                         public void run() {

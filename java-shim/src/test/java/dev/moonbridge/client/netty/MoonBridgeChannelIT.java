@@ -52,7 +52,7 @@ class MoonBridgeChannelIT {
         peers = TestPeers.start("{\"port\":0,\"keepAlive\":false}");
         group = new NioEventLoopGroup(1);
         Routes.clear();
-        Routes.put("mc.example.com", 25565, peers.wssUrl());
+        Routes.putConfig("mc.example.com", 25565, peers.wssUrl());
         Routes.setDefaultOptions("{\"ca_file\":" + json(peers.ca.toString()) + "}");
     }
 
@@ -424,7 +424,7 @@ class MoonBridgeChannelIT {
             });
             acceptor.setDaemon(true);
             acceptor.start();
-            Routes.put("slow.example.com", 25565, "ws://127.0.0.1:" + silent.getLocalPort() + "/mc");
+            Routes.putConfig("slow.example.com", 25565, "ws://127.0.0.1:" + silent.getLocalPort() + "/mc");
             Bootstrap b = new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new Events());
             io.netty.channel.ChannelFuture f = b.connect(InetAddress.getByAddress("slow.example.com", new byte[4]), 25565);
             f.channel().close().syncUninterruptibly();
@@ -443,5 +443,269 @@ class MoonBridgeChannelIT {
                 .awaitUninterruptibly().cause();
         assertTrue(cause instanceof MoonBridgeConnectException, String.valueOf(cause));
         assertTrue(cause.toString().contains("no ws:// or wss:// route for unrouted.example.com:25565"), cause.toString());
+    }
+
+    // ---- Case C24: lifecycle races -------------------------------------------------------------------
+
+    /** The order of channelActive and channelInactive (exceptions from the server's close are expected). */
+    static final class Lifecycle extends SimpleChannelInboundHandler<ByteBuf> {
+        final List<String> order = new java.util.concurrent.CopyOnWriteArrayList<>();
+
+        @Override
+        public void channelActive(ChannelHandlerContext ctx) {
+            order.add("active");
+        }
+
+        @Override
+        public void channelInactive(ChannelHandlerContext ctx) {
+            order.add("inactive");
+        }
+
+        @Override
+        public void exceptionCaught(ChannelHandlerContext ctx, Throwable cause) {
+            // the server closing with 1011 reaches the pipeline as an exception: part of the race
+        }
+
+        @Override
+        protected void channelRead0(ChannelHandlerContext ctx, ByteBuf frame) {}
+    }
+
+    /** A backend of the test's own: accepts connections and hands each socket to {@code after}. */
+    static java.net.ServerSocket rawBackend(java.util.function.Consumer<java.net.Socket> after) throws Exception {
+        java.net.ServerSocket server = new java.net.ServerSocket(0, 200, InetAddress.getByName("127.0.0.1"));
+        Thread t = new Thread(() -> {
+            while (!server.isClosed()) {
+                try {
+                    java.net.Socket s = server.accept();
+                    Thread c = new Thread(() -> after.accept(s), "raw backend connection");
+                    c.setDaemon(true);
+                    c.start();
+                } catch (java.io.IOException e) {
+                    return;
+                }
+            }
+        }, "raw backend");
+        t.setDaemon(true);
+        t.start();
+        return server;
+    }
+
+    static byte[] loginBytes(String name) {
+        ByteBuf hs = Unpooled.buffer();
+        writeVarInt(hs, 5);
+        writeString(hs, "mc.example.com");
+        hs.writeShort(25565);
+        writeVarInt(hs, 2);
+        ByteBuf ls = Unpooled.buffer();
+        writeString(ls, name);
+        ByteBuf all = Unpooled.buffer();
+        for (ByteBuf p : new ByteBuf[] {packet(0x00, hs), packet(0x00, ls)}) {
+            writeVarInt(all, p.readableBytes());
+            all.writeBytes(p);
+        }
+        byte[] b = new byte[all.readableBytes()];
+        all.readBytes(b);
+        return b;
+    }
+
+    static Bootstrap plainBootstrap(io.netty.channel.ChannelHandler handler) {
+        return new Bootstrap().group(group).channel(MoonBridgeChannel.class).handler(new ChannelInitializer<Channel>() {
+            @Override
+            protected void initChannel(Channel ch) {
+                ch.pipeline().addLast("splitter", new Splitter()).addLast("packet_handler", handler);
+            }
+        });
+    }
+
+    @Test
+    void c24aAServerCloseRacingTheGamesCloseFiresInactiveExactlyOnceAfterActive() throws Exception {
+        // The backend ends every session as soon as the login arrives: the proxy then closes the WebSocket,
+        // while the game closes the channel too.
+        try (java.net.ServerSocket backend = rawBackend(s -> {
+            try {
+                s.getInputStream().read(new byte[64]);
+                s.close();
+            } catch (java.io.IOException ignored) {
+                // gone
+            }
+        }); TestPeers proxy = TestPeers.startForBackend(backend.getLocalPort())) {
+            Routes.putConfig("race.example.com", 25565, proxy.wsUrl());
+            java.util.Random jitter = new java.util.Random(24);
+            byte[] login = loginBytes("Racer");
+            for (int i = 0; i < 1000; i++) {
+                Lifecycle events = new Lifecycle();
+                Channel ch = plainBootstrap(events)
+                        .connect(InetAddress.getByAddress("race.example.com", new byte[] {127, 0, 0, 1}), 25565)
+                        .syncUninterruptibly().channel();
+                ch.writeAndFlush(Unpooled.wrappedBuffer(login));
+                ((MoonBridgeChannel) ch).endTick();
+                java.util.concurrent.locks.LockSupport.parkNanos(jitter.nextInt(3_000_000)); // vary the interleaving
+                ch.close();
+                assertTrue(ch.closeFuture().await(10, TimeUnit.SECONDS), "closed, round " + i);
+                // channelInactive runs as a task after the close: once the loop has run a later task, it is in.
+                ch.eventLoop().submit(() -> { }).syncUninterruptibly();
+                ch.eventLoop().submit(() -> { }).syncUninterruptibly();
+                assertEquals(java.util.Arrays.asList("active", "inactive"), events.order, "round " + i);
+            }
+            assertEquals(0, MoonBridgeChannel.openCount());
+        }
+    }
+
+    /** Live Java threads whose name starts with {@code prefix}. */
+    static int javaThreadsNamed(String prefix) {
+        int n = 0;
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (t.isAlive() && t.getName().startsWith(prefix)) {
+                n++;
+            }
+        }
+        return n;
+    }
+
+    /**
+     * Native threads of this process whose name starts with {@code prefix} (Linux: /proc/self/task/N/comm, at
+     * most 15 characters: the Rust I/O threads are "moonbridge-io").
+     */
+    static int threadsNamed(String prefix) throws java.io.IOException {
+        int n = 0;
+        java.io.File[] tasks = new java.io.File("/proc/self/task").listFiles();
+        for (java.io.File t : tasks == null ? new java.io.File[0] : tasks) {
+            try {
+                String comm = new String(java.nio.file.Files.readAllBytes(new java.io.File(t, "comm").toPath()),
+                        StandardCharsets.UTF_8).trim();
+                if (comm.startsWith(prefix)) {
+                    n++;
+                }
+            } catch (java.io.IOException ignored) {
+                // the thread ended meanwhile
+            }
+        }
+        return n;
+    }
+
+    @Test
+    void c24bCancelWhileTheTlsHandshakeIsStalled() throws Exception {
+        // A listener that accepts TCP and never answers the ClientHello.
+        try (java.net.ServerSocket stalled = rawBackend(s -> {
+            try {
+                s.getInputStream().read(new byte[4096]);
+                Thread.sleep(30_000); // holds the connection open, silent (the test's own peer, not a wait)
+            } catch (Exception ignored) {
+                // closed
+            }
+        })) {
+            // Connections of earlier tests finish closing in the background first: then this test's connect is
+            // the only native I/O thread.
+            long settled = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (threadsNamed("moonbridge-io") > 0) {
+                assertTrue(System.nanoTime() < settled, "earlier connections closed");
+                Thread.sleep(20); // polling the thread count, bounded by the deadline
+            }
+            Routes.putConfig("stalled.example.com", 25565, "wss://127.0.0.1:" + stalled.getLocalPort() + "/mc");
+            String before = Routes.defaultOptions();
+            Routes.setDefaultOptions("{\"connect_timeout_ms\":1500}");
+            try {
+                Events events = new Events();
+                io.netty.channel.ChannelFuture f = plainBootstrap(events)
+                        .connect(InetAddress.getByAddress("stalled.example.com", new byte[] {127, 0, 0, 1}), 25565);
+                // Wait until the native connect is under way (its I/O thread exists), as when the player clicks.
+                long started = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (threadsNamed("moonbridge-io") == 0 || javaThreadsNamed("MoonBridge connect") == 0) {
+                    assertTrue(System.nanoTime() < started, "the native connect started");
+                    Thread.sleep(5); // polling the thread count, bounded by the deadline
+                }
+                assertTrue(f.cancel(false), "Cancel on Connecting...");
+                assertTrue(f.isCancelled());
+                assertTrue(f.channel().closeFuture().await(5, TimeUnit.SECONDS), "the channel closes at once");
+                long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1500 + 3000);
+                while (threadsNamed("moonbridge-io") > 0 || javaThreadsNamed("MoonBridge connect") > 0) {
+                    assertTrue(System.nanoTime() < deadline, "the native I/O thread and the connector end within the connect timeout");
+                    Thread.sleep(20); // polling thread counts, bounded by the deadline
+                }
+                assertEquals(null, events.events.poll(200, TimeUnit.MILLISECONDS), "no channelActive, no channelInactive");
+                assertEquals(0, MoonBridgeChannel.openCount());
+            } finally {
+                Routes.setDefaultOptions(before);
+            }
+        }
+    }
+
+    @Test
+    void c24cAWriteAfterCloseFailsWithClosedChannelException() throws Exception {
+        ticker = new Ticker();
+        ticker.start();
+        Events events = new Events();
+        Channel ch = connect(events);
+        logIn(ch, events, "NettyLate");
+        ch.close().syncUninterruptibly();
+        io.netty.channel.ChannelFuture w = ch.writeAndFlush(Unpooled.wrappedBuffer(new byte[] {2, 0, 1}));
+        assertTrue(w.await(5, TimeUnit.SECONDS));
+        assertTrue(w.cause() instanceof java.nio.channels.ClosedChannelException, String.valueOf(w.cause()));
+        ((MoonBridgeChannel) ch).endTick(); // the game's tick after the close: nothing happens
+        MoonBridgeChannel.endTickAll();
+        assertEquals(1, events.inactive.get());
+    }
+
+    @Test
+    void keepAliveRepliesLeaveAtOnceNotAtTheNextTick() throws Exception {
+        // The backend logs the player in, then sends ten Keep Alives one at a time and times each reply.
+        final BlockingQueue<Long> replyNanos = new LinkedBlockingQueue<>();
+        try (java.net.ServerSocket backend = rawBackend(s -> {
+            try {
+                java.io.DataInputStream in = new java.io.DataInputStream(s.getInputStream());
+                java.io.OutputStream out = s.getOutputStream();
+                in.readFully(new byte[loginBytes("Pinger").length]);
+                ByteBuf success = Unpooled.buffer();
+                writeString(success, "00000000-0000-3000-8000-000000000000");
+                writeString(success, "Pinger");
+                ByteBuf frame = Unpooled.buffer();
+                ByteBuf p = packet(0x02, success);
+                writeVarInt(frame, p.readableBytes());
+                frame.writeBytes(p);
+                out.write(frame.array(), frame.arrayOffset(), frame.readableBytes());
+                for (int i = 0; i < 10; i++) {
+                    long t = System.nanoTime();
+                    out.write(new byte[] {5, 0, 0, 0, 0, (byte) i});
+                    out.flush();
+                    byte[] reply = new byte[6];
+                    in.readFully(reply);
+                    replyNanos.add(System.nanoTime() - t);
+                }
+            } catch (java.io.IOException ignored) {
+                // the test ended
+            }
+        }); TestPeers proxy = TestPeers.startForBackend(backend.getLocalPort())) {
+            Routes.putConfig("keepalive.example.com", 25565, proxy.wsUrl());
+            // The packet handler answers Keep Alive while it handles it, on the Netty thread, as 1.7.10 does.
+            SimpleChannelInboundHandler<ByteBuf> game = new SimpleChannelInboundHandler<ByteBuf>() {
+                @Override
+                protected void channelRead0(ChannelHandlerContext ctx, ByteBuf f) {
+                    ByteBuf copy = Unpooled.buffer();
+                    copy.writeBytes(f, f.readerIndex(), f.readableBytes());
+                    if (readVarInt(f) == 0x00) {
+                        ByteBuf reply = Unpooled.buffer();
+                        writeVarInt(reply, copy.readableBytes());
+                        reply.writeBytes(copy);
+                        ctx.writeAndFlush(reply);
+                    }
+                }
+            };
+            Channel ch = plainBootstrap(game)
+                    .connect(InetAddress.getByAddress("keepalive.example.com", new byte[] {127, 0, 0, 1}), 25565)
+                    .syncUninterruptibly().channel();
+            ch.writeAndFlush(Unpooled.wrappedBuffer(loginBytes("Pinger")));
+            ((MoonBridgeChannel) ch).endTick();
+            long[] took = new long[10];
+            for (int i = 0; i < 10; i++) {
+                Long n = replyNanos.poll(20, TimeUnit.SECONDS);
+                assertNotNull(n, "Keep Alive reply " + i);
+                took[i] = n;
+            }
+            java.util.Arrays.sort(took);
+            // No game tick runs here: before this change each reply waited max_delay_ms (50 ms).
+            assertTrue(took[5] < TimeUnit.MILLISECONDS.toNanos(10), "median reply " + took[5] / 1e6 + " ms");
+            assertTrue(took[9] < TimeUnit.MILLISECONDS.toNanos(40), "slowest reply " + took[9] / 1e6 + " ms");
+            ch.close().syncUninterruptibly();
+        }
     }
 }

@@ -1,0 +1,174 @@
+//! Route discovery: is a server the player typed reachable through MoonBridge?
+//!
+//! An operator publishes a DNS TXT record `_moonbridge.<host>` whose text is the server's MoonBridge URL
+//! (`wss://host[:port]/path`, or `ws://…`), next to the usual A and SRV records. The mod asks this module for
+//! the record of every host typed without a port (where vanilla would ask for `_minecraft._tcp.<host>`); a
+//! record routes the player through MoonBridge, no record leaves the game vanilla.
+//!
+//! - The lookup uses the system's DNS servers (`/etc/resolv.conf`, the Windows registry) through
+//!   hickory-resolver; tests name a DNS server on loopback instead ([`lookup`]'s `resolver`).
+//! - It is bounded: one attempt per server, `timeout` in all; a timeout or any failure is "no route".
+//! - Answers are cached for the record's TTL, and "no record" (NXDOMAIN or an empty answer) for the negative
+//!   TTL of the zone's SOA record, bounded to [`NEGATIVE_TTL_BOUNDS`], so a server list refresh costs no DNS
+//!   traffic while the cache holds.
+//! - A record's character-strings are joined (RFC 1035 §3.3.14: one TXT record may hold several); a record
+//!   whose text is not a `ws://` or `wss://` URL is ignored, and the first valid one wins.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::rr::{RData, RecordType};
+use hickory_resolver::TokioResolver;
+
+use crate::error::ClientError;
+use crate::target::{Scheme, Target};
+
+/// The label prepended to a host to find its MoonBridge URL.
+pub const RECORD_PREFIX: &str = "_moonbridge.";
+
+/// How long "no record" stays cached, at least and at most (the zone's SOA negative TTL within these bounds).
+pub const NEGATIVE_TTL_BOUNDS: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(3600));
+
+/// Cached answers per resolver (the system's, or a test's DNS server).
+const CACHE_ENTRIES: u64 = 256;
+
+struct Discovery {
+    runtime: tokio::runtime::Runtime,
+    resolvers: Mutex<HashMap<Option<SocketAddr>, Arc<TokioResolver>>>,
+}
+
+fn discovery() -> Result<&'static Discovery, ClientError> {
+    static D: OnceLock<Result<Discovery, String>> = OnceLock::new();
+    D.get_or_init(|| {
+        // One small background thread serves every lookup of the process (and keeps the resolvers' caches).
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("moonbridge-dns")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the DNS runtime: {e}"))?;
+        Ok(Discovery { runtime, resolvers: Mutex::new(HashMap::new()) })
+    })
+    .as_ref()
+    .map_err(|e| ClientError::Io(e.clone()))
+}
+
+fn resolver(d: &Discovery, server: Option<SocketAddr>, timeout: Duration) -> Result<Arc<TokioResolver>, ClientError> {
+    let mut map = d.resolvers.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(r) = map.get(&server) {
+        return Ok(Arc::clone(r));
+    }
+    let provider = TokioRuntimeProvider::default();
+    let mut builder = match server {
+        None => {
+            TokioResolver::builder_tokio().map_err(|e| ClientError::Io(format!("system DNS configuration: {e}")))?
+        }
+        Some(addr) => {
+            let mut ns = NameServerConfig::udp_and_tcp(addr.ip());
+            for c in &mut ns.connections {
+                c.port = addr.port();
+            }
+            TokioResolver::builder_with_config(ResolverConfig::from_name_servers(vec![ns]), provider)
+        }
+    };
+    let opts: &mut ResolverOpts = builder.options_mut();
+    opts.timeout = timeout;
+    opts.attempts = 1;
+    opts.cache_size = CACHE_ENTRIES;
+    opts.negative_min_ttl = Some(NEGATIVE_TTL_BOUNDS.0);
+    opts.negative_max_ttl = Some(NEGATIVE_TTL_BOUNDS.1);
+    let r = Arc::new(builder.build().map_err(|e| ClientError::Io(format!("DNS resolver: {e}")))?);
+    map.insert(server, Arc::clone(&r));
+    Ok(r)
+}
+
+/// True for a host worth a lookup: a DNS name with a dot, not an IP address or `localhost`, at most 253
+/// characters.
+pub fn is_candidate(host: &str) -> bool {
+    let h = host.trim_end_matches('.');
+    !h.is_empty()
+        && h.len() <= 253
+        && h.contains('.')
+        && h.parse::<std::net::IpAddr>().is_err()
+        && !h.eq_ignore_ascii_case("localhost")
+        && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// The MoonBridge URL in one TXT record's text, if it is one (`ws://` or `wss://`, valid per [`Target`]).
+pub fn url_from_txt(text: &str) -> Option<String> {
+    let t = text.trim();
+    match Target::parse(t) {
+        Ok(target) if matches!(target.scheme, Scheme::Ws | Scheme::Wss) => Some(t.to_owned()),
+        _ => None,
+    }
+}
+
+/// Looks up `_moonbridge.<host>` and returns the MoonBridge URL it names, or `None` when there is no such
+/// record, none holds a URL, or `host` is not a candidate ([`is_candidate`]).
+///
+/// `resolver` names the DNS server to ask (tests run one on loopback); `None` uses the system's. The whole
+/// lookup takes at most about `timeout`.
+///
+/// # Errors
+/// [`ClientError::Io`] when the lookup itself failed (timeout, no DNS server, a server failure); callers treat
+/// it like `None` and fall back to vanilla.
+pub fn lookup(host: &str, resolver_addr: Option<SocketAddr>, timeout: Duration) -> Result<Option<String>, ClientError> {
+    if !is_candidate(host) {
+        return Ok(None);
+    }
+    let d = discovery()?;
+    let r = resolver(d, resolver_addr, timeout)?;
+    let name = format!("{RECORD_PREFIX}{}.", host.trim_end_matches('.').to_ascii_lowercase());
+    let looked_up = d.runtime.block_on(async {
+        // One bound over the whole exchange, whatever the resolver does internally.
+        tokio::time::timeout(timeout + Duration::from_millis(100), r.lookup(name.as_str(), RecordType::TXT)).await
+    });
+    let lookup = match looked_up {
+        Err(_) => {
+            return Err(ClientError::Io(format!("DNS lookup of {name} timed out after {} ms", timeout.as_millis())))
+        }
+        Ok(Err(e)) if e.is_no_records_found() => return Ok(None),
+        Ok(Err(e)) => return Err(ClientError::Io(format!("DNS lookup of {name} failed: {e}"))),
+        Ok(Ok(l)) => l,
+    };
+    for record in lookup.answers() {
+        if let RData::TXT(txt) = &record.data {
+            let text: String = txt.txt_data.iter().map(|s| String::from_utf8_lossy(s)).collect();
+            if let Some(url) = url_from_txt(&text) {
+                return Ok(Some(url));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates() {
+        for h in ["mc.example.com", "mc.example.com.", "play.some-pack.net", "a.b"] {
+            assert!(is_candidate(h), "{h}");
+        }
+        for h in
+            ["localhost", "127.0.0.1", "::1", "2001:db8::1", "server", "", "mc example.com", "mc.example.com:25565"]
+        {
+            assert!(!is_candidate(h), "{h}");
+        }
+        assert!(!is_candidate(&format!("{}.com", "a".repeat(260))));
+    }
+
+    #[test]
+    fn only_moonbridge_urls_count() {
+        assert_eq!(url_from_txt(" wss://mc.example.com/mc "), Some("wss://mc.example.com/mc".into()));
+        assert_eq!(url_from_txt("ws://[2001:db8::1]:8080/mc"), Some("ws://[2001:db8::1]:8080/mc".into()));
+        for t in ["tcp://mc.example.com:25565", "v=spf1 -all", "https://mc.example.com/", "wss://", ""] {
+            assert_eq!(url_from_txt(t), None, "{t}");
+        }
+    }
+}
