@@ -28,22 +28,6 @@ pub struct Frame {
     pub body: BytesMut,
 }
 
-impl Frame {
-    /// Decodes the frame as packet `P`, checking the id and that no bytes are left over.
-    ///
-    /// # Errors
-    /// [`crate::DecodeError::UnexpectedPacketId`] or any field error of `P`.
-    pub fn decode<P: crate::packets::Packet>(&self) -> Result<P, crate::DecodeError> {
-        if self.id != P::ID {
-            return Err(crate::DecodeError::UnexpectedPacketId { expected: P::ID, got: self.id });
-        }
-        let mut r = crate::codec::Reader::new(&self.body);
-        let p = P::decode_body(&mut r)?;
-        r.finish()?;
-        Ok(p)
-    }
-}
-
 /// Outcome of reading a length prefix at the start of a buffer.
 fn read_length_prefix(buf: &[u8]) -> Result<Option<(usize, usize)>, FrameError> {
     match decode_bounded(buf, MAX_LENGTH_PREFIX) {

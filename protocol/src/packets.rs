@@ -10,6 +10,22 @@ use crate::error::{DecodeError, EncodeError};
 use crate::frame::encode_frame;
 use crate::varint::VarInt;
 
+impl crate::frame::Frame {
+    /// Decodes the frame as packet `P`, checking the id and that no bytes are left over.
+    ///
+    /// # Errors
+    /// [`DecodeError::UnexpectedPacketId`] or any field error of `P`.
+    pub fn decode<P: Packet>(&self) -> Result<P, DecodeError> {
+        if self.id != P::ID {
+            return Err(DecodeError::UnexpectedPacketId { expected: P::ID, got: self.id });
+        }
+        let mut r = Reader::new(&self.body);
+        let p = P::decode_body(&mut r)?;
+        r.finish()?;
+        Ok(p)
+    }
+}
+
 /// Protocol version number of Minecraft 1.7.6 to 1.7.10.
 pub const PROTOCOL_VERSION: i32 = 5;
 

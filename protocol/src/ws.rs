@@ -5,11 +5,18 @@
 //! - Close codes (RFC 6455 §7.4.1): see the constants below.
 //! - Keepalive: each side sends a Ping when it has written nothing for the ping interval, answers every Ping
 //!   at once, and treats 3 intervals without receiving anything as a dead peer ([`Keepalive`]).
+//! - Size: a message of [`MAX_MESSAGE_FOR_ONE_FRAME`] bytes must always be accepted (one whole 1.7.10 frame);
+//!   a sender splits larger batches.
 
 use std::time::{Duration, Instant};
 
 /// The subprotocol a MoonBridge client may offer; the proxy echoes it when offered.
 pub const SUBPROTOCOL: &str = "moonbridge.v1";
+
+/// Bytes in the largest 1.7.10 frame with its length prefix: [`crate::MAX_FRAME_LEN`] plus a 3-byte VarInt.
+/// Every receiver's message limit is at least this (the proxy's `max_ws_message_bytes` may not be lower);
+/// the client library never sends a larger message.
+pub const MAX_MESSAGE_FOR_ONE_FRAME: usize = crate::MAX_FRAME_LEN + 3;
 
 /// 1000 Normal Closure: the backend closed the session.
 pub const CLOSE_NORMAL: u16 = 1000;
@@ -23,6 +30,11 @@ pub const CLOSE_UNSUPPORTED_DATA: u16 = 1003;
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
 /// 1011 Internal Error: the backend is unreachable or refused the connection (with a short reason).
 pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
+
+/// True for the close codes of an orderly end (1000 Normal Closure, 1001 Going Away).
+pub fn is_orderly_close(code: u16) -> bool {
+    matches!(code, CLOSE_NORMAL | CLOSE_GOING_AWAY)
+}
 
 /// Number of ping intervals without receiving anything after which the peer is dead.
 pub const DEAD_AFTER_INTERVALS: u32 = 3;
@@ -38,8 +50,8 @@ pub enum KeepaliveAction {
     Dead,
 }
 
-/// The keepalive schedule, sans-IO: the caller ticks it every [`Keepalive::tick_period`] (half the interval)
-/// and tells it about writes and reads; the write path only sets a flag.
+/// The keepalive schedule, sans-IO: the caller waits until [`Keepalive::next_tick`] (every half interval),
+/// calls [`Keepalive::on_tick`], and tells it about writes and reads; the write path only sets a flag.
 ///
 /// Guarantees, for an interval `I`:
 /// - never silent for longer than `I`: a write just after a tick is followed, if nothing else is written, by a
@@ -52,17 +64,24 @@ pub struct Keepalive {
     interval: Duration,
     wrote: bool,
     last_received: Instant,
+    next_tick: Instant,
 }
 
 impl Keepalive {
     /// A schedule for `interval` (non-zero), starting at `now`.
     pub fn new(interval: Duration, now: Instant) -> Self {
-        Self { interval, wrote: true, last_received: now }
+        Self { interval, wrote: true, last_received: now, next_tick: now + interval / 2 }
     }
 
-    /// How often to call [`Keepalive::on_tick`]: half the interval.
+    /// How often [`Keepalive::on_tick`] runs: half the interval.
     pub fn tick_period(&self) -> Duration {
         self.interval / 2
+    }
+
+    /// When the next tick is due. A caller that ticks late (a stalled thread) gets the following tick a whole
+    /// period after that, never a burst of catch-up ticks.
+    pub fn next_tick(&self) -> Instant {
+        self.next_tick
     }
 
     /// Records that something (data, Pong or Ping) was written.
@@ -77,8 +96,9 @@ impl Keepalive {
         self.last_received = now;
     }
 
-    /// Decides what to do at a tick.
+    /// Decides what to do at a tick, and schedules the next one.
     pub fn on_tick(&mut self, now: Instant) -> KeepaliveAction {
+        self.next_tick = (self.next_tick + self.tick_period()).max(now + self.tick_period());
         if now.saturating_duration_since(self.last_received) >= self.interval * DEAD_AFTER_INTERVALS {
             return KeepaliveAction::Dead;
         }
@@ -142,6 +162,26 @@ mod tests {
             // No ping closer than I/2 after the write.
             assert!(p.iter().all(|&t| t <= w || t - w >= 500));
         }
+    }
+
+    #[test]
+    fn next_tick_follows_the_period_and_never_bursts() {
+        let t0 = Instant::now();
+        let mut k = Keepalive::new(Duration::from_secs(2), t0);
+        assert_eq!(k.next_tick(), t0 + Duration::from_secs(1));
+        k.on_tick(t0 + Duration::from_secs(1));
+        assert_eq!(k.next_tick(), t0 + Duration::from_secs(2));
+        // Ten seconds late: one tick now, the next a period later rather than ten at once.
+        k.on_receive(t0 + Duration::from_secs(12));
+        k.on_tick(t0 + Duration::from_secs(12));
+        assert_eq!(k.next_tick(), t0 + Duration::from_secs(13));
+    }
+
+    #[test]
+    fn orderly_close_codes() {
+        assert!(is_orderly_close(1000) && is_orderly_close(1001));
+        assert!(!is_orderly_close(1002) && !is_orderly_close(1011) && !is_orderly_close(1006));
+        assert_eq!(MAX_MESSAGE_FOR_ONE_FRAME, 2_097_154);
     }
 
     #[test]

@@ -27,10 +27,17 @@ pub(crate) const MAX_CONCURRENT_CHECKS: usize = 64;
 
 /// Why online mode could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// The RSA key pair could not be made.
     #[error("cannot generate the RSA-{RSA_BITS} key pair: {0}")]
-    Key(String),
+    Key(#[source] rsa::Error),
+    /// The public key could not be encoded as X.509 SubjectPublicKeyInfo (DER).
+    #[error("cannot encode the RSA public key: {0}")]
+    PublicKey(#[source] rsa::pkcs8::spki::Error),
+    /// The key generation task did not finish.
+    #[error("the RSA key generation task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// Why a session check failed.
@@ -95,9 +102,8 @@ impl OnlineAuth {
     /// Generates the RSA-1024 key pair (once per process) and prepares the HTTP agent (rustls with the
     /// aws-lc-rs provider and the webpki roots, no redirects; `http://` URLs work too, for local stand-ins).
     pub(crate) fn new(session_server: &str, timeout: Duration) -> Result<Self, AuthError> {
-        let key = RsaPrivateKey::new(&mut rand_core::OsRng, RSA_BITS).map_err(|e| AuthError::Key(e.to_string()))?;
-        let public_der =
-            key.to_public_key().to_public_key_der().map_err(|e| AuthError::Key(e.to_string()))?.as_bytes().to_vec();
+        let key = RsaPrivateKey::new(&mut rand_core::OsRng, RSA_BITS).map_err(AuthError::Key)?;
+        let public_der = key.to_public_key().to_public_key_der().map_err(AuthError::PublicKey)?.as_bytes().to_vec();
         let tls = ureq::tls::TlsConfig::builder()
             .provider(ureq::tls::TlsProvider::Rustls)
             .root_certs(ureq::tls::RootCerts::WebPki)

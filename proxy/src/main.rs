@@ -67,10 +67,11 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         Some(p) => Config::load(p).with_context(|| format!("invalid configuration {}", p.display()))?,
         None => Config::default(),
     };
+    let settings = config.settings().context("invalid configuration")?;
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) if (n as usize) < config.limits.max_connections * 2 => warn!(
+        Ok(n) if (n as usize) < settings.limits.max_connections * 2 => warn!(
             "open file limit is {n}: fewer than two per allowed connection (limits.max_connections = {})",
-            config.limits.max_connections
+            settings.limits.max_connections
         ),
         Ok(_) => {}
         Err(e) => warn!("cannot raise the open file limit: {e}"),
@@ -82,16 +83,16 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             Some(p) => info!("moonbridge {} starting with {}", env!("CARGO_PKG_VERSION"), p.display()),
             None => info!("moonbridge {} starting with built-in defaults (no --config)", env!("CARGO_PKG_VERSION")),
         }
-        for b in &config.backends {
-            info!("backend {} at {} forwarding={:?}", b.name, b.address, b.forwarding);
+        for b in &settings.backends {
+            info!("backend {} at {} forwarding={}", b.name, b.address, b.forwarding);
         }
+        let default_backend = settings.backends.get(settings.routes.default_backend).map_or("-", |b| b.name.as_str());
         info!(
-            "routing: {} host route(s), default backend {}; auth mode {:?}",
-            config.routing.hosts.len(),
-            config.default_backend_name().unwrap_or("-"),
-            config.auth.mode
+            "routing: {} host route(s), default backend {default_backend}; auth mode {}",
+            settings.routes.hosts.len(),
+            settings.auth.mode
         );
-        let server = Server::bind(&config).await?;
+        let server = Server::bind_settings(settings).await?;
         server.run(shutdown_signal()).await;
         anyhow::Ok(())
     });

@@ -72,7 +72,10 @@ pub(crate) async fn read_header(stream: &mut TcpStream) -> Result<(Option<Socket
 
 /// Builds a PROXY v2 `PROXY` header for a TCP stream from `client` to `destination`. When the families differ,
 /// the destination becomes the unspecified address of the client's family (backends only use the source).
-pub(crate) fn v2_header(client: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+///
+/// # Errors
+/// [`ProxyHeaderError::Invalid`] when the header cannot be built.
+pub(crate) fn v2_header(client: SocketAddr, destination: SocketAddr) -> Result<Vec<u8>, ProxyHeaderError> {
     let client = SocketAddr::new(client.ip().to_canonical(), client.port());
     let destination = match (client.ip(), destination.ip().to_canonical()) {
         (IpAddr::V4(_), IpAddr::V4(d)) => SocketAddr::new(IpAddr::V4(d), destination.port()),
@@ -82,7 +85,7 @@ pub(crate) fn v2_header(client: SocketAddr, destination: SocketAddr) -> Vec<u8> 
     };
     Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, (client, destination))
         .build()
-        .unwrap_or_default()
+        .map_err(|e| ProxyHeaderError::Invalid(e.to_string()))
 }
 
 #[cfg(test)]
@@ -92,7 +95,7 @@ mod tests {
     #[test]
     fn v2_header_round_trips() {
         let client: SocketAddr = "203.0.113.7:4711".parse().unwrap();
-        let h = v2_header(client, "127.0.0.1:25565".parse().unwrap());
+        let h = v2_header(client, "127.0.0.1:25565".parse().unwrap()).unwrap();
         assert_eq!(&h[..12], b"\r\n\r\n\0\r\nQUIT\n");
         assert_eq!(h[12], 0x21);
         match HeaderResult::parse(&h) {
@@ -106,7 +109,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Mixed families still give one family.
-        let h = v2_header("[2001:db8::1]:1".parse().unwrap(), "127.0.0.1:25565".parse().unwrap());
+        let h = v2_header("[2001:db8::1]:1".parse().unwrap(), "127.0.0.1:25565".parse().unwrap()).unwrap();
         assert!(matches!(HeaderResult::parse(&h), HeaderResult::V2(Ok(_))));
     }
 }

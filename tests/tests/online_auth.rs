@@ -75,12 +75,10 @@ async fn online_players(transport: Transport, names: &[&str]) {
         .collect();
     let (mut backend, backend_addr) = node_backend(json!({ "expectForwarded": expect })).await;
     let cert = TestCert::generate("online-wss", "ec");
-    let listener = match transport {
-        Transport::Tcp => "transport = \"tcp\"".to_string(),
-        Transport::Wss => {
-            format!("transport = \"wss\"\ntls_cert = \"{}\"\ntls_key = \"{}\"", cert.cert.display(), cert.key.display())
-        }
-        Transport::Ws => "transport = \"ws\"".to_string(),
+    let listener = if transport == Transport::Wss {
+        format!("transport = \"wss\"\ntls_cert = \"{}\"\ntls_key = \"{}\"", cert.cert.display(), cert.key.display())
+    } else {
+        format!("transport = \"{transport}\"")
     };
     let proxy = Proxy::start(&format!(
         "[[listener]]\n{listener}\nbind = \"127.0.0.1:0\"\n\

@@ -1,0 +1,450 @@
+//! The proxy configuration: a TOML file (see `docs/configuration.md`) or the built-in defaults.
+//!
+//! Two layers:
+//! - [`Config`] is the file as written: every section and key optional, unknown keys errors, defaults from the
+//!   `Default` impls (`#[serde(default)]`). Keys that only apply to some listener transports are `Option`s,
+//!   because whether they were given matters (a `path` on a `tcp` listener is a mistake).
+//! - [`Settings`] is what the proxy runs on: [`Config::settings`] checks every value and builds typed values
+//!   (a `wss` listener carries its certificate and key, trusted proxies are parsed networks), reporting every
+//!   problem at once, one per key, for `--check-config`. Nothing is re-derived or dropped after that.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+mod settings;
+
+pub use settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, WsSettings};
+
+/// Address of the built-in TCP listener.
+pub const DEFAULT_TCP_BIND: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 25577);
+/// Address of the built-in WebSocket listener.
+pub const DEFAULT_WS_BIND: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+/// Request path of WebSocket listeners without `path`.
+pub const DEFAULT_WS_PATH: &str = "/mc";
+/// Keepalive ping interval of WebSocket listeners without `ping_interval_seconds`, in seconds.
+pub const DEFAULT_PING_INTERVAL_SECONDS: u64 = 30;
+/// Name of the built-in backend.
+pub const DEFAULT_BACKEND_NAME: &str = "default";
+/// Address of the built-in backend.
+pub const DEFAULT_BACKEND_ADDRESS: &str = "127.0.0.1:25565";
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Config {
+    /// `[[listener]]`: where players connect. Default: `tcp` on `0.0.0.0:25577` and `ws` on `0.0.0.0:8080`
+    /// path `/mc`.
+    #[serde(rename = "listener")]
+    pub listeners: Vec<ListenerConfig>,
+    /// `[[backend]]`: the 1.7.10 servers. Default: one backend `default` at `127.0.0.1:25565`.
+    #[serde(rename = "backend")]
+    pub backends: Vec<BackendConfig>,
+    /// `[routing]`: which backend a handshake host goes to.
+    pub routing: RoutingConfig,
+    /// `[auth]`: who authenticates players.
+    pub auth: AuthConfig,
+    /// `[limits]`: connection caps and deadlines.
+    pub limits: LimitsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listeners: vec![
+                ListenerConfig { bind: DEFAULT_TCP_BIND, ..ListenerConfig::new(Transport::Tcp) },
+                ListenerConfig { bind: DEFAULT_WS_BIND, ..ListenerConfig::new(Transport::Ws) },
+            ],
+            backends: vec![BackendConfig {
+                name: DEFAULT_BACKEND_NAME.into(),
+                address: DEFAULT_BACKEND_ADDRESS.into(),
+                forwarding: Forwarding::None,
+                forwarding_secret: None,
+            }],
+            routing: RoutingConfig::default(),
+            auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// How players reach a listener.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Transport {
+    /// Plain Minecraft over TCP.
+    Tcp,
+    /// WebSocket over plain HTTP (`ws://`), for a CDN or TLS terminator in front.
+    Ws,
+    /// WebSocket over TLS 1.2/1.3 (`wss://`), with rustls.
+    Wss,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Tcp => "tcp",
+            Self::Ws => "ws",
+            Self::Wss => "wss",
+        })
+    }
+}
+
+/// The HTTP header a trusted proxy puts the player's address in.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RealIpHeader {
+    /// `CF-Connecting-IP`: Cloudflare's single address.
+    #[default]
+    #[serde(rename = "CF-Connecting-IP")]
+    CfConnectingIp,
+    /// `X-Forwarded-For`: a list; the rightmost address that is not a trusted proxy is the player.
+    #[serde(rename = "X-Forwarded-For")]
+    XForwardedFor,
+    /// `X-Real-IP`: a single address (nginx).
+    #[serde(rename = "X-Real-IP")]
+    XRealIp,
+}
+
+impl RealIpHeader {
+    /// The header name, as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CfConnectingIp => "CF-Connecting-IP",
+            Self::XForwardedFor => "X-Forwarded-For",
+            Self::XRealIp => "X-Real-IP",
+        }
+    }
+}
+
+/// One `[[listener]]` as written. Keys marked ws/wss, wss or tcp are errors on other transports.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ListenerConfig {
+    /// `transport`: `"tcp"`, `"ws"` or `"wss"`. Required.
+    pub transport: Transport,
+    /// `bind`: `IP:port` to listen on, such as `"0.0.0.0:25565"` or `"[::]:25565"`. Required.
+    pub bind: SocketAddr,
+    /// `proxy_protocol` (tcp): require a PROXY v1 or v2 header from every peer (behind a load balancer).
+    /// Default `false`.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// `path` (ws/wss): the one accepted request path; others get HTTP 404. Default `"/mc"`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `tls_cert` (wss, required): PEM certificate chain, leaf first. Reloaded when the file changes.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// `tls_key` (wss, required): PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// `ping_interval_seconds` (ws/wss): send a WebSocket Ping after this long without writing; 0 disables
+    /// pings and dead-peer detection. Default 30 seconds.
+    #[serde(default)]
+    pub ping_interval_seconds: Option<u64>,
+    /// `trusted_proxies` (ws/wss, or tcp with `proxy_protocol`): CIDRs or addresses whose `real_ip_header`
+    /// (or PROXY header) is believed. Default empty: on ws/wss the TCP peer is the player; on tcp with
+    /// `proxy_protocol` every peer may send the header.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// `real_ip_header` (ws/wss): `"CF-Connecting-IP"` (default), `"X-Forwarded-For"` or `"X-Real-IP"`.
+    #[serde(default)]
+    pub real_ip_header: Option<RealIpHeader>,
+}
+
+impl ListenerConfig {
+    /// A listener of `transport` on `0.0.0.0:0` with every optional key left out.
+    pub fn new(transport: Transport) -> Self {
+        Self {
+            transport,
+            bind: SocketAddr::from(([0, 0, 0, 0], 0)),
+            proxy_protocol: false,
+            path: None,
+            tls_cert: None,
+            tls_key: None,
+            ping_interval_seconds: None,
+            trusted_proxies: Vec::new(),
+            real_ip_header: None,
+        }
+    }
+}
+
+/// How a backend learns who the player is.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Forwarding {
+    /// The handshake is passed on unchanged (the backend sees the proxy's address).
+    #[default]
+    None,
+    /// BungeeCord IP forwarding in the handshake address (backend in offline mode with `bungeecord: true`).
+    Bungeecord,
+    /// A PROXY protocol v2 header with the player's address before the handshake (backend or its load
+    /// balancer must expect it).
+    ProxyProtocol,
+}
+
+impl std::fmt::Display for Forwarding {
+    /// The configuration's spelling: `none`, `bungeecord`, `proxy-protocol`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Bungeecord => "bungeecord",
+            Self::ProxyProtocol => "proxy-protocol",
+        })
+    }
+}
+
+/// One `[[backend]]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct BackendConfig {
+    /// `name`: how routes, logs and disconnect messages refer to it. Required, unique.
+    pub name: String,
+    /// `address`: `host:port` of the 1.7.10 server (IPv6 in brackets); a hostname is resolved at each
+    /// connect. Required.
+    pub address: String,
+    /// `forwarding`: `"none"` (default), `"bungeecord"` or `"proxy-protocol"`.
+    #[serde(default)]
+    pub forwarding: Forwarding,
+    /// `forwarding_secret` (bungeecord only): added to the forwarded properties as `bungeeguard-token`, for
+    /// backends running BungeeGuard (or a compatible check). Default none.
+    #[serde(default)]
+    pub forwarding_secret: Option<String>,
+}
+
+/// `[routing]`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RoutingConfig {
+    /// `default_backend`: the backend for hosts not in `hosts`, and for legacy pings. Default: the first
+    /// `[[backend]]`.
+    pub default_backend: Option<String>,
+    /// `[routing.hosts]`: handshake host → backend name. Keys are matched after the Forge marker and one
+    /// trailing dot are stripped and ASCII is lowercased. Default: empty.
+    pub hosts: BTreeMap<String, String>,
+}
+
+/// Who authenticates players.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AuthMode {
+    /// The backend authenticates (or not); the proxy only reads the name for its logs.
+    #[default]
+    Passthrough,
+    /// The proxy names players with offline UUIDs (`OfflinePlayer:<name>`), for `bungeecord` forwarding.
+    Offline,
+    /// The proxy authenticates players with the session server (login encryption ends at the proxy) and
+    /// forwards their verified UUID and properties.
+    Online,
+}
+
+impl std::fmt::Display for AuthMode {
+    /// The configuration's spelling: `passthrough`, `offline`, `online`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Passthrough => "passthrough",
+            Self::Offline => "offline",
+            Self::Online => "online",
+        })
+    }
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct AuthConfig {
+    /// `mode`: `"passthrough"` (default), `"offline"` or `"online"`.
+    pub mode: AuthMode,
+    /// `session_server`: base URL of the session server for `online` mode (`https://`, or `http://` for a
+    /// local stand-in). Default `https://sessionserver.mojang.com`.
+    pub session_server: String,
+    /// `session_timeout_seconds`: the whole `hasJoined` request. Default 10 seconds.
+    pub session_timeout_seconds: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::default(),
+            session_server: "https://sessionserver.mojang.com".into(),
+            session_timeout_seconds: 10,
+        }
+    }
+}
+
+/// `[limits]`. Every limit is per proxy process.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LimitsConfig {
+    /// `max_connections`: open player connections, in every stage. Over it a new connection is closed at
+    /// once. Default 10000 connections.
+    pub max_connections: usize,
+    /// `max_handshaking`: connections that have not finished the handshake (and Login Start). Over it the
+    /// oldest such connection is closed to admit the new one, so slow clients cannot lock players out.
+    /// Default 1024 connections.
+    pub max_handshaking: usize,
+    /// `handshake_timeout_seconds`: one deadline for the whole handshake stage (handshake + Login Start, or a
+    /// legacy ping), never reset by incoming bytes. Default 5 seconds.
+    pub handshake_timeout_seconds: u64,
+    /// `backend_connect_timeout_seconds`: TCP connect to a backend. Default 5 seconds.
+    pub backend_connect_timeout_seconds: u64,
+    /// `login_timeout_seconds`: from sending Login Start to the backend until its first answer; also the
+    /// whole of a status exchange, and in online mode the wait for the player's Encryption Response. Default
+    /// 30 seconds.
+    pub login_timeout_seconds: u64,
+    /// `max_ws_message_bytes`: largest WebSocket message accepted from a player. Default 4194304 bytes.
+    pub max_ws_message_bytes: usize,
+    /// `shutdown_grace_seconds`: on SIGTERM/Ctrl-C, how long sessions get to receive their disconnect before
+    /// the process exits. Default 10 seconds.
+    pub shutdown_grace_seconds: u64,
+    /// `write_stall_timeout_seconds`: a player or backend whose socket accepts no byte for this long while the
+    /// proxy has data for it is disconnected (it stopped reading). Default 60 seconds.
+    pub write_stall_timeout_seconds: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_handshaking: 1024,
+            handshake_timeout_seconds: 5,
+            backend_connect_timeout_seconds: 5,
+            login_timeout_seconds: 30,
+            max_ws_message_bytes: 4 * 1024 * 1024,
+            shutdown_grace_seconds: 10,
+            write_stall_timeout_seconds: 60,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// `handshake_timeout_seconds` as a duration.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(self.handshake_timeout_seconds)
+    }
+    /// `backend_connect_timeout_seconds` as a duration.
+    pub fn backend_connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.backend_connect_timeout_seconds)
+    }
+    /// `login_timeout_seconds` as a duration.
+    pub fn login_timeout(&self) -> Duration {
+        Duration::from_secs(self.login_timeout_seconds)
+    }
+    /// `shutdown_grace_seconds` as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
+    /// `write_stall_timeout_seconds` as a duration.
+    pub fn write_stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.write_stall_timeout_seconds)
+    }
+}
+
+/// One thing wrong with a configuration, naming the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+#[non_exhaustive]
+pub struct ConfigProblem {
+    /// The key path, such as `listener[1].bind` or `routing.hosts."mc.example.com"`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigProblem {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { key: key.into(), message: message.into() }
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys or wrong types (one problem, with its line).
+    #[error("{0}")]
+    Parse(ConfigProblem),
+    /// The file parsed, but values are invalid or inconsistent.
+    #[error("{} problem(s): {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<ConfigProblem>),
+}
+
+impl ConfigError {
+    /// Every problem, one per line for `--check-config`.
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            Self::Read { .. } | Self::Parse(_) => vec![self.to_string()],
+            Self::Invalid(p) => p.iter().map(ToString::to_string).collect(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML text (no validation beyond types and unknown keys).
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] with the line and column of the first problem.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map_or((0, 0), |s| line_col(text, s.start));
+            let message = e.message().replace('\n', " ");
+            ConfigError::Parse(ConfigProblem::new(format!("line {line}, column {col}"), message))
+        })
+    }
+
+    /// Reads and parses a file, and checks it ([`Config::settings`]).
+    ///
+    /// # Errors
+    /// Any [`ConfigError`].
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let config = Self::from_toml(&text)?;
+        config.settings()?;
+        Ok(config)
+    }
+
+    /// Checks every value and reference.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with every problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.settings().map(|_| ())
+    }
+
+    /// Every problem with the values, in file order (empty when valid).
+    pub fn check(&self) -> Vec<ConfigProblem> {
+        match self.settings() {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid(p)) => p,
+            Err(e) => vec![ConfigProblem::new("config", e.to_string())],
+        }
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}

@@ -1,0 +1,385 @@
+//! The relay: bytes both ways between a player and a backend once the backend has answered the login.
+//!
+//! One policy for every transport, written once here and used by both loops:
+//! - [`Direction`]: per direction, the byte count, the frame scanner that knows where clientbound frames end,
+//!   and online mode's AES-CFB8 (decrypt what the player sends, encrypt what it receives), all in place on the
+//!   batch in flight;
+//! - [`within_stall`]: a side that accepts no byte for `limits.write_stall_timeout_seconds` while the proxy
+//!   has data for it ends the relay (a peer that stopped reading cannot pin a session);
+//! - [`inject_shutdown`]: on proxy shutdown the player first gets what the backend already sent, then, when
+//!   the clientbound stream is plaintext and between two frames, a Play Disconnect with
+//!   [`SHUTDOWN_REASON`];
+//! - [`RelayEnd`]: how a relay ended, for the session log.
+//!
+//! The loops: [`tcp`] (two socket pumps, one read and one write per batch, zero-copy through a per-thread
+//! scratch buffer) and [`ws`] (WebSocket messages in, backend bytes out, and the other way; keepalive Pings;
+//! close codes). Where a WebSocket message becomes backend bytes: [`ws`].
+
+use std::cell::RefCell;
+use std::io;
+use std::time::Duration;
+
+use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
+use moonbridge_protocol::packets::{chat_text, Packet, PlayDisconnect};
+use moonbridge_protocol::FrameScanner;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+pub(crate) mod tcp;
+pub(crate) mod ws;
+
+/// Largest single read in the relay, in bytes (per direction, per batch).
+pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
+
+/// After one side sent FIN, how long the other direction may still run before both sockets are closed.
+pub(crate) const HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a shutdown waits for pending bytes and the disconnect packet to reach the player.
+pub(crate) const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long an orderly close keeps reading (and discarding) after sending FIN or a WebSocket Close, so a
+/// final message is not lost to a reset when the peer still had bytes in flight.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+/// Shown to players when the proxy stops.
+pub(crate) const SHUTDOWN_REASON: &str = "Proxy is restarting, please reconnect in a moment";
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0; RELAY_CHUNK]);
+}
+
+/// The player's AES-128-CFB8 stream in online mode (protocol 5: key = IV = the 16-byte shared secret), one
+/// state per direction. Both transform in place, so the relay adds no copy and no allocation per batch.
+#[derive(Debug)]
+pub(crate) struct ClientCipher {
+    /// Encrypts what the player receives.
+    pub(crate) encrypt: Cfb8Encryptor,
+    /// Decrypts what the player sends.
+    pub(crate) decrypt: Cfb8Decryptor,
+}
+
+impl ClientCipher {
+    pub(crate) fn new(shared_secret: &[u8; SHARED_SECRET_LEN]) -> Self {
+        Self { encrypt: Cfb8Encryptor::new(shared_secret), decrypt: Cfb8Decryptor::new(shared_secret) }
+    }
+}
+
+/// What the relay stage starts with.
+pub(crate) struct RelayStart<'a> {
+    pub(crate) shutdown: &'a CancellationToken,
+    /// Clientbound frame boundaries, when the clientbound stream is plaintext Play.
+    pub(crate) scanner: Option<FrameScanner>,
+    /// Bytes already counted in each direction (handshake, Login Start, first answer).
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    /// `limits.write_stall_timeout_seconds`.
+    pub(crate) write_stall: Duration,
+    /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext). Boxed: the AES key
+    /// schedules are about 1.5 KiB, which would otherwise size every session's task.
+    pub(crate) cipher: Option<Box<ClientCipher>>,
+}
+
+/// What the relay stage reports.
+pub(crate) struct RelayReport {
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) end: RelayEnd,
+}
+
+/// What a direction does to its bytes besides counting them.
+#[derive(Debug)]
+enum Transform {
+    /// Player → backend in online mode: decrypt before anything looks at the bytes.
+    Decrypt(Box<Cfb8Decryptor>),
+    /// Backend → player in online mode: encrypt after the frame scanner has seen the plaintext.
+    Encrypt(Box<Cfb8Encryptor>),
+}
+
+/// One direction of the relay.
+#[derive(Debug)]
+pub(crate) struct Direction {
+    /// Bytes read from the source side so far.
+    pub(crate) bytes: u64,
+    /// Bytes read but not yet accepted by the destination socket (TCP relay; at most one read's worth).
+    pending: Vec<u8>,
+    /// Frame boundaries of a plaintext clientbound stream, for injecting a disconnect on shutdown.
+    scanner: Option<FrameScanner>,
+    /// How long the destination may accept nothing before the relay gives up on it.
+    pub(crate) stall: Duration,
+    /// Online mode's cipher for this direction.
+    transform: Option<Transform>,
+}
+
+impl Direction {
+    /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
+    /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
+    pub(crate) fn pair(start: RelayStart<'_>) -> (Self, Self) {
+        let (encrypt, decrypt) = match start.cipher.map(|c| *c) {
+            Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
+            None => (None, None),
+        };
+        let direction = |bytes, scanner, transform| Self {
+            bytes,
+            pending: Vec::new(),
+            scanner,
+            stall: start.write_stall,
+            transform,
+        };
+        (direction(start.up, None, decrypt), direction(start.down, start.scanner, encrypt))
+    }
+
+    /// Everything that happens to a batch in flight, in place: decrypt (serverbound), count and scan the
+    /// plaintext, encrypt (clientbound).
+    pub(crate) fn process(&mut self, data: &mut [u8]) {
+        if let Some(Transform::Decrypt(d)) = &mut self.transform {
+            d.apply(data);
+        }
+        self.bytes += data.len() as u64;
+        if let Some(s) = &mut self.scanner {
+            if s.scan(data).is_err() {
+                // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
+                self.scanner = None;
+            }
+        }
+        self.seal(data);
+    }
+
+    /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
+    fn seal(&mut self, data: &mut [u8]) {
+        if let Some(Transform::Encrypt(e)) = &mut self.transform {
+            e.apply(data);
+        }
+    }
+
+    /// True when a packet can be inserted into this stream now.
+    fn at_frame_boundary(&self) -> bool {
+        self.pending.is_empty() && self.scanner.as_ref().is_some_and(FrameScanner::at_boundary)
+    }
+}
+
+/// Which side a relay event concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Player,
+    Backend,
+}
+
+impl Side {
+    fn other(self) -> Self {
+        match self {
+            Self::Player => Self::Backend,
+            Self::Backend => Self::Player,
+        }
+    }
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Player => "player",
+            Self::Backend => "backend",
+        })
+    }
+}
+
+/// Why a relay ended.
+#[derive(Debug)]
+pub(crate) enum RelayEnd {
+    /// That side closed first (FIN, WebSocket Close), and the other finished in time.
+    Closed(Side),
+    /// That side closed first, and the other did not finish within [`HALF_CLOSE_TIMEOUT`].
+    HalfCloseTimeout(Side),
+    /// An I/O or protocol error on that side (a write stall is a `TimedOut` error on the side that stalled).
+    Error(Side, io::Error),
+    /// The proxy is shutting down.
+    Shutdown,
+}
+
+impl std::fmt::Display for RelayEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Closed(s) => write!(f, "{s} closed"),
+            Self::HalfCloseTimeout(s) => write!(f, "{s} closed; other side did not finish in time"),
+            Self::Error(s, e) => write!(f, "{s} error: {e}"),
+            Self::Shutdown => f.write_str("proxy shutdown"),
+        }
+    }
+}
+
+/// The Play Disconnect frame (protocol 5, packet 0x40 with a JSON chat reason) sent to players on shutdown.
+pub(crate) fn shutdown_disconnect_frame() -> Vec<u8> {
+    (PlayDisconnect { reason_json: chat_text(SHUTDOWN_REASON) })
+        .to_frame_bytes()
+        .map(|b| b.to_vec())
+        .unwrap_or_default()
+}
+
+/// The write-stall policy: runs `write` (one write, or a wait for writability), failing with `TimedOut` when it
+/// makes no progress for `stall`. `side` is the side being written to.
+pub(crate) async fn within_stall<T>(
+    stall: Duration,
+    side: Side,
+    write: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(stall, write).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{side} accepted no data for {}s (limits.write_stall_timeout_seconds)", stall.as_secs()),
+        )),
+    }
+}
+
+/// Where the player's bytes go, for [`inject_shutdown`]: a TCP socket or a WebSocket.
+pub(crate) trait PlayerSink {
+    /// Writes what is still pending for the player (TCP relay) or nothing (WebSocket relay).
+    async fn drain(&mut self, down: &mut Direction) -> io::Result<()>;
+    /// Sends bytes to the player as one write or one message.
+    async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()>;
+}
+
+/// The shutdown step of every relay: within [`SHUTDOWN_FLUSH_TIMEOUT`], the player gets what the backend
+/// already sent and then, at a frame boundary of a plaintext stream, the Play Disconnect (encrypted in online
+/// mode). The transport's own close (FIN, WebSocket Close 1001) follows in the caller.
+pub(crate) async fn inject_shutdown(sink: &mut impl PlayerSink, down: &mut Direction) {
+    let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
+        sink.drain(down).await?;
+        if down.at_frame_boundary() {
+            let mut disconnect = shutdown_disconnect_frame();
+            down.seal(&mut disconnect);
+            sink.send(disconnect).await?;
+        }
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// Reads from a shared socket like `try_read`, but a read that returns less than `buf.len()` also marks the
+/// socket not-readable (as tokio's own `poll_read` does): with epoll, a short read means the socket buffer is
+/// empty, so the next wait goes straight to epoll instead of costing a `recv` that fails with EAGAIN.
+pub(crate) fn read_clearing(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let cap = buf.len();
+    let mut got = 0;
+    let r = stream.try_io(tokio::io::Interest::READABLE, || {
+        let sock = socket2::SockRef::from(stream);
+        let n = (&*sock).read(buf)?;
+        got = n;
+        if n > 0 && n < cap {
+            Err(io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
+    });
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
+    }
+}
+
+/// Runs `f` with this worker thread's relay scratch buffer ([`RELAY_CHUNK`] bytes). `f` must not await.
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
+    SCRATCH.with_borrow_mut(|buf| f(buf))
+}
+
+/// Reads one batch from the backend into the scratch buffer and passes it through `down` (counted, frames
+/// followed, encrypted in online mode), then hands it to `take` before the next read can reuse the buffer.
+/// `Ok(None)` when nothing was ready after all; `Ok(Some(r))` with `take(&[])` at EOF.
+pub(crate) fn read_batch<R>(
+    from: &TcpStream,
+    down: &mut Direction,
+    take: impl FnOnce(&mut [u8]) -> R,
+) -> io::Result<Option<R>> {
+    with_scratch(|buf| match read_clearing(from, buf) {
+        Ok(n) => {
+            let data = buf.get_mut(..n).unwrap_or_default();
+            down.process(data);
+            Ok(Some(take(data)))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    })
+}
+
+/// Writes all of `data` to a shared socket (readiness + `try_write`, so both directions can use one socket),
+/// under the write-stall policy.
+pub(crate) async fn write_all(to: &TcpStream, mut data: &[u8], stall: Duration, side: Side) -> io::Result<()> {
+    while !data.is_empty() {
+        within_stall(stall, side, to.writable()).await?;
+        match to.try_write(data) {
+            Ok(n) => data = data.get(n..).unwrap_or_default(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads and discards from a shared socket until EOF, an error, or `within`.
+pub(crate) async fn discard_until_eof(from: &TcpStream, within: Duration) {
+    let _ = tokio::time::timeout(within, async {
+        loop {
+            if from.readable().await.is_err() {
+                return;
+            }
+            let done = with_scratch(|buf| match from.try_read(buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+            });
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_direction_counts_scans_and_ciphers_in_place() {
+        let secret = [7u8; SHARED_SECRET_LEN];
+        let shutdown = CancellationToken::new();
+        let start = RelayStart {
+            shutdown: &shutdown,
+            scanner: Some(FrameScanner::new()),
+            up: 10,
+            down: 20,
+            write_stall: Duration::from_secs(1),
+            cipher: Some(Box::new(ClientCipher::new(&secret))),
+        };
+        let (mut up, mut down) = Direction::pair(start);
+        // Clientbound: two whole frames, scanned as plaintext, then encrypted.
+        let plain = [0x02, 0x00, 0x01, 0x01, 0x00];
+        let mut batch = plain;
+        down.process(&mut batch);
+        assert_eq!(down.bytes, 25);
+        assert!(down.at_frame_boundary());
+        let mut player_side = ClientCipher::new(&secret);
+        let mut seen = batch;
+        player_side.decrypt.apply(&mut seen);
+        assert_eq!(seen, plain, "the player decrypts what the relay encrypted");
+        // Half a frame: not a boundary any more.
+        let mut half = [0x05, 0x00];
+        down.process(&mut half);
+        assert!(!down.at_frame_boundary());
+        // Serverbound: decrypted before counting.
+        let mut sent = *b"hello";
+        player_side.encrypt.apply(&mut sent);
+        up.process(&mut sent);
+        assert_eq!(&sent, b"hello");
+        assert_eq!(up.bytes, 15);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stall_policy_names_the_side_that_stopped_reading() {
+        let never = std::future::pending::<io::Result<()>>();
+        let e = within_stall(Duration::from_secs(60), Side::Backend, never).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(e.to_string(), "backend accepted no data for 60s (limits.write_stall_timeout_seconds)");
+        assert_eq!(Side::Backend.other(), Side::Player);
+    }
+}

@@ -1,0 +1,150 @@
+//! The relay loop for a player on plain TCP: two socket pumps.
+//!
+//! - One read and one write per batch: a read lands in the per-worker-thread scratch buffer and is written to
+//!   the other socket at once. Only what the other socket cannot take yet is copied into the direction's own
+//!   `pending` buffer, and no more is read from that side until it has drained (backpressure). An idle session
+//!   therefore holds no relay buffer at all, and a busy one at most one read's worth per direction.
+//! - A FIN from one side is passed on as a FIN (`shutdown(Write)`) to the other; the other direction then has
+//!   [`HALF_CLOSE_TIMEOUT`] to finish before both sockets are closed, so no task or socket lingers.
+//! - A read or write error on either side ends both directions at once, and so does a side that accepts no
+//!   byte for the write-stall time ([`within_stall`]).
+
+use std::io;
+use std::net::Shutdown;
+
+use tokio::net::TcpStream;
+
+use super::{
+    inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerSink, RelayEnd, RelayReport, RelayStart,
+    Side, HALF_CLOSE_TIMEOUT, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT,
+};
+
+/// How a pump ended.
+enum PumpError {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Writes `dir.pending` to `to` until it is empty, under the write-stall policy.
+async fn drain(to: &TcpStream, dir: &mut Direction, side: Side) -> io::Result<()> {
+    while !dir.pending.is_empty() {
+        within_stall(dir.stall, side, to.writable()).await?;
+        match to.try_write(&dir.pending) {
+            Ok(n) => {
+                dir.pending.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if dir.pending.capacity() > RELAY_CHUNK {
+        dir.pending.shrink_to(RELAY_CHUNK);
+    }
+    Ok(())
+}
+
+/// Result of one read-and-forward attempt.
+enum Batch {
+    Forwarded,
+    WouldBlock,
+    Eof,
+}
+
+/// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
+fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<Batch, PumpError> {
+    let mut pending = std::mem::take(&mut dir.pending);
+    let r = read_batch(from, dir, |data| {
+        if data.is_empty() {
+            return Ok(Batch::Eof);
+        }
+        match to.try_write(data) {
+            Ok(m) => pending.extend_from_slice(data.get(m..).unwrap_or_default()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => pending.extend_from_slice(data),
+            Err(e) => return Err(PumpError::Write(e)),
+        }
+        Ok(Batch::Forwarded)
+    });
+    dir.pending = pending;
+    match r {
+        Ok(Some(b)) => b,
+        Ok(None) => Ok(Batch::WouldBlock),
+        Err(e) => Err(PumpError::Read(e)),
+    }
+}
+
+/// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side) or an error.
+/// Cancel-safe: all progress lives in `dir`.
+async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction, to_side: Side) -> Result<(), PumpError> {
+    loop {
+        drain(to, dir, to_side).await.map_err(PumpError::Write)?;
+        from.readable().await.map_err(PumpError::Read)?;
+        match forward_batch(from, to, dir)? {
+            Batch::Forwarded | Batch::WouldBlock => {}
+            Batch::Eof => {
+                drain(to, dir, to_side).await.map_err(PumpError::Write)?;
+                // The peer may already be gone; the relay ends through the other direction then.
+                let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn side_error(from: Side, e: PumpError) -> RelayEnd {
+    match e {
+        PumpError::Read(e) => RelayEnd::Error(from, e),
+        PumpError::Write(e) => RelayEnd::Error(from.other(), e),
+    }
+}
+
+/// The player's socket as the shutdown step writes to it.
+struct TcpSink<'a>(&'a TcpStream);
+
+impl PlayerSink for TcpSink<'_> {
+    async fn drain(&mut self, down: &mut Direction) -> io::Result<()> {
+        drain(self.0, down, Side::Player).await
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        write_all(self.0, &bytes, SHUTDOWN_FLUSH_TIMEOUT, Side::Player).await
+    }
+}
+
+/// Relays `player` ⇄ `backend` until both directions end, one fails, or shutdown.
+pub(crate) async fn run(player: &TcpStream, backend: &TcpStream, start: RelayStart<'_>) -> RelayReport {
+    let shutdown = start.shutdown;
+    let (mut up, mut down) = Direction::pair(start);
+    let first = {
+        let c2b = pump(player, backend, &mut up, Side::Backend);
+        let b2c = pump(backend, player, &mut down, Side::Player);
+        tokio::pin!(c2b, b2c);
+        let first = tokio::select! {
+            r = &mut c2b => r.map(|()| Side::Player).map_err(|e| side_error(Side::Player, e)),
+            r = &mut b2c => r.map(|()| Side::Backend).map_err(|e| side_error(Side::Backend, e)),
+            () = shutdown.cancelled() => Err(RelayEnd::Shutdown),
+        };
+        match first {
+            Ok(closed) => {
+                let rest = async {
+                    match closed {
+                        Side::Player => b2c.await.map_err(|e| side_error(Side::Backend, e)),
+                        Side::Backend => c2b.await.map_err(|e| side_error(Side::Player, e)),
+                    }
+                };
+                tokio::select! {
+                    r = tokio::time::timeout(HALF_CLOSE_TIMEOUT, rest) => match r {
+                        Ok(Ok(())) => RelayEnd::Closed(closed),
+                        Ok(Err(end)) => end,
+                        Err(_) => RelayEnd::HalfCloseTimeout(closed),
+                    },
+                    () = shutdown.cancelled() => RelayEnd::Shutdown,
+                }
+            }
+            Err(end) => end,
+        }
+    };
+    if matches!(first, RelayEnd::Shutdown) {
+        inject_shutdown(&mut TcpSink(player), &mut down).await;
+    }
+    RelayReport { up: up.bytes, down: down.bytes, end: first }
+}

@@ -1,0 +1,219 @@
+//! The login stage: route by the handshake host, authenticate in online mode ([`super::online`]), forward the
+//! player's identity, open the backend and wait for its first answer, then hand over to the relay.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use moonbridge_protocol::crypto::Cfb8Encryptor;
+use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid, Property};
+use moonbridge_protocol::frame::peek_packet_id;
+use moonbridge_protocol::handshake::HostField;
+use moonbridge_protocol::packets::{
+    chat_text, EncryptionRequest, Handshake, LoginDisconnect, LoginStart, LoginSuccess, Packet,
+};
+use moonbridge_protocol::FrameScanner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+use tracing::warn;
+
+use super::online::{authenticate, encryptor};
+use super::{Finish, Player, Session, Summary};
+use crate::backend::Backend;
+use crate::config::{AuthMode, Forwarding};
+use crate::limits::HandshakeSlot;
+use crate::relay::{RelayStart, RELAY_CHUNK, SHUTDOWN_REASON};
+
+/// The name of the property BungeeGuard-style backends check against their configured token.
+const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
+
+/// What the handshake stage read for a login.
+pub(super) struct LoginRequest {
+    pub(super) handshake: Handshake,
+    pub(super) login: LoginStart,
+    /// The Login Start frame as received.
+    pub(super) login_raw: BytesMut,
+    /// Bytes the player sent after Login Start.
+    pub(super) rest: BytesMut,
+}
+
+/// Sends a Login Disconnect with `reason` (encrypted with `encrypt` once the player's stream is) and ends the
+/// connection.
+pub(super) async fn login_disconnect<P: Player>(
+    player: &mut P,
+    reason: &str,
+    encrypt: Option<&mut Cfb8Encryptor>,
+    finish: Finish,
+) {
+    if let Ok(mut frame) = (LoginDisconnect { reason_json: chat_text(reason) }).to_frame_bytes() {
+        if let Some(e) = encrypt {
+            e.apply(&mut frame);
+        }
+        let _ = player.send(&frame).await;
+    }
+    player.finish(finish).await;
+}
+
+/// The handshake the backend receives: as sent, or with BungeeCord forwarding in the host field.
+fn forwarded_address(
+    s: &Session<'_, impl Player>,
+    backend: &Backend,
+    handshake: &Handshake,
+    host: &HostField<'_>,
+    name: &str,
+    verified: Option<&crate::auth::Profile>,
+) -> String {
+    match backend.forwarding {
+        Forwarding::None | Forwarding::ProxyProtocol => handshake.server_address.clone(),
+        Forwarding::Bungeecord => {
+            let mut props: Vec<Property> = Vec::new();
+            let uuid = match (verified, s.state.auth) {
+                (Some(profile), _) => {
+                    props.extend(profile.properties.iter().cloned());
+                    profile.id
+                }
+                // Passthrough with bungeecord is refused by config validation; never reached.
+                (None, AuthMode::Offline | AuthMode::Passthrough | AuthMode::Online) => offline_uuid(name),
+            };
+            if let Some(marker) = host.marker.filter(|_| host.is_forge()) {
+                props.extend(forge_properties(marker));
+            }
+            if let Some(secret) = &backend.forwarding_secret {
+                props.push(Property { name: BUNGEEGUARD_PROPERTY.into(), value: secret.clone(), signature: None });
+            }
+            bungeecord_address(host.hostname, s.info.client.ip(), uuid, &props)
+        }
+    }
+}
+
+/// The login stage, from the route to the end of the relay.
+pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, slot: HandshakeSlot) -> Summary {
+    let LoginRequest { handshake, login, login_raw, rest } = req;
+    let mut summary = Summary::new("");
+    summary.player = Some(login.name.clone());
+    let state = Arc::clone(s.state);
+    let host = HostField::parse(&handshake.server_address);
+    let Some(backend) = state.route(&host.routing_key()) else {
+        login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
+        summary.reason = format!("no route for host {:?}", host.hostname);
+        return summary;
+    };
+    summary.backend = Some(backend.name.clone());
+
+    // Online mode: authenticate before any backend is contacted.
+    let (verified, mut cipher, rest) = match &state.online {
+        // Boxed, like the status and legacy paths: a session's task is sized by its largest state, and an idle
+        // player should not carry the encryption handshake's.
+        Some(auth) => match Box::pin(authenticate(&mut s, auth, &login.name, rest, slot)).await {
+            Ok(v) => (Some(v.profile), Some(v.cipher), v.rest),
+            Err(mut f) => {
+                if let Some(message) = f.message {
+                    login_disconnect(s.player, message, encryptor(&mut f.cipher), f.finish).await;
+                } else {
+                    s.player.finish(f.finish).await;
+                }
+                summary.reason = format!("online mode: {}", f.reason);
+                return summary;
+            }
+        },
+        None => {
+            drop(slot);
+            (None, None, rest)
+        }
+    };
+
+    let server_address = forwarded_address(&s, backend, &handshake, &host, &login.name, verified.as_ref());
+    let mut opening = BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
+    if (Handshake { server_address, ..handshake }).encode_frame(&mut opening).is_err() {
+        login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
+            .await;
+        summary.reason = "forwarded handshake too long".into();
+        return summary;
+    }
+    opening.extend_from_slice(&login_raw);
+    opening.extend_from_slice(&rest);
+    let up = opening.len() as u64;
+
+    let unreachable = format!("Server {} is unreachable", backend.name);
+    let mut stream = match backend.connect(s.info.client, state.limits.backend_connect_timeout()).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            warn!(backend = %backend.name, "{e}");
+            login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+            summary.reason = e.to_string();
+            return summary;
+        }
+    };
+    if let Err(e) = stream.write_all(&opening).await {
+        login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+        summary.reason = format!("backend write failed: {e}");
+        return summary;
+    }
+
+    // Wait for the backend's first answer (Login Success, Encryption Request or Login Disconnect).
+    let mut first = BytesMut::with_capacity(RELAY_CHUNK);
+    let answered = tokio::select! {
+        r = timeout(state.limits.login_timeout(), stream.read_buf(&mut first)) => r,
+        () = s.shutdown.cancelled() => {
+            login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
+            summary.reason = "proxy shutdown".into();
+            return summary;
+        }
+    };
+    let failed = match answered {
+        Ok(Ok(n)) if n > 0 => None,
+        Ok(Ok(_)) => Some((
+            format!("Server {} closed the connection during login", backend.name),
+            "backend closed during login".to_string(),
+        )),
+        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"))),
+        Err(_) => {
+            warn!(backend = %backend.name, "backend did not answer the login within {}s", state.limits.login_timeout_seconds);
+            Some((format!("Server {} did not answer the login in time", backend.name), "backend login timeout".into()))
+        }
+    };
+    let first_id = peek_packet_id(&first);
+    let failed = failed.or_else(|| match first_id {
+        // An online-mode backend behind an online-mode proxy would ask the player to encrypt a second time.
+        Ok(Some(id)) if id == EncryptionRequest::ID && cipher.is_some() => {
+            warn!(backend = %backend.name, "backend sent Encryption Request: with auth.mode = \"online\" backends must run in offline mode");
+            Some((
+                format!("Server {} is misconfigured (online mode behind an online-mode proxy)", backend.name),
+                "backend is in online mode".into(),
+            ))
+        }
+        _ => None,
+    });
+    if let Some((message, reason)) = failed {
+        login_disconnect(s.player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+        summary.reason = reason;
+        return summary;
+    }
+    if let Some(profile) = &verified {
+        summary.player = Some(profile.name.clone());
+    }
+    // Login Success means the clientbound stream stays plaintext Minecraft: follow its frames so a shutdown can
+    // insert a Disconnect between two of them. Anything else (backend encryption) is relayed opaquely.
+    let scanner = match first_id {
+        Ok(Some(id)) if id == LoginSuccess::ID => {
+            let mut scanner = FrameScanner::new();
+            scanner.scan(&first).ok().map(|_| scanner)
+        }
+        _ => None,
+    };
+    let down = first.len() as u64;
+    if let Some(e) = encryptor(&mut cipher) {
+        e.apply(&mut first);
+    }
+    if let Err(e) = s.player.send(&first).await {
+        summary.reason = format!("player write failed: {e}");
+        return summary;
+    }
+    drop(first);
+    let write_stall = state.limits.write_stall_timeout();
+    let report =
+        s.player.relay(stream, RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher }).await;
+    summary.up = report.up;
+    summary.down = report.down;
+    summary.reason = report.end.to_string();
+    summary
+}

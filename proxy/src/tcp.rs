@@ -1,0 +1,79 @@
+//! A player on plain TCP: the optional PROXY header in front (behind a load balancer) and the session's view of
+//! the socket.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::proxy_header::{read_header, ProxyHeaderError};
+use crate::relay::{discard_until_eof, RelayReport, RelayStart, LINGER};
+use crate::session::{Finish, Player};
+use crate::trusted::TrustedProxies;
+
+/// A player on a plain TCP connection.
+pub(crate) struct TcpPlayer {
+    stream: TcpStream,
+    /// Bytes already read after a PROXY header, served before the socket.
+    prefix: BytesMut,
+}
+
+/// Why a TCP connection was refused before its handshake.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TcpSetupError {
+    #[error("{0} is not in trusted_proxies and may not send a PROXY header")]
+    Untrusted(std::net::IpAddr),
+    #[error(transparent)]
+    ProxyHeader(#[from] ProxyHeaderError),
+}
+
+/// Accepts a TCP player: with `proxy_header` (a `tcp` listener with `proxy_protocol`), reads the PROXY header
+/// first (from any peer, or only from trusted ones) and takes the player's address from it. Returns the player
+/// and that address.
+pub(crate) async fn setup(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    proxy_header: Option<&Option<TrustedProxies>>,
+) -> Result<(TcpPlayer, SocketAddr), TcpSetupError> {
+    let Some(trusted) = proxy_header else {
+        return Ok((TcpPlayer { stream, prefix: BytesMut::new() }, peer));
+    };
+    if let Some(t) = trusted {
+        if !t.contains(peer.ip()) {
+            return Err(TcpSetupError::Untrusted(peer.ip().to_canonical()));
+        }
+    }
+    let (addr, prefix) = read_header(&mut stream).await?;
+    Ok((TcpPlayer { stream, prefix }, addr.unwrap_or(peer)))
+}
+
+impl Player for TcpPlayer {
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len();
+            buf.extend_from_slice(&self.prefix);
+            self.prefix.advance(n);
+            return Ok(n);
+        }
+        self.stream.read_buf(buf).await
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes).await
+    }
+
+    async fn finish(&mut self, how: Finish) {
+        let _ = self.stream.shutdown().await;
+        if how != Finish::ProtocolError {
+            // Lingering close: read until the player closes too (or briefly), so a reset cannot discard the
+            // message just sent.
+            discard_until_eof(&self.stream, LINGER).await;
+        }
+    }
+
+    async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
+        crate::relay::tcp::run(&self.stream, &backend, start).await
+    }
+}

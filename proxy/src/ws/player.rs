@@ -1,0 +1,41 @@
+//! A player on a WebSocket, as the session stages see it: [`Player`] over [`WsLink`].
+
+use std::io;
+
+use bytes::{Bytes, BytesMut};
+use moonbridge_protocol::ws as carriage;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::relay::ws::WsLink;
+use crate::relay::{RelayReport, RelayStart};
+use crate::session::{Finish, Player};
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsLink<S> {
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.read_stream(buf).await
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.send_binary(Bytes::copy_from_slice(bytes)).await.map_err(io::Error::other)
+    }
+
+    async fn finish(&mut self, how: Finish) {
+        let (code, reason) = match how {
+            Finish::Normal => (carriage::CLOSE_NORMAL, ""),
+            Finish::Shutdown => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
+            Finish::ProtocolError => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
+            Finish::BackendUnavailable => (carriage::CLOSE_INTERNAL_ERROR, "server unavailable"),
+        };
+        // A fault earned by bad input takes precedence (WsLink::close).
+        self.close(code, reason).await;
+    }
+
+    fn message_counts(&self) -> Option<(u64, u64)> {
+        Some((self.messages_in, self.messages_out))
+    }
+
+    async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
+        WsLink::relay(self, &backend, start).await
+    }
+}

@@ -1,0 +1,216 @@
+//! The HTTP/1.1 WebSocket upgrade (RFC 6455 §4.2) and the player's real address.
+//!
+//! The upgrade is parsed here with `httparse` rather than by tungstenite's server handshake because the proxy
+//! must answer 404 for other paths and 426 for requests that are not upgrades, read forwarding headers, and
+//! keep the whole exchange under the connection's handshake deadline. Framing after the upgrade is
+//! tungstenite's ([`crate::relay::ws`]).
+
+use std::io;
+use std::net::SocketAddr;
+
+use moonbridge_protocol::ws as carriage;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::config::{RealIpHeader, WsSettings};
+use crate::trusted::real_ip;
+
+/// Largest HTTP request head (request line and headers) accepted, in bytes; over it: 431.
+pub(crate) const MAX_REQUEST_HEAD: usize = 8192;
+/// Most request headers accepted; over it: 431.
+const MAX_HEADERS: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpgradeError {
+    #[error("connection closed before the request was complete")]
+    Closed,
+    #[error("read error: {0}")]
+    Io(#[from] io::Error),
+    #[error("request head over {MAX_REQUEST_HEAD} bytes or {MAX_HEADERS} headers")]
+    TooLarge,
+    #[error("malformed HTTP request: {0}")]
+    Malformed(String),
+    #[error("path {0:?} is not the WebSocket path")]
+    WrongPath(String),
+    #[error("not a WebSocket upgrade request")]
+    NotUpgrade,
+    #[error("method {0} is not GET")]
+    Method(String),
+    #[error("unsupported Sec-WebSocket-Version {0:?}")]
+    Version(String),
+    #[error("missing Sec-WebSocket-Key")]
+    MissingKey,
+}
+
+impl UpgradeError {
+    fn response(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::Closed | Self::Io(_) => return None,
+            Self::TooLarge => "HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Self::Malformed(_) | Self::MissingKey => "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Self::WrongPath(_) => "HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Self::NotUpgrade | Self::Version(_) => {
+                "HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+            }
+            Self::Method(_) => "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        })
+    }
+}
+
+/// An accepted upgrade.
+#[derive(Debug)]
+pub(crate) struct Upgraded {
+    /// The player's address: the TCP peer, or what a trusted proxy said.
+    pub(crate) client: SocketAddr,
+    /// Bytes the client sent after the request head (the start of the WebSocket stream).
+    pub(crate) leftover: Vec<u8>,
+}
+
+fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
+    req.headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .and_then(|h| std::str::from_utf8(h.value).ok())
+        .map(str::trim)
+}
+
+/// The value of the real-IP header: for `X-Forwarded-For`, every line joined in order with `,` (a proxy may
+/// append its own line instead of extending the client's); for single-address headers, the last line (the
+/// one the nearest proxy added).
+fn real_ip_header_value(req: &httparse::Request<'_, '_>, header: RealIpHeader) -> Option<String> {
+    let mut lines = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case(header.name()))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .map(str::trim);
+    match header {
+        RealIpHeader::XForwardedFor => {
+            let all: Vec<&str> = lines.collect();
+            (!all.is_empty()).then(|| all.join(","))
+        }
+        RealIpHeader::CfConnectingIp | RealIpHeader::XRealIp => lines.next_back().map(str::to_owned),
+    }
+}
+
+fn has_token(value: Option<&str>, token: &str) -> bool {
+    value.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// Reads the HTTP request head and answers it: 101 and the accepted upgrade, or an error status.
+pub(crate) async fn accept_upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    settings: &WsSettings,
+    peer: SocketAddr,
+) -> Result<Upgraded, UpgradeError> {
+    let result = read_and_check(stream, settings, peer).await;
+    match result {
+        Ok((response, upgraded)) => {
+            stream.write_all(response.as_bytes()).await?;
+            stream.flush().await?;
+            Ok(upgraded)
+        }
+        Err(e) => {
+            if let Some(r) = e.response() {
+                let _ = stream.write_all(r.as_bytes()).await;
+                let _ = stream.flush().await;
+                let _ = stream.shutdown().await;
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn read_and_check<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    settings: &WsSettings,
+    peer: SocketAddr,
+) -> Result<(String, Upgraded), UpgradeError> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(UpgradeError::Closed);
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(head_len)) => {
+                let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
+                return check_request(&req, settings, peer, leftover);
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => {}
+            Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => return Err(UpgradeError::TooLarge),
+            Err(e) => return Err(UpgradeError::Malformed(e.to_string())),
+        }
+    }
+}
+
+fn check_request(
+    req: &httparse::Request<'_, '_>,
+    settings: &WsSettings,
+    peer: SocketAddr,
+    leftover: Vec<u8>,
+) -> Result<(String, Upgraded), UpgradeError> {
+    let target = req.path.unwrap_or("");
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    if path != settings.path {
+        return Err(UpgradeError::WrongPath(path.chars().take(128).collect()));
+    }
+    if !has_token(header(req, "Upgrade"), "websocket") || !has_token(header(req, "Connection"), "upgrade") {
+        return Err(UpgradeError::NotUpgrade);
+    }
+    if req.method != Some("GET") {
+        return Err(UpgradeError::Method(req.method.unwrap_or("?").chars().take(16).collect()));
+    }
+    match header(req, "Sec-WebSocket-Version") {
+        Some("13") => {}
+        other => return Err(UpgradeError::Version(other.unwrap_or("").chars().take(16).collect())),
+    }
+    let key = header(req, "Sec-WebSocket-Key").ok_or(UpgradeError::MissingKey)?;
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let subprotocol = has_token(header(req, "Sec-WebSocket-Protocol"), carriage::SUBPROTOCOL);
+    let value = real_ip_header_value(req, settings.real_ip_header);
+    let ip = real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, value.as_deref());
+    let mut response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    if subprotocol {
+        response.push_str("Sec-WebSocket-Protocol: ");
+        response.push_str(carriage::SUBPROTOCOL);
+        response.push_str("\r\n");
+    }
+    response.push_str("\r\n");
+    let client = SocketAddr::new(ip, if ip == peer.ip().to_canonical() { peer.port() } else { 0 });
+    Ok((response, Upgraded { client, leftover }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::trusted::TrustedProxies;
+
+    #[test]
+    fn repeated_forwarding_headers_cannot_hide_the_real_hop() {
+        // A client line first, then the line a trusted proxy appended.
+        let mut headers = [
+            httparse::Header { name: "X-Forwarded-For", value: b"6.6.6.6" },
+            httparse::Header { name: "x-forwarded-for", value: b"203.0.113.7" },
+            httparse::Header { name: "CF-Connecting-IP", value: b"6.6.6.6" },
+            httparse::Header { name: "CF-Connecting-IP", value: b"203.0.113.9" },
+        ];
+        let mut req = httparse::Request::new(&mut headers);
+        req.method = Some("GET");
+        let xff = real_ip_header_value(&req, RealIpHeader::XForwardedFor);
+        assert_eq!(xff.as_deref(), Some("6.6.6.6,203.0.113.7"));
+        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let t = TrustedProxies::parse(&["10.0.0.0/8".to_string()]).unwrap();
+        assert_eq!(real_ip(peer, &t, RealIpHeader::XForwardedFor, xff.as_deref()).to_string(), "203.0.113.7");
+        let cf = real_ip_header_value(&req, RealIpHeader::CfConnectingIp);
+        assert_eq!(cf.as_deref(), Some("203.0.113.9"));
+        assert_eq!(real_ip_header_value(&req, RealIpHeader::XRealIp), None);
+    }
+}
