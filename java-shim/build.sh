@@ -13,7 +13,7 @@
 # "release" cross-builds the library for linux-x86_64, linux-aarch64 (glibc 2.17 and later), macos-x86_64,
 # macos-aarch64 (cargo-zigbuild with zig) and windows-x86_64 (mingw-w64), installing what it needs first
 # (rustup targets; Debian's gcc-mingw-w64-x86-64; cargo-zigbuild and ziglang from PyPI into
-# target/natives-tools), checks every library's format, architecture and exported symbols
+# target/natives-tools/py), checks every library's format, architecture and exported symbols
 # (examples/inspect_natives.rs in tests/), then runs Maven ("package" unless goals are given).
 #
 # Environment: CARGO (default cargo), MVN (default mvn).
@@ -95,13 +95,15 @@ else
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends gcc-mingw-w64-x86-64
   fi
   tools="$root/target/natives-tools"
-  if ! "$tools/bin/cargo-zigbuild" --version 2>/dev/null | grep -q "$CARGO_ZIGBUILD_VERSION" \
-      || ! "$tools/bin/python" -m ziglang version 2>/dev/null | grep -qx "$ZIGLANG_VERSION"; then
-    step "installing cargo-zigbuild $CARGO_ZIGBUILD_VERSION and ziglang $ZIGLANG_VERSION into $tools"
-    python3 -m venv "$tools"
-    "$tools/bin/pip" install --quiet "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" "ziglang==$ZIGLANG_VERSION"
+  # pip --target rather than a venv: Debian's python3 has no venv module without an extra package.
+  export PYTHONPATH="$tools/py${PYTHONPATH:+:$PYTHONPATH}"
+  export PATH="$tools/py/bin:$PATH"
+  if ! cargo-zigbuild --version 2>/dev/null | grep -q "$CARGO_ZIGBUILD_VERSION" \
+      || ! python3 -m ziglang version 2>/dev/null | grep -qx "$ZIGLANG_VERSION"; then
+    step "installing cargo-zigbuild $CARGO_ZIGBUILD_VERSION and ziglang $ZIGLANG_VERSION into $tools/py"
+    rm -rf "$tools"
+    python3 -m pip install --quiet --target "$tools/py" "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" "ziglang==$ZIGLANG_VERSION"
   fi
-  export PATH="$tools/bin:$PATH"
   for t in "${targets[@]}"; do
     platform="${t%%:*}"
     triple="${t#*:}"
@@ -129,9 +131,14 @@ else
     "$staging" "${targets[@]%%:*}"
 fi
 
-# Natives built elsewhere (see docs/java-shim.md) may be dropped into java-shim/natives/<platform>/.
+# Natives built elsewhere (see docs/java-shim.md) may be dropped into java-shim/natives/<platform>/. A release jar
+# holds exactly the five libraries built and checked above, nothing else.
 extra="${MOONBRIDGE_EXTRA_NATIVES:-}"
 if [ -d "$here/natives" ]; then extra="$here/natives${extra:+:$extra}"; fi
+if [ "$release" = 1 ] && [ -n "$extra" ]; then
+  echo "build.sh release: ignoring extra natives ($extra); the release jar carries only its checked libraries" >&2
+  extra=""
+fi
 IFS=: read -r -a extra_dirs <<<"$extra"
 for d in "${extra_dirs[@]}"; do
   if [ -n "$d" ] && [ -d "$d" ]; then cp -R "$d/." "$staging/"; fi

@@ -8,9 +8,10 @@
 //! - The lookup uses the system's DNS servers (`/etc/resolv.conf`, the Windows registry) through
 //!   hickory-resolver; tests name a DNS server on loopback instead ([`lookup`]'s `resolver`).
 //! - It is bounded: one attempt per server, `timeout` in all; a timeout or any failure is "no route".
-//! - Answers are cached for the record's TTL, and "no record" (NXDOMAIN or an empty answer) for the negative
-//!   TTL of the zone's SOA record, bounded to [`NEGATIVE_TTL_BOUNDS`], so a server list refresh costs no DNS
-//!   traffic while the cache holds.
+//! - Answers are cached for the record's TTL, "no record" (NXDOMAIN or an empty answer) for the negative TTL
+//!   of the zone's SOA record, bounded to [`NEGATIVE_TTL_BOUNDS`], and a failed lookup (timeout, server
+//!   failure) for [`FAILURE_TTL`], so a server list refresh costs no DNS traffic and no wait while the cache
+//!   holds.
 //! - A record's character-strings are joined (RFC 1035 §3.3.14: one TXT record may hold several); a record
 //!   whose text is not a `ws://` or `wss://` URL is ignored, and the first valid one wins.
 
@@ -33,12 +34,23 @@ pub const RECORD_PREFIX: &str = "_moonbridge.";
 /// How long "no record" stays cached, at least and at most (the zone's SOA negative TTL within these bounds).
 pub const NEGATIVE_TTL_BOUNDS: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(3600));
 
+/// How long a failed lookup (timeout, server failure) stays cached: the game does not wait for DNS again.
+pub const FAILURE_TTL: Duration = Duration::from_secs(60);
+
 /// Cached answers per resolver (the system's, or a test's DNS server).
 const CACHE_ENTRIES: u64 = 256;
 
+/// Most failed lookups remembered at once (the table is emptied when full).
+const MAX_FAILURES: usize = 1024;
+
+/// Resolvers by DNS server (`None`: the system's) and time bound.
+type ResolverKey = (Option<SocketAddr>, Duration);
+
 struct Discovery {
     runtime: tokio::runtime::Runtime,
-    resolvers: Mutex<HashMap<Option<SocketAddr>, Arc<TokioResolver>>>,
+    resolvers: Mutex<HashMap<ResolverKey, Arc<TokioResolver>>>,
+    /// Failed lookups: (DNS server, record name) → when to try again.
+    failures: Mutex<HashMap<(Option<SocketAddr>, String), std::time::Instant>>,
 }
 
 fn discovery() -> Result<&'static Discovery, ClientError> {
@@ -51,7 +63,7 @@ fn discovery() -> Result<&'static Discovery, ClientError> {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the DNS runtime: {e}"))?;
-        Ok(Discovery { runtime, resolvers: Mutex::new(HashMap::new()) })
+        Ok(Discovery { runtime, resolvers: Mutex::new(HashMap::new()), failures: Mutex::new(HashMap::new()) })
     })
     .as_ref()
     .map_err(|e| ClientError::Io(e.clone()))
@@ -59,7 +71,7 @@ fn discovery() -> Result<&'static Discovery, ClientError> {
 
 fn resolver(d: &Discovery, server: Option<SocketAddr>, timeout: Duration) -> Result<Arc<TokioResolver>, ClientError> {
     let mut map = d.resolvers.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(r) = map.get(&server) {
+    if let Some(r) = map.get(&(server, timeout)) {
         return Ok(Arc::clone(r));
     }
     let provider = TokioRuntimeProvider::default();
@@ -82,7 +94,7 @@ fn resolver(d: &Discovery, server: Option<SocketAddr>, timeout: Duration) -> Res
     opts.negative_min_ttl = Some(NEGATIVE_TTL_BOUNDS.0);
     opts.negative_max_ttl = Some(NEGATIVE_TTL_BOUNDS.1);
     let r = Arc::new(builder.build().map_err(|e| ClientError::Io(format!("DNS resolver: {e}")))?);
-    map.insert(server, Arc::clone(&r));
+    map.insert((server, timeout), Arc::clone(&r));
     Ok(r)
 }
 
@@ -121,18 +133,29 @@ pub fn lookup(host: &str, resolver_addr: Option<SocketAddr>, timeout: Duration) 
         return Ok(None);
     }
     let d = discovery()?;
-    let r = resolver(d, resolver_addr, timeout)?;
     let name = format!("{RECORD_PREFIX}{}.", host.trim_end_matches('.').to_ascii_lowercase());
+    let failure_key = (resolver_addr, name.clone());
+    let failed_until = d.failures.lock().unwrap_or_else(PoisonError::into_inner).get(&failure_key).copied();
+    if failed_until.is_some_and(|t| std::time::Instant::now() < t) {
+        return Err(ClientError::Io(format!("DNS lookup of {name} failed recently; not retried yet")));
+    }
+    let r = resolver(d, resolver_addr, timeout)?;
     let looked_up = d.runtime.block_on(async {
         // One bound over the whole exchange, whatever the resolver does internally.
         tokio::time::timeout(timeout + Duration::from_millis(100), r.lookup(name.as_str(), RecordType::TXT)).await
     });
-    let lookup = match looked_up {
-        Err(_) => {
-            return Err(ClientError::Io(format!("DNS lookup of {name} timed out after {} ms", timeout.as_millis())))
+    let failure = |reason: String| {
+        let mut f = d.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if f.len() >= MAX_FAILURES {
+            f.clear();
         }
+        f.insert(failure_key.clone(), std::time::Instant::now() + FAILURE_TTL);
+        ClientError::Io(reason)
+    };
+    let lookup = match looked_up {
+        Err(_) => return Err(failure(format!("DNS lookup of {name} timed out after {} ms", timeout.as_millis()))),
         Ok(Err(e)) if e.is_no_records_found() => return Ok(None),
-        Ok(Err(e)) => return Err(ClientError::Io(format!("DNS lookup of {name} failed: {e}"))),
+        Ok(Err(e)) => return Err(failure(format!("DNS lookup of {name} failed: {e}"))),
         Ok(Ok(l)) => l,
     };
     for record in lookup.answers() {

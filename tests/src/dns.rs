@@ -68,10 +68,35 @@ impl DnsServer {
         Self { addr: SocketAddr::from(([127, 0, 0, 1], port)), child, log }
     }
 
-    /// How many queries for `name` of `qtype` (`TXT`, `SRV`, `A`) dnsmasq has received.
-    pub fn queries(&self, qtype: &str, name: &str) -> usize {
+    /// How many queries for `name` of `qtype` (`TXT`, `SRV`, `A`) dnsmasq has received. dnsmasq logs
+    /// asynchronously, so this first sends a query of its own and waits for its log line: every query sent
+    /// before is counted by then.
+    pub async fn queries(&self, qtype: &str, name: &str) -> usize {
+        self.sync().await;
         let needle = format!("query[{qtype}] {name} ");
         self.log.lock().unwrap().iter().filter(|l| l.contains(&needle)).count()
+    }
+
+    /// Sends an A query for a fresh name and waits (10 s at most) until dnsmasq has logged it.
+    async fn sync(&self) {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let label = format!("sync-{}", SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for part in [label.as_str(), "example", "com"] {
+            query.push(u8::try_from(part.len()).unwrap());
+            query.extend_from_slice(part.as_bytes());
+        }
+        query.extend_from_slice(&[0, 0, 1, 0, 1]);
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.send_to(&query, self.addr).await.unwrap();
+        let needle = format!("query[A] {label}.example.com ");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !self.log.lock().unwrap().iter().any(|l| l.contains(&needle)) {
+                tokio::time::sleep(Duration::from_millis(5)).await; // polling the log, bounded by the timeout
+            }
+        })
+        .await
+        .expect("dnsmasq logs its queries");
     }
 
     /// Stops dnsmasq.

@@ -1,7 +1,5 @@
 package dev.moonbridge.client;
 
-import java.util.Locale;
-
 /**
  * Route discovery from the game's side: asks the native library for the DNS TXT record
  * {@code _moonbridge.<host>} (see {@code docs/java-shim.md}). Every failure (no record, no native library, a DNS
@@ -31,18 +29,10 @@ public final class Discovery {
         return enabled;
     }
 
-    /** True for hosts worth a lookup: DNS names with a dot, not IP addresses, not {@code localhost}. */
-    static boolean candidate(String host) {
-        if (host == null) {
-            return false;
-        }
-        String h = host.toLowerCase(Locale.ROOT);
-        return h.indexOf('.') > 0 && h.indexOf(':') < 0 && !h.matches("[0-9.]+") && !h.equals("localhost");
-    }
-
     /** The MoonBridge URL discovered for {@code host}, or {@code null}. */
     public static String lookup(String host) {
-        if (!enabled || !candidate(host)) {
+        // Which hosts are worth a lookup (names with a dot, no IP addresses) is the native library's rule.
+        if (!enabled || host == null) {
             return null;
         }
         try {

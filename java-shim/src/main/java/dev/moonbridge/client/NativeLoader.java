@@ -30,7 +30,8 @@ import java.util.Locale;
  *
  * <p>Where it extracts: into a directory named after the first 16 hex digits of the library's SHA-256, under the
  * first of these that works: {@code <java.io.tmpdir>/moonbridge-natives-<user>}, {@code
- * <user.home>/.moonbridge/natives}, and on Windows {@code %ProgramData%\MoonBridge\natives-<user>}. A directory
+ * <user.home>/.moonbridge/natives}, and on Windows {@code %ProgramData%\MoonBridge\natives-<user>}, where
+ * {@code <user>} is the user name's letters and digits and 8 hex digits of its SHA-256. A directory
  * is skipped when it cannot be created or written (a read-only temporary directory), when another user owns it,
  * or, on Windows, when its path has characters the JVM cannot pass to the system loader (the ANSI code page:
  * a user name in another alphabet); the next one is tried. An earlier extraction is reused only when its
@@ -49,6 +50,8 @@ public final class NativeLoader {
     static final String LOCK_FILE = ".lock";
 
     private static volatile File loadedFrom;
+    /** Why loading from the jar failed, once it has: later calls fail at once with the same reason. */
+    private static volatile String jarFailure;
 
     private NativeLoader() {}
 
@@ -135,7 +138,17 @@ public final class NativeLoader {
             loadedFrom = f;
             return;
         }
-        loadFromJar(platform());
+        if (jarFailure != null) {
+            throw new UnsatisfiedLinkError(jarFailure);
+        }
+        try {
+            loadFromJar(platform());
+        } catch (UnsatisfiedLinkError e) {
+            // Every later call (route discovery asks for every server-list entry) fails at once instead of
+            // reading, hashing and extracting the library again.
+            jarFailure = e.getMessage();
+            throw e;
+        }
     }
 
     static synchronized void loadFromJar(String platform) {
@@ -154,7 +167,10 @@ public final class NativeLoader {
             try {
                 System.load(file.getPath());
             } catch (UnsatisfiedLinkError e) {
-                failures.add(file + " (the JVM refused it: " + e.getMessage() + ")");
+                // On Windows the library needs Windows 10 or later (bcryptprimitives.dll); older ones report a
+                // missing dependent library.
+                String hint = platform.startsWith("windows-") ? "; MoonBridge needs Windows 10 or later" : "";
+                failures.add(file + " (the JVM refused it: " + e.getMessage() + hint + ")");
                 continue;
             }
             loadedFrom = file;
@@ -205,7 +221,10 @@ public final class NativeLoader {
 
     /** The directories tried for extraction, in order (see the class documentation). */
     static List<File> extractionBases() {
-        String user = System.getProperty("user.name", "user").replaceAll("[^A-Za-z0-9_.-]", "_");
+        // The readable part of the user name, and a hash of all of it: names in other alphabets stay apart.
+        String name = System.getProperty("user.name", "user");
+        String user = name.replaceAll("[^A-Za-z0-9_.-]", "_") + "-"
+                + sha256Hex(name.getBytes(StandardCharsets.UTF_8)).substring(0, 8);
         List<File> bases = new ArrayList<File>();
         String tmp = System.getProperty("java.io.tmpdir");
         if (tmp != null && !tmp.isEmpty()) {
@@ -315,12 +334,14 @@ public final class NativeLoader {
 
     /**
      * Creates {@code dir} readable and writable by this user only where the file system supports POSIX
-     * permissions, and refuses a directory that another user owns there (compared with the owner of a file
-     * this process creates). Fails when the directory cannot be created or written.
+     * permissions, and refuses a directory that another user owns (compared with the owner of a file this
+     * process creates there; on POSIX systems and NTFS alike). Fails when the directory cannot be created or
+     * written.
      */
     private static void privateDirectory(File dir) throws IOException {
         Path p = dir.toPath();
         boolean posix = p.getFileSystem().supportedFileAttributeViews().contains("posix");
+        boolean owners = p.getFileSystem().supportedFileAttributeViews().contains("owner");
         if (!dir.isDirectory()) {
             if (posix) {
                 Files.createDirectories(p, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
@@ -328,10 +349,10 @@ public final class NativeLoader {
                 Files.createDirectories(p);
             }
         }
-        // Proves the directory is writable, and on POSIX systems who "this user" is.
+        // Proves the directory is writable, and tells who "this user" is.
         Path probe = uniqueFile(dir, ".probe").toPath();
         try {
-            if (posix) {
+            if (owners) {
                 String me = Files.getOwner(probe).getName();
                 String owner = Files.getOwner(p).getName();
                 if (!owner.equals(me)) {
@@ -343,7 +364,7 @@ public final class NativeLoader {
         }
     }
 
-    private static String sha256Hex(byte[] bytes) {
+    static String sha256Hex(byte[] bytes) {
         try {
             byte[] d = MessageDigest.getInstance("SHA-256").digest(bytes);
             StringBuilder s = new StringBuilder();

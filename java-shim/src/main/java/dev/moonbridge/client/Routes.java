@@ -25,10 +25,12 @@ import java.util.concurrent.atomic.AtomicInteger;
  *       the native library.</li>
  * </ol>
  *
- * <p>A <b>placeholder</b> is the {@link InetAddress} the game gets instead of a DNS answer for a routed host:
- * named after the host, with an address in {@code 0.0.0.0/8} that is unique per connection attempt and never
- * {@code 0.0.0.0} itself, so that even a socket it reached by mistake could not connect anywhere (the plain
- * channel resolves placeholders for real instead). Thread-safe.
+ * <p>The address the game gets for a routed host carries its route to the channel: {@link #bind} makes an
+ * {@link InetAddress} object of the host's real address (so that, should some other code open a plain socket
+ * to it, it reaches the host the player meant and no other) and remembers the route by that object's identity.
+ * When the host does not resolve, a <b>placeholder</b> stands in: named after the host, with an address in
+ * {@code 0.0.0.0/8} that is unique per connection attempt and never {@code 0.0.0.0} (the player's own machine);
+ * the plain channel resolves a placeholder for real instead of connecting to it. Thread-safe.
  */
 public final class Routes {
     /** A route: the URL to dial and the options for the native library. */
@@ -73,7 +75,8 @@ public final class Routes {
         }
     }
 
-    /** Most placeholders remembered at once; the oldest is forgotten first (a connect uses it within seconds). */
+    /** Most bound addresses and placeholders remembered at once; the oldest is forgotten first (a connect uses
+     * its address within seconds). */
     static final int MAX_PLACEHOLDERS = 4096;
 
     private static final Map<String, Route> CONFIG = new ConcurrentHashMap<String, Route>();
@@ -87,7 +90,34 @@ public final class Routes {
             return size() > MAX_PLACEHOLDERS;
         }
     };
+    private static final Map<IdentityKey, Route> BOUND = new LinkedHashMap<IdentityKey, Route>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<IdentityKey, Route> eldest) {
+            return size() > MAX_PLACEHOLDERS;
+        }
+    };
     private static volatile String defaultOptions = null;
+
+    /** A map key comparing objects by identity. */
+    private static final class IdentityKey {
+        private final Object ref;
+
+        IdentityKey(Object ref) {
+            this.ref = ref;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof IdentityKey && ((IdentityKey) o).ref == ref;
+        }
+
+        @Override
+        public int hashCode() {
+            return System.identityHashCode(ref);
+        }
+    }
 
     private Routes() {}
 
@@ -191,16 +221,43 @@ public final class Routes {
     }
 
     /**
-     * The route for a connection to {@code address:port}: the route its placeholder was made for, else
-     * {@link #find} by the host name the address carries (without a reverse lookup).
+     * The address {@code host} really has, as a new object bound to {@code route} (see the class
+     * documentation); a placeholder when the host does not resolve.
+     */
+    public static InetAddress bind(String host, int port, Route route) throws UnknownHostException {
+        InetAddress real;
+        try {
+            real = InetAddress.getByName(host);
+        } catch (UnknownHostException e) {
+            return placeholder(host, port, route);
+        }
+        InetAddress named = InetAddress.getByAddress(host, real.getAddress());
+        synchronized (BOUND) {
+            BOUND.put(new IdentityKey(named), route);
+        }
+        return named;
+    }
+
+    /**
+     * The route for a connection to {@code address:port}: the route it was bound to ({@link #bind}, a
+     * placeholder), else a config route by the host name the address carries (without a reverse lookup). Never
+     * this thread's intent: this runs on the game's network threads, which hold no intent of their own.
      */
     public static Route forAddress(InetAddress address, int port) {
+        if (address == null) {
+            return null;
+        }
+        synchronized (BOUND) {
+            Route bound = BOUND.get(new IdentityKey(address));
+            if (bound != null) {
+                return bound;
+            }
+        }
         Intent i = placeholderIntent(address);
         if (i != null && i.route != null) {
             return i.route;
         }
-        String host = hostOf(address);
-        return host == null ? null : find(host, port);
+        return config(hostOf(address), port);
     }
 
     /** The host name an address was created with, without a reverse DNS lookup; {@code null} if none. */
@@ -218,12 +275,15 @@ public final class Routes {
         return r.optionsJson != null ? r.optionsJson : defaultOptions;
     }
 
-    /** Removes every config route and placeholder, and this thread's intent (tests, config reload). */
+    /** Removes every config route, bound address and placeholder, and this thread's intent (tests, reload). */
     public static void clear() {
         CONFIG.clear();
         INTENT.remove();
         synchronized (PLACEHOLDERS) {
             PLACEHOLDERS.clear();
+        }
+        synchronized (BOUND) {
+            BOUND.clear();
         }
     }
 }

@@ -130,7 +130,7 @@ public final class MoonBridgeHooks {
         String rest = t.substring(tls ? 6 : 5);
         int glued = -1;
         java.util.regex.Matcher g = java.util.regex.Pattern.compile("^(.*[^:]):(\\d{1,5})$").matcher(rest);
-        int slash0 = rest.indexOf('/');
+        int slash0 = firstOf(rest, '/', '?');
         // A ":digits" suffix after the path, a second ":digits" after the authority's own port, or ":25565" on a
         // URL without a path (no WebSocket server is meant to be reached on the Minecraft port without one).
         if (g.matches() && (slash0 >= 0 && slash0 < g.start(2) || slash0 < 0 && authorityHasPort(g.group(1))
@@ -138,9 +138,9 @@ public final class MoonBridgeHooks {
             glued = Integer.parseInt(g.group(2));
             rest = g.group(1);
         }
-        int slash = rest.indexOf('/');
+        int slash = firstOf(rest, '/', '?');
         String authority = slash < 0 ? rest : rest.substring(0, slash);
-        String path = slash < 0 ? "/" : rest.substring(slash);
+        String path = slash < 0 ? "/" : rest.charAt(slash) == '?' ? "/" + rest.substring(slash) : rest.substring(slash);
         String host;
         int port = -1;
         if (authority.startsWith("[")) {
@@ -173,6 +173,13 @@ public final class MoonBridgeHooks {
             throw new IllegalArgumentException("bad host or port in " + typed);
         }
         return new TypedUrl(scheme + authority + path, host, port);
+    }
+
+    /** The first index of {@code a} or {@code b} in {@code s}, or -1. */
+    private static int firstOf(String s, char a, char b) {
+        int i = s.indexOf(a);
+        int j = s.indexOf(b);
+        return i < 0 ? j : j < 0 ? i : Math.min(i, j);
     }
 
     private static boolean authorityHasPort(String authority) {
@@ -301,8 +308,10 @@ public final class MoonBridgeHooks {
     /**
      * Replaces {@code InetAddress.getByName(host)} in the game's connect and server-list code. The patched code
      * passes the {@code NetworkManager} class, which also makes sure it is loaded (and patched) first. A host
-     * this thread intends to reach through MoonBridge gets a placeholder bound to its route (no DNS lookup of
-     * it), provided the {@code NetworkManager} patch is in place; every other host resolves as before.
+     * this thread intends to reach through MoonBridge gets its address bound to the route ({@link Routes#bind}:
+     * the real address when it resolves, so a connection that bypasses MoonBridge still reaches that host; a
+     * placeholder when it does not), provided the {@code NetworkManager} patch is in place; every other host
+     * resolves as before.
      */
     public static InetAddress resolve(String host, Class<?> networkManager) throws UnknownHostException {
         Routes.Intent i = null;
@@ -313,7 +322,9 @@ public final class MoonBridgeHooks {
         }
         if (i != null && i.route != null && i.host.equals(Routes.normalise(host))) {
             if (channelPatched(networkManager)) {
-                return Routes.placeholder(host, i.port, i.route);
+                // Used once: threads this one starts later (the game's network threads) must not inherit it.
+                Routes.clearIntent();
+                return Routes.bind(host, i.port, i.route);
             }
             if (!warnedUnpatched) {
                 warnedUnpatched = true;

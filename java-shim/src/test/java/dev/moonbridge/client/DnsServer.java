@@ -78,8 +78,13 @@ public final class DnsServer implements AutoCloseable {
         return "dns://127.0.0.1:" + port;
     }
 
-    /** How many queries of {@code type} ({@code TXT}, {@code SRV}) for {@code name} arrived. */
-    public int queries(String type, String name) {
+    /**
+     * How many queries of {@code type} ({@code TXT}, {@code SRV}) for {@code name} arrived. dnsmasq logs
+     * asynchronously, so this first sends a query of its own and waits for its log line: every query sent before
+     * is counted by then.
+     */
+    public int queries(String type, String name) throws Exception {
+        sync();
         int n = 0;
         for (String l : log) {
             if (l.contains("query[" + type + "] " + name + " ")) {
@@ -87,6 +92,37 @@ public final class DnsServer implements AutoCloseable {
             }
         }
         return n;
+    }
+
+    private static final java.util.concurrent.atomic.AtomicInteger SEQ = new java.util.concurrent.atomic.AtomicInteger();
+
+    /** Sends an A query for a fresh name and waits (10 s at most) until dnsmasq has logged it. */
+    private void sync() throws Exception {
+        String label = "sync-" + SEQ.getAndIncrement();
+        java.io.ByteArrayOutputStream q = new java.io.ByteArrayOutputStream();
+        q.write(new byte[] {0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0});
+        for (String part : new String[] {label, "example", "com"}) {
+            q.write(part.length());
+            q.write(part.getBytes(StandardCharsets.US_ASCII));
+        }
+        q.write(new byte[] {0, 0, 1, 0, 1});
+        byte[] query = q.toByteArray();
+        try (DatagramSocket s = new DatagramSocket()) {
+            s.send(new java.net.DatagramPacket(query, query.length, java.net.InetAddress.getByName("127.0.0.1"), port));
+        }
+        String needle = "query[A] " + label + ".example.com ";
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (true) {
+            for (String l : log) {
+                if (l.contains(needle)) {
+                    return;
+                }
+            }
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("dnsmasq did not log " + needle);
+            }
+            Thread.sleep(5); // polling the log, bounded by the deadline
+        }
     }
 
     @Override

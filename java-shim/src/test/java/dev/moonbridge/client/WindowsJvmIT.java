@@ -82,6 +82,15 @@ class WindowsJvmIT {
         cmd.add(peers.wssUrl());
         cmd.add("--ca");
         cmd.add(windowsPath(peers.ca.toFile()));
+        // Earlier runs' extractions in the Wine prefix would be reused; each run extracts afresh.
+        java.io.File[] users = new File(wineDir, "prefix/drive_c/users").listFiles();
+        for (File u : users == null ? new File[0] : users) {
+            ProbeRunner.deleteTree(new File(u, ".moonbridge").toPath());
+            ProbeRunner.deleteTree(new File(u, "AppData/Local/Temp").toPath());
+            ProbeRunner.deleteTree(new File(u, "Temp").toPath());
+        }
+        ProbeRunner.deleteTree(new File(wineDir, "prefix/drive_c/Users").toPath().resolve(user));
+        ProbeRunner.deleteTree(new File(wineDir, "prefix/drive_c/ProgramData/MoonBridge").toPath());
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
         pb.directory(peers.dir.toFile()); // a crash report (hs_err) would land there, not in the source tree
         pb.environment().put("WINEPREFIX", new File(wineDir, "prefix").getPath());

@@ -133,13 +133,38 @@ class MoonBridgeHooksTest {
 
     @Test
     void aPlainChannelResolvesAPlaceholderInsteadOfConnectingToIt() throws Exception {
-        InetAddress p = Routes.placeholder("localhost", 25565, null);
+        InetAddress p = Routes.placeholder("127.0.0.2", 25565, null);
         InetSocketAddress real = (InetSocketAddress) NoDelayNioSocketChannel.realAddress(new InetSocketAddress(p, 25565));
-        assertTrue(real.getAddress().isLoopbackAddress(), real.toString());
-        assertFalse(Routes.isPlaceholder(real.getAddress()));
+        assertEquals(InetAddress.getByName("127.0.0.2"), real.getAddress(), "the host the placeholder names");
         assertEquals(25565, real.getPort());
+        // Addresses MoonBridge did not make are left alone, a typed 0.x.y.z among them (never "localhost").
         InetSocketAddress plain = new InetSocketAddress(InetAddress.getByName("127.0.0.1"), 1);
         assertSame(plain, NoDelayNioSocketChannel.realAddress(plain));
+        InetSocketAddress typed = new InetSocketAddress(InetAddress.getByAddress(new byte[] {0, 1, 2, 3}), 1);
+        assertSame(typed, NoDelayNioSocketChannel.realAddress(typed));
+    }
+
+    @Test
+    void aRoutedHostThatResolvesKeepsItsRealAddressBoundToTheRoute() throws Exception {
+        Routes.setIntent("localhost", 443, "wss://localhost/survival", Routes.Route.Source.TYPED);
+        InetAddress a = MoonBridgeHooks.resolve("localhost", PatchedNetworkManager.class);
+        assertTrue(a.isLoopbackAddress(), "should anything bypass MoonBridge, it reaches the host meant: " + a);
+        assertEquals("localhost", Routes.hostOf(a));
+        assertEquals("wss://localhost/survival", Routes.forAddress(a, 443).url);
+        assertNull(Routes.intent(), "the intent is used once");
+        // Another object for the same address is not bound: routes travel with the object the game got.
+        assertNull(Routes.forAddress(InetAddress.getByAddress("localhost", a.getAddress()), 443));
+        // The game's network threads never look at intents: a stale one cannot route them.
+        Routes.setIntent("localhost", 443, "wss://localhost/creative", Routes.Route.Source.TYPED);
+        assertNull(Routes.forAddress(InetAddress.getByAddress("localhost", a.getAddress()), 443));
+    }
+
+    @Test
+    void typedUrlsWithAQueryButNoPath() {
+        assertEquals("h.example.com:443", MoonBridgeHooks.rewriteServerAddress("wss://h.example.com?token=1"));
+        assertEquals("wss://h.example.com/?token=1", Routes.intent().route.url);
+        assertEquals("h.example.com:8443", MoonBridgeHooks.rewriteServerAddress("wss://h.example.com:8443?t=2"));
+        assertEquals("wss://h.example.com:8443/?t=2", Routes.intent().route.url);
     }
 
     @Test
@@ -158,8 +183,7 @@ class MoonBridgeHooksTest {
         assertEquals(Routes.Route.Source.CONFIG, Routes.find("mc.example.com", 25565).source);
         assertNull(Routes.find("mc.example.com", 25566));
         assertEquals("{\"coalesce\":\"off\",\"ping_interval_ms\":20000}", Routes.defaultOptions());
-        assertFalse(Discovery.enabled());
-        assertNull(Discovery.lookup("mc.example.com"), "off: no lookup at all");
+        assertFalse(Discovery.enabled()); // RoutingIT shows that no lookup happens then
         Discovery.configure(true, Discovery.DEFAULT_TIMEOUT_MS);
     }
 

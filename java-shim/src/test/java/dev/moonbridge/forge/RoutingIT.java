@@ -183,7 +183,7 @@ class RoutingIT {
         Joined routed = join("mc6.example.com:25570");
         assertEquals("mc6.example.com", routed.handshakeHost);
         assertEquals(peers.ws6Url(), ((MoonBridgeChannel) routed.channel).route().url);
-        assertTrue(peers.waitProxyLine("via=ws", 20) != null);
+        assertTrue(peers.waitBackendLine("\"serverHost\":\"mc6.example.com\"", 20).contains("\"event\":\"login\""));
         routed.channel.close().syncUninterruptibly();
     }
 

@@ -118,16 +118,7 @@ public class MoonBridgeChannel extends AbstractChannel {
         eventLoop().execute(new Runnable() {
             @Override
             public void run() {
-                NativeTransport t = transport;
-                if (state != STATE_ACTIVE || t == null) {
-                    return;
-                }
-                try {
-                    t.endTick();
-                } catch (IOException e) {
-                    pipeline().fireExceptionCaught(e);
-                    unsafe().close(voidPromise());
-                }
+                flushBatch();
             }
         });
     }
@@ -319,15 +310,15 @@ public class MoonBridgeChannel extends AbstractChannel {
         }
         if (replyWritten) {
             replyWritten = false;
-            flushReplies();
+            flushBatch();
         }
         if (remoteClosed && inbound.isEmpty() && state != STATE_CLOSED) {
             unsafe().close(voidPromise());
         }
     }
 
-    /** Sends the replies written during a delivery now, as one message (event loop only). */
-    private void flushReplies() {
+    /** Sends the batch written so far now, as one message: the tick's end, or replies (event loop only). */
+    private void flushBatch() {
         NativeTransport t = transport;
         if (state != STATE_ACTIVE || t == null) {
             return;
@@ -423,7 +414,7 @@ public class MoonBridgeChannel extends AbstractChannel {
             }
             final InetSocketAddress isa = (InetSocketAddress) remoteAddress;
             final Routes.Route route = isa.getAddress() != null ? Routes.forAddress(isa.getAddress(), isa.getPort())
-                    : Routes.find(isa.getHostString(), isa.getPort());
+                    : Routes.config(isa.getHostString(), isa.getPort());
             if (route == null) {
                 promise.setFailure(new MoonBridgeConnectException(
                         "MoonBridge: no ws:// or wss:// route for " + isa.getHostString() + ":" + isa.getPort(), null));
@@ -438,8 +429,9 @@ public class MoonBridgeChannel extends AbstractChannel {
             remote = isa;
             MoonBridgeChannel.this.route = route;
             connectPromise = promise;
-            // Cancel (the game's "Cancel" on "Connecting..."): the channel closes at once; the native connect
-            // still running on the connector thread is closed as soon as it returns (within connect_timeout_ms).
+            // A cancelled connect promise closes the channel at once; the native connect still running on the
+            // connector thread is closed as soon as it returns (within connect_timeout_ms). (1.7.10's "Cancel" on
+            // "Connecting..." does not cancel the promise; mods and other callers may.)
             promise.addListener(new io.netty.util.concurrent.GenericFutureListener<io.netty.util.concurrent.Future<Void>>() {
                 @Override
                 public void operationComplete(io.netty.util.concurrent.Future<Void> f) {
@@ -496,16 +488,18 @@ public class MoonBridgeChannel extends AbstractChannel {
                 @Override
                 public void run() {
                     connectPromise = null;
-                    if (state != STATE_CONNECTING || !promise.trySuccess()) {
+                    if (state != STATE_CONNECTING || !promise.setUncancellable()) {
                         // Closed or cancelled while connecting: the promise already failed or was cancelled, and
                         // the channel never becomes active (no channelActive, no channelInactive).
                         closeInBackground(t);
                         close(voidPromise());
                         return;
                     }
+                    // Active before the promise succeeds, as Netty's own channels: its listeners may write.
                     transport = t;
                     state = STATE_ACTIVE;
                     OPEN.add(MoonBridgeChannel.this);
+                    promise.trySuccess();
                     pipeline().fireChannelActive();
                     Thread reader = new Thread(new Runnable() {
                         @Override

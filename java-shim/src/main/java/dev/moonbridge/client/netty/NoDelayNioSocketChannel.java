@@ -29,8 +29,10 @@ public class NoDelayNioSocketChannel extends NioSocketChannel {
     public static SocketAddress realAddress(SocketAddress address) throws java.net.UnknownHostException {
         if (address instanceof InetSocketAddress) {
             InetSocketAddress isa = (InetSocketAddress) address;
-            if (Routes.isPlaceholder(isa.getAddress())) {
-                return new InetSocketAddress(InetAddress.getByName(Routes.hostOf(isa.getAddress())), isa.getPort());
+            String host = Routes.hostOf(isa.getAddress());
+            // Only an address MoonBridge made (a host name and a known placeholder): a typed 0.x.y.z is left alone.
+            if (host != null && Routes.placeholderIntent(isa.getAddress()) != null) {
+                return new InetSocketAddress(InetAddress.getByName(host), isa.getPort());
             }
         }
         return address;
