@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use moonbridge_client::Options;
+use moonbridge_test_certs::{KeyType, TestCert};
 
 use crate::backend::Profile;
 use crate::client::{run_client, ClientSpec, Sync};
@@ -160,52 +161,6 @@ fn wait_for_port(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!("{what} did not listen on {addr} within 20 s")
-}
-
-/// A CA and leaf certificate for `localhost` made with `openssl`, for wss.
-fn make_cert(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)> {
-    let run = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("openssl").args(args).output().context("openssl is needed for wss")?;
-        if !out.status.success() {
-            bail!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        Ok(())
-    };
-    let p = |n: &str| dir.join(n).display().to_string();
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-    run(&[
-        &["req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=bench CA"][..],
-        &ec,
-        &["-keyout", &p("ca.key"), "-out", &p("ca.pem")],
-    ]
-    .concat())?;
-    run(&[
-        &["req", "-new", "-nodes", "-subj", "/CN=localhost"][..],
-        &ec,
-        &["-keyout", &p("key.pem"), "-out", &p("leaf.csr")],
-    ]
-    .concat())?;
-    std::fs::write(dir.join("leaf.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")?;
-    run(&[
-        "x509",
-        "-req",
-        "-days",
-        "2",
-        "-in",
-        &p("leaf.csr"),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-extfile",
-        &p("leaf.ext"),
-        "-out",
-        &p("leaf.pem"),
-    ])?;
-    let chain = [std::fs::read(dir.join("leaf.pem"))?, std::fs::read(dir.join("ca.pem"))?].concat();
-    std::fs::write(dir.join("chain.pem"), chain)?;
-    Ok((dir.join("chain.pem"), dir.join("key.pem"), dir.join("ca.pem")))
 }
 
 fn spawn_proxy(
@@ -507,7 +462,12 @@ fn main() -> anyhow::Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("session-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let cert = if args.transport == TransportArg::Wss { Some(make_cert(&dir)?) } else { None };
+    let cert = if args.transport == TransportArg::Wss {
+        let c = TestCert::generate_in(dir.clone(), "localhost", KeyType::Ec)?;
+        Some((c.cert, c.key, c.ca))
+    } else {
+        None
+    };
     let coalesce = if args.client_coalesce == 1 { "tick" } else { "off" };
     let mut options = serde_json::json!({ "coalesce": coalesce, "ping_interval_ms": 0 });
     if let Some((_, _, ca)) = &cert {

@@ -15,49 +15,59 @@
 #include <stdint.h>
 
 /*
- C return code: success.
+ The C result codes: `MB_OK` (0) or a negative error. Emitted as a C enum in `moonbridge_client.h`; the
+ functions return them as `int32_t`.
  */
-#define MB_OK 0
-
-/*
- C return code: a NULL or unknown handle, a bad URL or bad options.
- */
-#define MB_ERR_INVALID_ARGUMENT -1
-
-/*
- C return code: DNS failure, connection refused or connect timeout.
- */
-#define MB_ERR_CONNECT -2
-
-/*
- C return code: the TLS handshake failed (the error text names the reason).
- */
-#define MB_ERR_TLS -3
-
-/*
- C return code: the WebSocket upgrade was refused (the error text gives the HTTP status).
- */
-#define MB_ERR_HANDSHAKE -4
-
-/*
- C return code: the connection is closed (after an orderly close, or by the peer with a close code).
- */
-#define MB_ERR_CLOSED -5
-
-/*
- C return code: a wait timed out.
- */
-#define MB_ERR_TIMEOUT -6
-
-/*
- C return code: an I/O error, or the send buffer is full.
- */
-#define MB_ERR_IO -7
-
-/*
- C return code: the library panicked (a bug); the connection should be closed.
- */
-#define MB_ERR_PANIC -8
+enum MbResult
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /*
+   Success.
+   */
+  MB_OK = 0,
+  /*
+   A NULL or unknown handle, a bad URL or bad options, another bad argument.
+   */
+  MB_ERR_INVALID_ARGUMENT = -1,
+  /*
+   DNS failure, connection refused, connect timeout or another failure to connect.
+   */
+  MB_ERR_CONNECT = -2,
+  /*
+   The TLS handshake failed (the error text names the reason).
+   */
+  MB_ERR_TLS = -3,
+  /*
+   The WebSocket upgrade was refused or failed (the error text gives the HTTP status).
+   */
+  MB_ERR_HANDSHAKE = -4,
+  /*
+   The connection is closed: after an orderly close, by the peer with a close code, or by this side.
+   */
+  MB_ERR_CLOSED = -5,
+  /*
+   The connection timed out while established: the server sent nothing (not even a Pong) for three ping
+   intervals, or accepted no data for the write-stall time.
+   */
+  MB_ERR_TIMEOUT = -6,
+  /*
+   An I/O or protocol error on an established connection, or the send buffer is full.
+   */
+  MB_ERR_IO = -7,
+  /*
+   The library panicked (a bug); the connection should be closed.
+   */
+  MB_ERR_PANIC = -8,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum MbResult MbResult;
+#else
+typedef int32_t MbResult;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /*
  An open connection, as C sees it: an opaque handle.

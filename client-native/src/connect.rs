@@ -40,9 +40,9 @@ impl Stream {
     }
 }
 
-/// tungstenite's read buffer for the client, in bytes: one read takes a whole proxy message (the proxy sends
-/// at most 64 KiB per message), so a 2.1 MB login burst is a few dozen reads. tungstenite zero-fills this
-/// much before every read, which is why it is not larger.
+/// tungstenite's read buffer for the client, in bytes: one socket read takes up to this much, so a 2.1 MB
+/// login burst is a few dozen reads. tungstenite zero-fills the buffer before every read, which is why it is
+/// not larger.
 const WS_READ_BUFFER: usize = 64 * 1024 + 16;
 
 /// The WebSocket configuration of client connections: no message limit beyond the server's own (a frame is

@@ -1,26 +1,58 @@
-//! Errors of the client library. Each maps to one C return code ([`ClientError::code`]).
+//! Errors of the client library. Each maps to one C result code ([`ClientError::code`], [`MbResult`]).
 
-/// C return code: success.
-pub const MB_OK: i32 = 0;
-/// C return code: a NULL or unknown handle, a bad URL or bad options.
-pub const MB_ERR_INVALID_ARGUMENT: i32 = -1;
-/// C return code: DNS failure, connection refused or connect timeout.
-pub const MB_ERR_CONNECT: i32 = -2;
-/// C return code: the TLS handshake failed (the error text names the reason).
-pub const MB_ERR_TLS: i32 = -3;
-/// C return code: the WebSocket upgrade was refused (the error text gives the HTTP status).
-pub const MB_ERR_HANDSHAKE: i32 = -4;
-/// C return code: the connection is closed (after an orderly close, or by the peer with a close code).
-pub const MB_ERR_CLOSED: i32 = -5;
-/// C return code: a wait timed out.
-pub const MB_ERR_TIMEOUT: i32 = -6;
-/// C return code: an I/O error, or the send buffer is full.
-pub const MB_ERR_IO: i32 = -7;
-/// C return code: the library panicked (a bug); the connection should be closed.
-pub const MB_ERR_PANIC: i32 = -8;
+/// The C result codes: `MB_OK` (0) or a negative error. Emitted as a C enum in `moonbridge_client.h`; the
+/// functions return them as `int32_t`.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+pub enum MbResult {
+    /// Success.
+    MB_OK = 0,
+    /// A NULL or unknown handle, a bad URL or bad options, another bad argument.
+    MB_ERR_INVALID_ARGUMENT = -1,
+    /// DNS failure, connection refused, connect timeout or another failure to connect.
+    MB_ERR_CONNECT = -2,
+    /// The TLS handshake failed (the error text names the reason).
+    MB_ERR_TLS = -3,
+    /// The WebSocket upgrade was refused or failed (the error text gives the HTTP status).
+    MB_ERR_HANDSHAKE = -4,
+    /// The connection is closed: after an orderly close, by the peer with a close code, or by this side.
+    MB_ERR_CLOSED = -5,
+    /// The connection timed out while established: the server sent nothing (not even a Pong) for three ping
+    /// intervals, or accepted no data for the write-stall time.
+    MB_ERR_TIMEOUT = -6,
+    /// An I/O or protocol error on an established connection, or the send buffer is full.
+    MB_ERR_IO = -7,
+    /// The library panicked (a bug); the connection should be closed.
+    MB_ERR_PANIC = -8,
+}
+
+/// [`MbResult::MB_OK`] as an `i32`.
+pub const MB_OK: i32 = MbResult::MB_OK as i32;
+/// [`MbResult::MB_ERR_INVALID_ARGUMENT`] as an `i32`.
+pub const MB_ERR_INVALID_ARGUMENT: i32 = MbResult::MB_ERR_INVALID_ARGUMENT as i32;
+/// [`MbResult::MB_ERR_CONNECT`] as an `i32`.
+pub const MB_ERR_CONNECT: i32 = MbResult::MB_ERR_CONNECT as i32;
+/// [`MbResult::MB_ERR_TLS`] as an `i32`.
+pub const MB_ERR_TLS: i32 = MbResult::MB_ERR_TLS as i32;
+/// [`MbResult::MB_ERR_HANDSHAKE`] as an `i32`.
+pub const MB_ERR_HANDSHAKE: i32 = MbResult::MB_ERR_HANDSHAKE as i32;
+/// [`MbResult::MB_ERR_CLOSED`] as an `i32`.
+pub const MB_ERR_CLOSED: i32 = MbResult::MB_ERR_CLOSED as i32;
+/// [`MbResult::MB_ERR_TIMEOUT`] as an `i32`.
+pub const MB_ERR_TIMEOUT: i32 = MbResult::MB_ERR_TIMEOUT as i32;
+/// [`MbResult::MB_ERR_IO`] as an `i32`.
+pub const MB_ERR_IO: i32 = MbResult::MB_ERR_IO as i32;
+/// [`MbResult::MB_ERR_PANIC`] as an `i32`.
+pub const MB_ERR_PANIC: i32 = MbResult::MB_ERR_PANIC as i32;
 
 /// Why a client operation failed.
+///
+/// Connecting fails with one of the connect errors (there is no connection yet). On an established
+/// connection, [`ClientError::InvalidArgument`] and [`ClientError::SendBufferFull`] fail only that call; every
+/// other error ends the connection ([`ClientError::ends_connection`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The URL is not `tcp://host:port`, `ws://host[:port]/path` or `wss://host[:port]/path`.
     #[error("invalid URL {url:?}: {reason}")]
@@ -33,7 +65,8 @@ pub enum ClientError {
     /// The options JSON is invalid.
     #[error("invalid options: {0}")]
     InvalidOptions(String),
-    /// A NULL pointer, an unknown or closed handle, or another bad argument at the C or JNI boundary.
+    /// A NULL pointer, an unknown or closed handle, or another bad argument at the C or JNI boundary. Only this
+    /// call fails.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The host name did not resolve.
@@ -85,8 +118,8 @@ pub enum ClientError {
     /// The WebSocket upgrade failed otherwise (bad response).
     #[error("WebSocket upgrade failed: {0}")]
     Upgrade(String),
-    /// The peer closed the connection. `code` is the WebSocket close code (`None` for TCP or a close without
-    /// a code).
+    /// The peer closed the connection (ends it). `code` is the WebSocket close code (`None` for TCP or a close
+    /// without a code).
     #[error("connection closed by peer{}", match (code, reason.is_empty()) { (Some(c), true) => format!(" with code {c}"), (Some(c), false) => format!(" with code {c}: {reason}"), (None, _) => String::new() })]
     ClosedByPeer {
         /// The close code.
@@ -94,13 +127,17 @@ pub enum ClientError {
         /// The close reason text.
         reason: String,
     },
-    /// The connection was closed by this side.
+    /// The connection was closed by this side (ends it).
     #[error("connection closed")]
     Closed,
-    /// The server sent nothing (not even a Pong) for 3 ping intervals.
+    /// The server sent nothing (not even a Pong) for 3 ping intervals. Ends the connection.
     #[error("server silent for {0} ms: connection considered dead")]
     Dead(u64),
-    /// The send buffer is full: the network is not draining.
+    /// The server accepted no data for this many seconds while the library had data for it. Ends the
+    /// connection.
+    #[error("the server accepted no data for {0} s")]
+    WriteStall(u64),
+    /// The send buffer is full: the network is not draining. Only this call fails; the connection goes on.
     #[error("send buffer full: {pending} bytes pending (max_pending_bytes = {max})")]
     SendBufferFull {
         /// Bytes waiting.
@@ -108,28 +145,76 @@ pub enum ClientError {
         /// The limit.
         max: usize,
     },
-    /// An I/O or protocol error on an established connection.
+    /// The server broke the WebSocket protocol (RFC 6455) or carriage version 1 (a text message, a malformed
+    /// frame). Ends the connection.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// An I/O error on an established connection (or a thread that cannot start). Ends the connection.
     #[error("I/O error: {0}")]
     Io(String),
 }
 
 impl ClientError {
-    /// The C return code for this error.
-    pub fn code(&self) -> i32 {
+    /// The C result code for this error.
+    pub fn result(&self) -> MbResult {
         match self {
-            Self::InvalidUrl { .. } | Self::InvalidOptions(_) | Self::InvalidArgument(_) => MB_ERR_INVALID_ARGUMENT,
-            Self::Dns { .. } | Self::Refused { .. } | Self::ConnectTimeout { .. } | Self::Connect { .. } => {
-                MB_ERR_CONNECT
+            Self::InvalidUrl { .. } | Self::InvalidOptions(_) | Self::InvalidArgument(_) => {
+                MbResult::MB_ERR_INVALID_ARGUMENT
             }
-            Self::Tls { .. } => MB_ERR_TLS,
-            Self::UpgradeRefused { .. } | Self::Upgrade(_) => MB_ERR_HANDSHAKE,
-            Self::ClosedByPeer { .. } | Self::Closed | Self::Dead(_) => MB_ERR_CLOSED,
-            Self::SendBufferFull { .. } | Self::Io(_) => MB_ERR_IO,
+            Self::Dns { .. } | Self::Refused { .. } | Self::ConnectTimeout { .. } | Self::Connect { .. } => {
+                MbResult::MB_ERR_CONNECT
+            }
+            Self::Tls { .. } => MbResult::MB_ERR_TLS,
+            Self::UpgradeRefused { .. } | Self::Upgrade(_) => MbResult::MB_ERR_HANDSHAKE,
+            Self::ClosedByPeer { .. } | Self::Closed => MbResult::MB_ERR_CLOSED,
+            Self::Dead(_) | Self::WriteStall(_) => MbResult::MB_ERR_TIMEOUT,
+            Self::SendBufferFull { .. } | Self::Protocol(_) | Self::Io(_) => MbResult::MB_ERR_IO,
         }
+    }
+
+    /// The C result code for this error, as an `i32`.
+    pub fn code(&self) -> i32 {
+        self.result() as i32
     }
 
     /// True for an orderly end: TCP EOF, or a WebSocket close with 1000 (normal) or 1001 (going away).
     pub fn is_orderly_close(&self) -> bool {
-        matches!(self, Self::ClosedByPeer { code: None | Some(1000 | 1001), .. } | Self::Closed)
+        match self {
+            Self::ClosedByPeer { code, .. } => code.is_none_or(moonbridge_protocol::ws::is_orderly_close),
+            Self::Closed => true,
+            _ => false,
+        }
+    }
+
+    /// True when the connection has ended with this error (every later call fails with it too); false for
+    /// errors of one call ([`ClientError::InvalidArgument`], [`ClientError::SendBufferFull`]) and for connect
+    /// errors (there was no connection).
+    pub fn ends_connection(&self) -> bool {
+        matches!(
+            self,
+            Self::ClosedByPeer { .. }
+                | Self::Closed
+                | Self::Dead(_)
+                | Self::WriteStall(_)
+                | Self::Protocol(_)
+                | Self::Io(_)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_what_ends_a_connection() {
+        assert_eq!(ClientError::Dead(90_000).code(), -6);
+        assert_eq!(ClientError::WriteStall(60).code(), MB_ERR_TIMEOUT);
+        assert_eq!(ClientError::Closed.result(), MbResult::MB_ERR_CLOSED);
+        assert!(ClientError::ClosedByPeer { code: Some(1001), reason: String::new() }.is_orderly_close());
+        assert!(!ClientError::ClosedByPeer { code: Some(1011), reason: String::new() }.is_orderly_close());
+        assert!(ClientError::Io("x".into()).ends_connection());
+        assert!(!ClientError::SendBufferFull { pending: 1, max: 1 }.ends_connection());
+        assert!(!ClientError::Refused { addr: "a".into() }.ends_connection());
     }
 }

@@ -1,33 +1,76 @@
 //! JNI exports for `dev.moonbridge.client.NativeTransport` (Java 8).
 //!
 //! Every export goes through one wrapper, [`entry`], which runs the body inside a panic boundary and turns
-//! an error or a panic into a `java.io.IOException` carrying the error text (the shape of libsignal's JNI
-//! bridge). The `IOException` class is looked up once in `JNI_OnLoad` and kept as a global reference, so
-//! throwing never depends on the calling thread's class loader (Forge's LaunchClassLoader) or on a
-//! `FindClass` that could fail while the JVM is low on memory. Handles are the registry numbers of
-//! [`crate::ffi`], checked on every call. Java computes buffer positions itself, so no Java method is called
-//! from native code.
+//! an error or a panic into a Java exception of its kind (the shape of libsignal's JNI bridge), each a
+//! subclass of `dev.moonbridge.client.MoonBridgeException` (itself a `java.io.IOException`):
+//!
+//! | [`ClientError`] | Java exception | `int` constructor argument |
+//! |---|---|---|
+//! | `InvalidUrl`, `InvalidOptions`, `InvalidArgument`, a JNI argument error | `InvalidArgumentException` | result code |
+//! | `Dns`, `Refused`, `ConnectTimeout`, `Connect`, `Tls`, `UpgradeRefused`, `Upgrade` | `ConnectFailedException` | result code |
+//! | `ClosedByPeer` (not an orderly close: a read returns -1 for those) | `ClosedByPeerException` | close code, -1 for none |
+//! | `Protocol` | `ProtocolErrorException` | result code |
+//! | the rest, and a panic (`MB_ERR_PANIC`) | `MoonBridgeException` | result code |
+//!
+//! The classes are looked up once in `JNI_OnLoad` (with the class loader that loaded the library) and kept as
+//! global references, so throwing never depends on the calling thread's class loader (Forge's
+//! LaunchClassLoader) or on a `FindClass` that could fail while the JVM is low on memory; a class that is
+//! missing falls back to `java.io.IOException`. Handles are the numbers of the handle registry
+//! (`registry.rs`), checked on every call. Java computes buffer positions itself, so no Java method is
+//! called from native code.
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use jni::objects::{GlobalRef, JByteArray, JByteBuffer, JClass, JString};
+use jni::objects::{GlobalRef, JByteArray, JByteBuffer, JClass, JString, JThrowable, JValue};
 use jni::sys::{jbyte, jint, jlong, jstring, JNI_VERSION_1_8};
 use jni::{JNIEnv, JavaVM};
 
-use crate::ffi::{lookup, panic_text, register, unregister};
+use crate::error::MB_ERR_PANIC;
+use crate::registry::{lookup, panic_text, register, unregister};
 use crate::{ClientError, Connection, Options};
 
-static IO_EXCEPTION: OnceLock<GlobalRef> = OnceLock::new();
+/// The exception classes, by kind.
+struct Exceptions {
+    io: GlobalRef,
+    base: Option<GlobalRef>,
+    connect: Option<GlobalRef>,
+    closed: Option<GlobalRef>,
+    protocol: Option<GlobalRef>,
+    invalid: Option<GlobalRef>,
+}
+
+static EXCEPTIONS: OnceLock<Exceptions> = OnceLock::new();
+
+/// Which exception class, and its `int` constructor argument.
+#[derive(Clone, Copy)]
+enum Kind {
+    Base,
+    Connect,
+    Closed,
+    Protocol,
+    Invalid,
+}
 
 thread_local! {
     /// Per-thread copy buffer for writes from Java heap arrays.
     static WRITE_BUF: std::cell::RefCell<Vec<jbyte>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Caches the exception class; called by the JVM when the library loads.
+/// A global reference to `name`, or `None` (and no pending exception) when it cannot be loaded.
+fn class_ref(env: &mut JNIEnv<'_>, name: &str) -> Option<GlobalRef> {
+    match env.find_class(name) {
+        Ok(class) => env.new_global_ref(class).ok(),
+        Err(_) => {
+            let _ = env.exception_clear();
+            None
+        }
+    }
+}
+
+/// Caches the exception classes; called by the JVM when the library loads.
 ///
 /// # Safety
 /// Called by the JVM with a valid `JavaVM` pointer.
@@ -37,9 +80,16 @@ pub unsafe extern "system" fn JNI_OnLoad(vm: *mut jni::sys::JavaVM, _reserved: *
         // SAFETY: the JVM passes a valid JavaVM pointer.
         let vm = unsafe { JavaVM::from_raw(vm) }.ok()?;
         let mut env = vm.get_env().ok()?;
-        let class = env.find_class("java/io/IOException").ok()?;
-        let global = env.new_global_ref(class).ok()?;
-        let _ = IO_EXCEPTION.set(global);
+        let io = class_ref(&mut env, "java/io/IOException")?;
+        let exceptions = Exceptions {
+            io,
+            base: class_ref(&mut env, "dev/moonbridge/client/MoonBridgeException"),
+            connect: class_ref(&mut env, "dev/moonbridge/client/ConnectFailedException"),
+            closed: class_ref(&mut env, "dev/moonbridge/client/ClosedByPeerException"),
+            protocol: class_ref(&mut env, "dev/moonbridge/client/ProtocolErrorException"),
+            invalid: class_ref(&mut env, "dev/moonbridge/client/InvalidArgumentException"),
+        };
+        let _ = EXCEPTIONS.set(exceptions);
         Some(())
     }));
     match cached {
@@ -66,21 +116,62 @@ impl From<jni::errors::Error> for Failure {
     }
 }
 
-fn throw(env: &mut JNIEnv<'_>, message: &str) {
+/// The exception kind and constructor argument for an error.
+fn kind_of(e: &ClientError) -> (Kind, i32) {
+    match e {
+        ClientError::InvalidUrl { .. } | ClientError::InvalidOptions(_) | ClientError::InvalidArgument(_) => {
+            (Kind::Invalid, e.code())
+        }
+        ClientError::Dns { .. }
+        | ClientError::Refused { .. }
+        | ClientError::ConnectTimeout { .. }
+        | ClientError::Connect { .. }
+        | ClientError::Tls { .. }
+        | ClientError::UpgradeRefused { .. }
+        | ClientError::Upgrade(_) => (Kind::Connect, e.code()),
+        ClientError::ClosedByPeer { code, .. } => (Kind::Closed, code.map_or(-1, i32::from)),
+        ClientError::Protocol(_) => (Kind::Protocol, e.code()),
+        _ => (Kind::Base, e.code()),
+    }
+}
+
+/// Throws the exception of `kind` (`new X(message, arg)`), or an `IOException` when its class is missing.
+fn throw(env: &mut JNIEnv<'_>, kind: Kind, message: &str, arg: i32) {
     if env.exception_check().unwrap_or(true) {
         return; // a Java exception is already pending: let it propagate
     }
-    let thrown = match IO_EXCEPTION.get() {
-        Some(class) => env.throw_new(class, message),
-        None => env.throw_new("java/io/IOException", message),
+    let Some(classes) = EXCEPTIONS.get() else {
+        let _ = env.throw_new("java/io/IOException", message);
+        return;
     };
-    if thrown.is_err() {
+    let class = match kind {
+        Kind::Base => &classes.base,
+        Kind::Connect => &classes.connect,
+        Kind::Closed => &classes.closed,
+        Kind::Protocol => &classes.protocol,
+        Kind::Invalid => &classes.invalid,
+    };
+    if let Some(class) = class.as_ref().or(classes.base.as_ref()) {
+        let built = env.new_string(message).and_then(|text| {
+            env.new_object(class, "(Ljava/lang/String;I)V", &[JValue::Object(&text), JValue::Int(arg)])
+        });
+        match built {
+            Ok(obj) => {
+                if env.throw(JThrowable::from(obj)).is_ok() {
+                    return;
+                }
+            }
+            Err(_) if env.exception_check().unwrap_or(true) => return, // OutOfMemoryError, most likely
+            Err(_) => {}
+        }
+    }
+    if env.throw_new(&classes.io, message).is_err() {
         let _ = env.throw_new("java/lang/RuntimeException", message);
     }
 }
 
-/// The single entry wrapper: runs `f`; an error or a panic becomes an `IOException` and `fallback` is
-/// returned to Java (which ignores it because the exception is pending).
+/// The single entry wrapper: runs `f`; an error or a panic becomes a `MoonBridgeException` of its kind and
+/// `fallback` is returned to Java (which ignores it because the exception is pending).
 fn entry<'local, T>(
     env: &mut JNIEnv<'local>,
     fallback: T,
@@ -89,16 +180,19 @@ fn entry<'local, T>(
     match catch_unwind(AssertUnwindSafe(|| f(env))) {
         Ok(Ok(v)) => v,
         Ok(Err(Failure::Client(e))) => {
-            throw(env, &e.to_string());
+            let (kind, arg) = kind_of(&e);
+            throw(env, kind, &e.to_string(), arg);
             fallback
         }
         Ok(Err(Failure::Jni(jni::errors::Error::JavaException))) => fallback,
         Ok(Err(Failure::Jni(e))) => {
-            throw(env, &format!("JNI error: {e}"));
+            // Failures of JNI calls on the arguments: a null array, a buffer that is not direct.
+            let e = ClientError::InvalidArgument(format!("JNI error: {e}"));
+            throw(env, Kind::Invalid, &e.to_string(), e.code());
             fallback
         }
         Err(p) => {
-            throw(env, &format!("panic in moonbridge-client: {}", panic_text(p.as_ref())));
+            throw(env, Kind::Base, &panic_text(p.as_ref()), MB_ERR_PANIC);
             fallback
         }
     }
@@ -296,7 +390,8 @@ pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_version0<'l>(
 
 /// `NativeTransport.discover0(host, resolver, timeoutMs)`: the MoonBridge URL of `_moonbridge.<host>`, or null
 /// (see [`crate::discovery::lookup`]). `resolver` is `host:port` of a DNS server to ask instead of the
-/// system's (tests), or null. A failed lookup throws `IOException`; the Java side treats it like null.
+/// system's (tests), or null. A failed lookup throws `MoonBridgeException`; the Java side treats it like
+/// null.
 #[no_mangle]
 pub extern "system" fn Java_dev_moonbridge_client_NativeTransport_discover0<'l>(
     mut env: JNIEnv<'l>,

@@ -51,13 +51,11 @@ pub fn signed_hex_digest(mut digest: [u8; 20]) -> String {
 /// AES-128-CFB8 encryption of a stream, in place, keeping its state between calls.
 ///
 /// The AES block function is the RustCrypto `aes` crate's (hardware AES when available). The CFB8 mode
-/// around it is written out here instead of using the `cfb8` crate (22 ns/byte both ways on the project's
-/// 2.45 GHz EPYC test machine): the CPU-feature dispatch happens once per call rather than once per byte, the
-/// 16-byte register lives in a `u128` (the per-byte shift is one instruction), and decryption, whose AES
-/// inputs are all known from the ciphertext, runs its AES operations in parallel batches. Measured with
-/// `cargo run --release -p moonbridge-bench --example cfb8_throughput`: encrypt 17.7 ns/byte (the AES-NI
-/// latency of one block per byte), decrypt 2.6–3.0 ns/byte. The `cfb8` crate stays the reference the tests
-/// check this against.
+/// around it is written out here instead of using the `cfb8` crate, which measured slower (figures and the
+/// command in `docs/benchmarks.md`, "CFB8 throughput"): the CPU-feature dispatch happens once per call rather
+/// than once per byte, the 16-byte register lives in a `u128` (the per-byte shift is one instruction), and
+/// decryption, whose AES inputs are all known from the ciphertext, runs its AES operations in parallel
+/// batches. The `cfb8` crate stays the reference the tests check this against.
 pub struct Cfb8Encryptor {
     aes: aes::Aes128Enc,
     register: u128,

@@ -21,7 +21,7 @@
 //! | `backend.rs` | a backend and connecting to it |
 //! | `relay/` | the data path once logged in: the policy shared by all transports (`mod.rs`: counting, frame boundaries, CFB8, write stall, shutdown injection), the TCP loop (`tcp.rs`) and the WebSocket carriage (`ws.rs`) |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
-//! | `session/` | one connection's stages: `opening.rs` (handshake), `login.rs` (route, forwarding, backend), `online.rs` (encryption and `hasJoined`), `status.rs` (server-list pings); `mod.rs` runs them |
+//! | `session/` | one connection's stages: `opening.rs` (handshake), `login.rs` (route, forwarding, backend), `online.rs` (encryption and `hasJoined`), `status.rs` (server-list pings); `mod.rs` holds what they share (the `Player` trait, the `Session` context), `serve.rs` runs them in order and logs the end |
 //! | `tcp.rs` | a player on plain TCP (with the optional PROXY header) |
 //! | `ws/` | WebSocket listeners: the HTTP upgrade and real address (`upgrade.rs`), the session's view of a WebSocket player (`player.rs`) |
 //! | `server.rs` | listeners, accept loops, connection caps, graceful shutdown |

@@ -358,7 +358,7 @@ impl Conn {
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
-                session::serve(player, ConnInfo { client }, self.state, self.slot, self.token, deadline).await;
+                session::serve::serve(player, ConnInfo { client }, self.state, self.slot, self.token, deadline).await;
             }
             Err(reason) => {
                 if let Some(suppressed) = self.state.bad_input_log.allow() {

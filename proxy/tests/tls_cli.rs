@@ -1,5 +1,5 @@
 //! Case C21 and certificate reloading against the `moonbridge` binary's `wss` listener, with the real
-//! `openssl s_client` as the TLS peer.
+//! `openssl s_client` as the TLS peer (certificates from `moonbridge-test-certs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -9,27 +9,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use moonbridge_test_certs::{KeyType, TestCert};
+
 const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("moonbridge-tls-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-/// A self-signed RSA certificate for `localhost` (s_client does not verify, so a self-signed one will do).
-fn self_signed(cert: &Path, key: &Path, cn: &str) {
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-days", "2", "-newkey", "rsa:2048", "-subj"])
-        .arg(format!("/CN={cn}"))
-        .args(["-addext", "subjectAltName=DNS:localhost"])
-        .arg("-keyout")
-        .arg(key)
-        .arg("-out")
-        .arg(cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn free_port() -> u16 {
@@ -115,9 +102,9 @@ impl Running {
 #[test]
 fn c21_tls_versions_and_suites() {
     let d = dir("c21");
-    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
-    self_signed(&cert, &key, "localhost");
-    let p = Running::start(&cert, &key, &d);
+    // RSA: the suites below are the ECDHE-RSA ones.
+    let certs = TestCert::generate_in(d.clone(), "localhost", KeyType::Rsa).unwrap();
+    let p = Running::start(&certs.cert, &certs.key, &d);
     let banner = p.wait_line("listening wss", Duration::from_secs(20));
     assert!(banner.contains("tls=rustls/aws-lc-rs versions=1.2,1.3"), "{banner}");
 
@@ -153,8 +140,8 @@ fn c21_tls_versions_and_suites() {
 #[test]
 fn certificates_reload_without_restart_and_bad_files_keep_the_old_one() {
     let d = dir("reload");
-    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
-    self_signed(&cert, &key, "first");
+    let certs = TestCert::generate_in(d.clone(), "first", KeyType::Rsa).unwrap();
+    let (cert, key) = (certs.cert.clone(), certs.key.clone());
     let p = Running::start(&cert, &key, &d);
     p.wait_line("listening wss", Duration::from_secs(20));
     let (ok, out) = p.s_client(&[]);
@@ -162,7 +149,7 @@ fn certificates_reload_without_restart_and_bad_files_keep_the_old_one() {
 
     // Rotate: write the new pair next to the old one, then move both into place.
     let (new_cert, new_key) = (d.join("cert.new"), d.join("key.new"));
-    self_signed(&new_cert, &new_key, "second");
+    certs.issue(&new_cert, &new_key, "second").unwrap();
     std::fs::rename(&new_key, &key).unwrap();
     std::fs::rename(&new_cert, &cert).unwrap();
     p.wait_line("reloaded TLS certificate", Duration::from_secs(30));

@@ -16,7 +16,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures_util::SinkExt;
-use moonbridge_tests::{login_success, raise_fd_limit, ws_connect, ws_read_bytes, Io, Message, TestCert, HS, LS};
+use moonbridge_tests::{
+    login_success, raise_fd_limit, ws_connect, ws_read_bytes, Io, KeyType, Message, TestCert, HS, LS,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -58,7 +60,7 @@ async fn main() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = std::env::temp_dir().join(format!("moonbridge-idle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cert = (transport == "wss").then(|| TestCert::generate("idle", "ec"));
+    let cert = (transport == "wss").then(|| TestCert::generate("idle", KeyType::Ec).unwrap());
     let tls = cert
         .as_ref()
         .map(|c| format!("tls_cert = \"{}\"\ntls_key = \"{}\"\n", c.cert.display(), c.key.display()))

@@ -7,25 +7,15 @@ use std::time::{Duration, Instant};
 
 use moonbridge_protocol::forwarding::offline_uuid;
 use moonbridge_protocol::legacy;
-use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
+use moonbridge_protocol::packets::{Handshake, NextState, Packet};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
-    frames, login_disconnect_reason, login_handshake, login_success, raise_fd_limit, read_to_close, tcp_config, Proxy,
-    RawBackend, RawBehaviour, HS, LS, STEP,
+    forwarded_fields, forwarded_login, frames, hs_ls, login_backend, login_disconnect_reason, login_handshake,
+    login_success, raise_fd_limit, read_to_close, tcp_config, Proxy, RawBackend, RawBehaviour, HS, LS, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
-
-fn hs_ls() -> Vec<u8> {
-    [HS, LS].concat()
-}
-
-/// A backend that completes the login with Login Success once it has the handshake and Login Start.
-async fn login_backend() -> RawBackend {
-    // The proxy connects only once it has both, and sends them in one write.
-    RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await
-}
 
 /// Connects, sends `bytes`, and expects Login Success back.
 async fn log_in(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
@@ -126,33 +116,6 @@ async fn c3_forge_marker_routes_by_hostname_and_reaches_the_backend() {
     proxy.shutdown().await;
 }
 
-fn forwarded_fields(received: &[u8]) -> Vec<String> {
-    let mut dec = moonbridge_protocol::FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
-    dec.queue_slice(received);
-    let hs: Handshake = dec.try_next_frame().unwrap().unwrap().decode_with_long_host().unwrap();
-    let login: LoginStart = dec.try_next_frame().unwrap().unwrap().decode().unwrap();
-    assert_eq!(login.name, "Steve");
-    hs.server_address.split('\0').map(str::to_owned).collect()
-}
-
-trait DecodeLongHost {
-    fn decode_with_long_host(&self) -> Result<Handshake, moonbridge_protocol::DecodeError>;
-}
-
-impl DecodeLongHost for moonbridge_protocol::Frame {
-    /// A BungeeCord-aware server reads the forwarded address with a 32767 limit; so does this test.
-    fn decode_with_long_host(&self) -> Result<Handshake, moonbridge_protocol::DecodeError> {
-        let mut r = moonbridge_protocol::codec::Reader::new(&self.body);
-        let protocol_version = r.var_int("protocol_version")?;
-        let server_address = r.string(32767, "server_address")?.to_owned();
-        let server_port = r.u16("server_port")?;
-        let next = r.var_int("next_state")?;
-        r.finish()?;
-        assert_eq!(next, 2);
-        Ok(Handshake { protocol_version, server_address, server_port, next_state: NextState::Login })
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c4_bungeecord_forwarding_carries_forge_as_properties() {
     let backend = RawBackend::start(RawBehaviour::Silent).await;
@@ -166,7 +129,8 @@ async fn c4_bungeecord_forwarding_carries_forge_as_properties() {
     let mut forge = TcpStream::connect(addr).await.unwrap();
     forge.write_all(&hs_ls()).await.unwrap();
     let rx = backend.wait_frames(0, 2, STEP).await;
-    let fields = forwarded_fields(&rx);
+    let (fields, login) = forwarded_login(&rx);
+    assert_eq!(login.name, "Steve");
     assert_eq!(fields.len(), 4, "host, IP, UUID, properties: {fields:?}");
     assert_eq!(fields[0], "mc.example.com");
     assert_eq!(fields[1], "127.0.0.1");

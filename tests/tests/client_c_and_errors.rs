@@ -11,7 +11,7 @@ use moonbridge_client::error::{MB_ERR_CLOSED, MB_ERR_CONNECT, MB_ERR_HANDSHAKE, 
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::send_login;
-use moonbridge_tests::{login_success, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use moonbridge_tests::{login_success, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
 use tokio::net::TcpListener;
 
 /// `target/<profile>`, where cargo put the test binary and the cdylib.
@@ -129,7 +129,7 @@ async fn wss_proxy(cert: &TestCert) -> Proxy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_failures_name_the_reason() {
-    let cert = TestCert::generate("client-tls-errors", "ec");
+    let cert = TestCert::generate("client-tls-errors", KeyType::Ec).unwrap();
     let proxy = wss_proxy(&cert).await;
     let port = proxy.addr(Transport::Wss).port();
     let url = format!("wss://localhost:{port}/mc");

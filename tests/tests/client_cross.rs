@@ -6,13 +6,16 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::{self as scenarios, send_login, Endpoints};
-use moonbridge_tests::{login_success, node_backend, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use moonbridge_tests::Message;
+use moonbridge_tests::{login_success, node_backend, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::time::timeout;
 
 /// A proxy with tcp, ws and wss listeners in front of `backend`.
 async fn all_transports(backend: SocketAddr, cert: &TestCert, extra: &str) -> Proxy {
@@ -46,7 +49,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 /// The scenarios `client-cross.exe` also runs under Wine (`client_windows.rs`), here in-process on Linux.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_transport_with_coalescing_on_and_off() {
-    let cert = TestCert::generate("client-cross", "ec");
+    let cert = TestCert::generate("client-cross", KeyType::Ec).unwrap();
     let (_node, backend) = node_backend(json!({})).await;
     let proxy = all_transports(backend, &cert, "").await;
     let ep = endpoints(&proxy, &cert);
@@ -58,7 +61,7 @@ async fn every_transport_with_coalescing_on_and_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn login_burst_over_wss_takes_few_large_reads() {
-    let cert = TestCert::generate("client-burst", "ec");
+    let cert = TestCert::generate("client-burst", KeyType::Ec).unwrap();
     let (_node, backend) = node_backend(json!({})).await;
     let proxy = all_transports(backend, &cert, "").await;
     let ep = endpoints(&proxy, &cert);
@@ -68,7 +71,7 @@ async fn login_burst_over_wss_takes_few_large_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_name_their_reason() {
-    let cert = TestCert::generate("client-errors", "ec");
+    let cert = TestCert::generate("client-errors", KeyType::Ec).unwrap();
     let (_node, backend) = node_backend(json!({})).await;
     let proxy = all_transports(backend, &cert, "").await;
     let ep = endpoints(&proxy, &cert);
@@ -293,10 +296,9 @@ async fn pings_are_answered_while_the_game_thread_is_stalled() {
         c
     })
     .await;
-    let stalled = Instant::now();
-    // Not a synchronisation sleep: the stall itself is the condition under test.
+    // Not a synchronisation sleep: the stall itself is the condition under test. It outlasts the proxy's
+    // 3 s dead-peer limit, so the connection survives (asserted below) only if the I/O thread answered the Pings.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(stalled.elapsed() >= Duration::from_secs(5));
     conn.send(&[0x02, 0x00, 0x09]).unwrap();
     conn.end_tick().unwrap();
     let got = backend.wait_received(0, 34 + 3, STEP).await;
@@ -308,18 +310,40 @@ async fn pings_are_answered_while_the_game_thread_is_stalled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_sends_its_own_keepalive_pings() {
-    let (proxy, _backend, url) = ws_proxy_raw("ping_interval_seconds = 0").await;
+    // The server side is a plain tokio-tungstenite server that records when each Ping arrives (and answers it,
+    // as tungstenite does); the client is idle, so only its keepalive writes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
+        let start = Instant::now();
+        let mut pings = Vec::new();
+        while pings.len() < 4 {
+            match timeout(STEP, ws.next()).await {
+                Ok(Some(Ok(Message::Ping(_)))) => pings.push(start.elapsed()),
+                Ok(Some(Ok(m))) => panic!("an idle client sent {m:?}"),
+                other => panic!("no Ping: {other:?}"),
+            }
+        }
+        pings
+    });
     let conn = blocking(move || {
-        let c = Connection::connect(&url, Options::from_json(Some(r#"{"ping_interval_ms":400}"#)).unwrap()).unwrap();
-        login_and_wait(&c);
-        c
+        Connection::connect(
+            &format!("ws://{addr}/mc"),
+            Options::from_json(Some(r#"{"ping_interval_ms":400,"subprotocol":false}"#)).unwrap(),
+        )
+        .unwrap()
     })
     .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while conn.stats().pings_sent < 3 {
-        assert!(Instant::now() < deadline, "{:?}", conn.stats());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let pings = timeout(STEP, server).await.expect("four Pings in time").unwrap();
+    // Idle: one Ping per 400 ms interval, checked every 200 ms, so consecutive Pings are 400 ms apart (a tick
+    // of scheduling jitter allowed), never bunched and never an interval skipped.
+    for pair in pings.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(300) && gap <= Duration::from_millis(700), "Pings at {pings:?}");
     }
+    assert!(pings[0] <= Duration::from_millis(700), "first Ping at {:?}", pings[0]);
+    assert!(conn.stats().pings_sent >= 4, "{:?}", conn.stats());
     blocking(move || conn.close()).await;
-    proxy.shutdown().await;
 }

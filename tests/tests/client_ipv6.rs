@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use moonbridge_client::{ClientError, Connection, Options};
-use moonbridge_tests::TestCert;
+use moonbridge_tests::{KeyType, San, TestCert};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -87,7 +87,7 @@ async fn wss_server(cert: &std::path::Path, key: &std::path::Path) -> (u16, Arc<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ip_literal_wss_url_sends_no_sni_and_the_ip_san_is_checked() {
-    let cert = TestCert::generate("client-ipv6", "ec");
+    let cert = TestCert::generate("client-ipv6", KeyType::Ec).unwrap();
     let (port, recorder) = wss_server(&cert.cert, &cert.key).await;
     let opts = Options::from_json(Some(&format!(r#"{{"ca_file":{:?},"subprotocol":false}}"#, cert.ca))).unwrap();
     let url = format!("wss://[::1]:{port}/mc");
@@ -97,7 +97,7 @@ async fn an_ip_literal_wss_url_sends_no_sni_and_the_ip_san_is_checked() {
 
     // A certificate without ::1 among its names is refused for that address.
     let (no_ip_cert, no_ip_key) = (cert.dir.join("dns-only.pem"), cert.dir.join("dns-only.key"));
-    cert.issue_for(&no_ip_cert, &no_ip_key, "localhost", "DNS:localhost");
+    cert.issue_for(&no_ip_cert, &no_ip_key, "localhost", &[San::Dns("localhost".into())]).unwrap();
     let (port, _) = wss_server(&no_ip_cert, &no_ip_key).await;
     let opts = Options::from_json(Some(&format!(r#"{{"ca_file":{:?},"subprotocol":false}}"#, cert.ca))).unwrap();
     let url = format!("wss://[::1]:{port}/mc");

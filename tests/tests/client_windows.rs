@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{node_backend, Proxy, TestCert};
+use moonbridge_tests::{node_backend, KeyType, Proxy, TestCert};
 use serde_json::json;
 
 fn target_dir() -> PathBuf {
@@ -46,7 +46,7 @@ fn wine_setup() -> Option<(PathBuf, PathBuf)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_scenarios_pass_as_a_windows_program_under_wine() {
     let Some((exe, prefix)) = wine_setup() else { return };
-    let cert = TestCert::generate("client-windows", "ec");
+    let cert = TestCert::generate("client-windows", KeyType::Ec).unwrap();
     let (_node, backend): (_, SocketAddr) = node_backend(json!({})).await;
     let proxy = Proxy::start(&format!(
         "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\

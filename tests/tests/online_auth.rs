@@ -19,8 +19,8 @@ use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::online::{rsa_encrypt, start_online_login};
 use moonbridge_tests::{
-    frames, login_handshake, login_start, login_success, node_backend, read_to_close, tcp_config, ws_connect, Message,
-    NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP,
+    frames, login_handshake, login_start, login_success, node_backend, read_to_close, tcp_config, ws_connect, KeyType,
+    Message, NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,7 +74,7 @@ async fn online_players(transport: Transport, names: &[&str]) {
         })
         .collect();
     let (mut backend, backend_addr) = node_backend(json!({ "expectForwarded": expect })).await;
-    let cert = TestCert::generate("online-wss", "ec");
+    let cert = TestCert::generate("online-wss", KeyType::Ec).unwrap();
     let listener = if transport == Transport::Wss {
         format!("transport = \"wss\"\ntls_cert = \"{}\"\ntls_key = \"{}\"", cert.cert.display(), cert.key.display())
     } else {

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use moonbridge_protocol::packets::{LoginDisconnect, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
@@ -118,7 +118,7 @@ async fn a_player_that_stops_reading_stalls_the_backend_instead_of_growing_buffe
     // Do not read: the backend must stall.
     let backend_sock = timeout(Duration::from_secs(60), backend).await.unwrap().unwrap();
     let stalled_at = written.load(Ordering::SeqCst);
-    // Kernel socket buffers on both hops plus at most one 64 KiB relay batch.
+    // Kernel socket buffers on both hops plus at most one relay batch (256 KiB).
     assert!(stalled_at < 32 * 1024 * 1024, "backend could write {stalled_at} bytes into a stalled player");
     // Nothing was lost: the player can read every byte.
     let expect = login_success("Steve").len() as u64 + stalled_at;
@@ -137,38 +137,6 @@ async fn a_player_that_stops_reading_stalls_the_backend_instead_of_growing_buffe
     .await
     .unwrap();
     assert!(total >= expect, "read {total}, backend wrote at least {expect}");
-    proxy.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_player_that_stops_reading_for_the_stall_limit_is_dropped() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend_addr = listener.local_addr().unwrap();
-    let proxy = Proxy::start(&tcp_config(backend_addr, "[limits]\nwrite_stall_timeout_seconds = 2\n")).await;
-    let addr = proxy.addr(Transport::Tcp);
-    let backend = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let mut buf = vec![0u8; HS.len() + LS.len()];
-        s.read_exact(&mut buf).await.unwrap();
-        s.write_all(&login_success("Steve")).await.unwrap();
-        let chunk = vec![0u8; 64 * 1024];
-        // Flood until the proxy gives up on the player and closes this side.
-        let started = Instant::now();
-        loop {
-            match timeout(Duration::from_secs(30), s.write_all(&chunk)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return started.elapsed(),
-                Err(_) => panic!("the proxy kept the stalled session"),
-            }
-        }
-    });
-    let mut p = TcpStream::connect(addr).await.unwrap();
-    p.write_all(&[HS, LS].concat()).await.unwrap();
-    // Never read.
-    let flooded_for = timeout(Duration::from_secs(40), backend).await.unwrap().unwrap();
-    assert!(flooded_for < Duration::from_secs(20), "{flooded_for:?}");
-    proxy.wait_connections(0, STEP).await;
-    drop(p);
     proxy.shutdown().await;
 }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{node_backend, NodePeer, Proxy, TestCert, STEP};
+use moonbridge_tests::{node_backend, KeyType, NodePeer, Proxy, TestCert, STEP};
 use serde_json::json;
 
 async fn run_clients(opts: serde_json::Value, count: u64) -> Vec<serde_json::Value> {
@@ -55,7 +55,7 @@ async fn players_over_ws_with_and_without_the_subprotocol() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn players_over_wss() {
-    let cert = TestCert::generate("wss-cross", "ec");
+    let cert = TestCert::generate("wss-cross", KeyType::Ec).unwrap();
     let (_backend, backend_addr) = node_backend(json!({})).await;
     let proxy = Proxy::start(&format!(
         "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\

@@ -180,6 +180,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         let (mut up, mut down) = Direction::pair(start);
         let stall = up.stall;
         let mut keepalive = self.ping_interval.map(|i| Keepalive::new(i, Instant::now()));
+        // One timer for the whole relay, re-armed at each keepalive tick (not a new timer per message).
+        let tick = tokio::time::sleep_until(tick_deadline(keepalive.as_ref()));
+        tokio::pin!(tick);
         // Binary messages already read, written to the backend together (one write per received batch).
         let mut batch: Vec<u8> = Vec::new();
         let end = loop {
@@ -267,9 +270,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         k.on_write();
                     }
                 }
-                () = sleep_until(keepalive.as_ref().map(Keepalive::next_tick)) => {
+                () = &mut tick, if keepalive.is_some() => {
                     let Some(k) = &mut keepalive else { continue };
-                    match k.on_tick(Instant::now()) {
+                    let action = k.on_tick(Instant::now());
+                    tick.as_mut().reset(tick_deadline(Some(k)));
+                    match action {
                         KeepaliveAction::None => {}
                         KeepaliveAction::Ping => {
                             if let Err(e) = within_stall(stall, Side::Player, async { self.ws.send(Message::Ping(Bytes::new())).await.map_err(io::Error::other) }).await {
@@ -303,10 +308,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
     }
 }
 
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-        None => std::future::pending().await,
-    }
+/// When the keepalive timer fires next: at the schedule's next tick, or now when there is no keepalive (the
+/// timer's branch is disabled then).
+fn tick_deadline(keepalive: Option<&Keepalive>) -> tokio::time::Instant {
+    keepalive.map_or_else(tokio::time::Instant::now, |k| tokio::time::Instant::from_std(k.next_tick()))
 }

@@ -15,18 +15,16 @@
 //! 4. **Relay** bytes both ways ([`crate::relay`]).
 //!
 //! The transport is behind [`Player`]; a stage works on a [`Session`] (the player, who it is, the proxy
-//! state and the shutdown signal).
+//! state and the shutdown signal). [`serve`] runs the stages in order and logs the session's end.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
 
 use crate::limits::HandshakeSlot;
 use crate::relay::{RelayReport, RelayStart};
@@ -35,6 +33,7 @@ use crate::state::ProxyState;
 mod login;
 mod online;
 mod opening;
+pub(crate) mod serve;
 mod status;
 
 /// The transport-specific half of a session: how bytes reach the player and how the relay runs.
@@ -82,16 +81,16 @@ pub(crate) struct Session<'a, P> {
 }
 
 /// The summary logged when a session ends.
-struct Summary {
-    player: Option<String>,
-    backend: Option<String>,
-    up: u64,
-    down: u64,
-    reason: String,
+pub(crate) struct Summary {
+    pub(crate) player: Option<String>,
+    pub(crate) backend: Option<String>,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) reason: String,
 }
 
 impl Summary {
-    fn new(reason: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: impl Into<String>) -> Self {
         Self { player: None, backend: None, up: 0, down: 0, reason: reason.into() }
     }
 }
@@ -121,86 +120,5 @@ pub(crate) async fn within_handshake<T>(
         r = timeout_at(deadline, work) => r.map_err(|_| HandshakeCut::Timeout(limit_seconds)),
         () = slot.evicted() => Err(HandshakeCut::Evicted),
         () = shutdown.cancelled() => Err(HandshakeCut::Shutdown),
-    }
-}
-
-/// Runs a whole session and logs its end. `deadline` ends the handshake stage (it started at accept, so the
-/// transport setup before it counted too).
-pub(crate) async fn serve<P: Player>(
-    mut player: P,
-    info: ConnInfo,
-    state: Arc<ProxyState>,
-    slot: HandshakeSlot,
-    shutdown: CancellationToken,
-    deadline: tokio::time::Instant,
-) {
-    let started = Instant::now();
-    let summary = {
-        let session = Session { player: &mut player, info: &info, state: &state, shutdown: &shutdown };
-        run(session, slot, deadline).await
-    };
-    let secs = started.elapsed().as_secs_f64();
-    let (messages_in, messages_out) = match player.message_counts() {
-        Some((i, o)) => (i.to_string(), o.to_string()),
-        None => ("-".to_string(), "-".to_string()),
-    };
-    info!(
-        client = %info.client.ip(),
-        player = summary.player.as_deref().unwrap_or("-"),
-        backend = summary.backend.as_deref().unwrap_or("-"),
-        bytes_up = summary.up,
-        bytes_down = summary.down,
-        ws_messages_in = %messages_in,
-        ws_messages_out = %messages_out,
-        duration_s = format_args!("{secs:.3}"),
-        reason = %summary.reason,
-        "session ended"
-    );
-}
-
-async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
-    let limit = s.state.limits.handshake_timeout_seconds;
-    let opening = match within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(opening::OpeningError::Closed)) => return Summary::new("closed during handshake"),
-        Ok(Err(e)) => {
-            if let Some(suppressed) = s.state.bad_input_log.allow() {
-                info!(client = %s.info.client.ip(), suppressed, "closing connection: {e}");
-            }
-            s.player.finish(Finish::ProtocolError).await;
-            return Summary::new(format!("bad input: {e}"));
-        }
-        Err(cut) => {
-            let finish = match cut {
-                HandshakeCut::Timeout(_) => {
-                    if let Some(suppressed) = s.state.bad_input_log.allow() {
-                        debug!(client = %s.info.client.ip(), suppressed, "closing connection: {cut}");
-                    }
-                    Finish::ProtocolError
-                }
-                HandshakeCut::Evicted => Finish::ProtocolError,
-                HandshakeCut::Shutdown => Finish::Shutdown,
-            };
-            s.player.finish(finish).await;
-            return Summary::new(match cut {
-                HandshakeCut::Timeout(_) => "handshake timeout".to_string(),
-                other => other.to_string(),
-            });
-        }
-    };
-    match opening {
-        opening::Opening::Legacy { ping, raw } => {
-            drop(slot);
-            Box::pin(status::legacy_ping(s, ping, raw, deadline)).await
-        }
-        opening::Opening::Status { handshake, rest } => {
-            drop(slot);
-            Box::pin(status::status(s, handshake, rest)).await
-        }
-        // Online mode keeps the handshake slot until the Encryption Response is in: an unauthenticated
-        // connection counts against `max_handshaking` until then.
-        opening::Opening::Login { handshake, login, login_raw, rest } => {
-            login::login(s, login::LoginRequest { handshake, login, login_raw, rest }, slot).await
-        }
     }
 }

@@ -15,6 +15,19 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * Options are a JSON object, every key optional: {@code coalesce} ("tick" or "off"), {@code max_delay_ms},
  * {@code max_batch_bytes}, {@code max_pending_bytes}, {@code tls_versions} (["1.2","1.3"]), {@code ca_file},
  * {@code server_name}, {@code connect_timeout_ms}, {@code ping_interval_ms}, {@code subprotocol} (true).
+ *
+ * <p>Errors. Every method declares {@link IOException} and throws a {@link MoonBridgeException} of the error's
+ * kind, each carrying the library's text and C result code ({@link MoonBridgeException#code()}):
+ * <ul>
+ *   <li>{@link InvalidArgumentException}: a bad URL or options, a null argument; only that call fails;
+ *   <li>{@link ConnectFailedException}: DNS, refused, connect timeout, TLS, WebSocket upgrade refused;
+ *   <li>{@link ClosedByPeerException}: the peer closed with a close code other than 1000/1001
+ *       ({@link ClosedByPeerException#closeCode()}), or a write after the peer closed;
+ *   <li>{@link ProtocolErrorException}: the server broke the WebSocket protocol or carriage;
+ *   <li>{@link MoonBridgeException} itself: the server went silent ({@code ERR_TIMEOUT}), stopped accepting data
+ *       ({@code ERR_TIMEOUT}), the send buffer is full ({@code ERR_IO}, only that write fails), another I/O
+ *       error, the transport was closed by this side ({@code ERR_CLOSED}), or a library bug ({@code ERR_PANIC}).
+ * </ul>
  */
 public final class NativeTransport implements AutoCloseable {
     private final long handle;
@@ -30,12 +43,13 @@ public final class NativeTransport implements AutoCloseable {
      * @param url the server URL
      * @param optionsJson the options, or {@code null} for the defaults
      * @return the open transport
-     * @throws IOException with the library's reason: bad URL or options, DNS failure, refused or timed out,
-     *     TLS failure (naming the reason), WebSocket upgrade refused (with its HTTP status)
+     * @throws IOException {@link InvalidArgumentException} for a bad URL or options; {@link ConnectFailedException}
+     *     with the library's reason: DNS failure, refused or timed out, TLS failure (naming the reason), WebSocket
+     *     upgrade refused (with its HTTP status)
      */
     public static NativeTransport open(String url, String optionsJson) throws IOException {
         if (url == null) {
-            throw new IOException("url is null");
+            throw new InvalidArgumentException("url is null", MoonBridgeException.ERR_INVALID_ARGUMENT);
         }
         NativeLoader.load();
         return new NativeTransport(nativeOpen(url, optionsJson));
@@ -47,11 +61,12 @@ public final class NativeTransport implements AutoCloseable {
      * for the record's TTL by the library; the lookup takes at most about {@code timeoutMillis}.
      *
      * @param resolver {@code IP:port} of the DNS server to ask instead of the system's (tests), or {@code null}
-     * @throws IOException when the lookup failed (timeout, no DNS server): callers treat it as "no record"
+     * @throws IOException {@link MoonBridgeException} when the lookup failed (timeout, no DNS server): callers
+     *     treat it as "no record"; {@link InvalidArgumentException} for a bad resolver address
      */
     public static String discover(String host, String resolver, int timeoutMillis) throws IOException {
         if (host == null) {
-            throw new IOException("host is null");
+            throw new InvalidArgumentException("host is null", MoonBridgeException.ERR_INVALID_ARGUMENT);
         }
         NativeLoader.load();
         return discover0(host, resolver, timeoutMillis);
@@ -66,7 +81,8 @@ public final class NativeTransport implements AutoCloseable {
     /**
      * Queues all of {@code src.remaining()} bytes (heap or direct buffer) and advances its position.
      *
-     * @throws IOException when the connection has ended or the send buffer is full
+     * @throws IOException when the connection has ended (the exception of how it ended), or
+     *     {@link MoonBridgeException} with {@code ERR_IO} when the send buffer is full (only this write fails)
      */
     public void write(ByteBuffer src) throws IOException {
         ensureOpen();
@@ -90,7 +106,7 @@ public final class NativeTransport implements AutoCloseable {
     /**
      * Ends the game tick: the bytes written since the last call leave now, as one message.
      *
-     * @throws IOException when the connection has ended
+     * @throws IOException when the connection has ended (the exception of how it ended)
      */
     public void endTick() throws IOException {
         ensureOpen();
@@ -102,7 +118,8 @@ public final class NativeTransport implements AutoCloseable {
      * negative: until data or the end), and advances its position.
      *
      * @return the number of bytes read, 0 on timeout, -1 after an orderly close (TCP EOF, WebSocket 1000/1001)
-     * @throws IOException when the peer closed with another close code (the message names it) or on errors
+     * @throws IOException {@link ClosedByPeerException} when the peer closed with another close code,
+     *     {@link ProtocolErrorException}, or {@link MoonBridgeException} ({@code ERR_TIMEOUT} for a silent server)
      */
     public int read(ByteBuffer dst, int timeoutMillis) throws IOException {
         ensureOpen();
@@ -141,7 +158,7 @@ public final class NativeTransport implements AutoCloseable {
 
     private void ensureOpen() throws IOException {
         if (closed.get()) {
-            throw new IOException("MoonBridge transport is closed");
+            throw new MoonBridgeException("MoonBridge transport is closed", MoonBridgeException.ERR_CLOSED);
         }
     }
 

@@ -2,12 +2,25 @@ package dev.moonbridge.client;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.Base64;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -16,7 +29,9 @@ import org.junit.jupiter.api.Timeout;
 /**
  * A real JVM logs in over wss through NativeTransport, with the native library extracted by NativeLoader from
  * the built jar (Failsafe runs these tests against the jar), through the real moonbridge proxy to a real
- * node-minecraft-protocol 1.7.10 backend.
+ * node-minecraft-protocol 1.7.10 backend. Errors cross JNI as a {@link MoonBridgeException} of their kind: bad
+ * arguments, connect failures (refused, TLS), a peer close code (the real proxy answering 1011 when its game server
+ * is down) and a protocol error (a WebSocket server, written here on a raw socket, that sends a text message).
  */
 @Timeout(120)
 class NativeTransportIT {
@@ -119,22 +134,109 @@ class NativeTransportIT {
     }
 
     @Test
-    void errorsBecomeIOExceptionsWithTheReason() {
-        IOException bad = assertThrows(IOException.class, () -> NativeTransport.open("http://x/mc", null));
-        assertTrue(bad.getMessage().contains("invalid URL"), bad.getMessage());
-        IOException tls = assertThrows(IOException.class, () -> NativeTransport.open(peers.wssUrl(), null));
-        assertTrue(tls.getMessage().contains("unknown issuer"), tls.getMessage());
-        IOException opts = assertThrows(IOException.class, () -> NativeTransport.open(peers.wssUrl(), "{\"nope\":1}"));
-        assertTrue(opts.getMessage().contains("nope"), opts.getMessage());
+    void badArgumentsAreInvalidArgumentExceptions() {
+        InvalidArgumentException url =
+                assertThrows(InvalidArgumentException.class, () -> NativeTransport.open("http://x/mc", null));
+        assertTrue(url.getMessage().contains("invalid URL"), url.getMessage());
+        assertEquals(MoonBridgeException.ERR_INVALID_ARGUMENT, url.code());
+        InvalidArgumentException options = assertThrows(
+                InvalidArgumentException.class, () -> NativeTransport.open(peers.wssUrl(), "{\"nope\":1}"));
+        assertTrue(options.getMessage().contains("nope"), options.getMessage());
+        assertThrows(InvalidArgumentException.class, () -> NativeTransport.open(null, null));
+        assertThrows(InvalidArgumentException.class, () -> NativeTransport.discover("example.com", "not-an-address", 100));
     }
 
     @Test
-    void closedTransportRefusesUse() throws Exception {
-        NativeTransport t = NativeTransport.open(peers.wssUrl(), "{\"ca_file\":" + Mc.json(peers.ca.toString()) + "}");
+    void connectFailuresAreConnectFailedExceptions() throws Exception {
+        ConnectFailedException tls =
+                assertThrows(ConnectFailedException.class, () -> NativeTransport.open(peers.wssUrl(), null));
+        assertTrue(tls.getMessage().contains("unknown issuer"), tls.getMessage());
+        assertEquals(MoonBridgeException.ERR_TLS, tls.code());
+        int closed = TestPeers.freePort();
+        ConnectFailedException refused = assertThrows(
+                ConnectFailedException.class, () -> NativeTransport.open("tcp://127.0.0.1:" + closed, null));
+        assertTrue(refused.getMessage().contains("refused"), refused.getMessage());
+        assertEquals(MoonBridgeException.ERR_CONNECT, refused.code());
+    }
+
+    @Test
+    void aCloseCodeIsAClosedByPeerExceptionWithTheCode() throws Exception {
+        try (TestPeers down = TestPeers.startForBackend(TestPeers.freePort());
+                NativeTransport t = NativeTransport.open(down.wsUrl(), null)) {
+            t.write(ByteBuffer.wrap(Mc.handshakeAndLogin("Stranded", false)));
+            t.endTick();
+            ByteBuffer in = ByteBuffer.allocate(1 << 16);
+            ClosedByPeerException e = assertThrows(ClosedByPeerException.class, () -> {
+                while (t.read(in, 10000) >= 0) {
+                    in.clear(); // the proxy may send a Login Disconnect first
+                }
+            });
+            assertEquals(1011, e.closeCode(), e.getMessage());
+            assertEquals(MoonBridgeException.ERR_CLOSED, e.code());
+            ClosedByPeerException again = assertThrows(ClosedByPeerException.class, t::endTick);
+            assertEquals(1011, again.closeCode(), "every later call reports the same end");
+        }
+    }
+
+    @Test
+    void aTextMessageIsAProtocolErrorException() throws Exception {
+        try (ServerSocket server = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            CompletableFuture<Void> served = CompletableFuture.runAsync(() -> serveTextMessage(server));
+            try (NativeTransport t = NativeTransport.open(
+                    "ws://127.0.0.1:" + server.getLocalPort() + "/mc", "{\"subprotocol\":false}")) {
+                ProtocolErrorException e = assertThrows(
+                        ProtocolErrorException.class, () -> t.read(ByteBuffer.allocate(64), 10000));
+                assertTrue(e.getMessage().contains("text message"), e.getMessage());
+                assertEquals(MoonBridgeException.ERR_IO, e.code());
+            }
+            served.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    @Test
+    void aClosedTransportThrowsClosed() throws Exception {
+        NativeTransport t = NativeTransport.open(peers.wssUrl(), peers.caOptions());
         t.close();
         t.close(); // idempotent
-        assertThrows(IOException.class, () -> t.write(ByteBuffer.wrap(new byte[] {1})));
-        assertThrows(IOException.class, t::endTick);
+        MoonBridgeException write =
+                assertThrows(MoonBridgeException.class, () -> t.write(ByteBuffer.wrap(new byte[] {1})));
+        assertEquals(MoonBridgeException.ERR_CLOSED, write.code());
+        MoonBridgeException tick = assertThrows(MoonBridgeException.class, t::endTick);
+        assertSame(MoonBridgeException.class, tick.getClass());
+    }
+
+    /** Accepts one WebSocket upgrade (RFC 6455 section 4.2.2), then sends a text message "hi". */
+    private static void serveTextMessage(ServerSocket server) {
+        try (Socket s = server.accept()) {
+            s.setSoTimeout(10000);
+            InputStream in = s.getInputStream();
+            StringBuilder request = new StringBuilder();
+            while (request.indexOf("\r\n\r\n") < 0) {
+                int b = in.read();
+                if (b < 0) {
+                    throw new IOException("EOF in the upgrade request");
+                }
+                request.append((char) b);
+            }
+            Matcher key = Pattern.compile("(?i)sec-websocket-key: *(\\S+)").matcher(request);
+            if (!key.find()) {
+                throw new IOException("no Sec-WebSocket-Key in " + request);
+            }
+            byte[] sha1 = MessageDigest.getInstance("SHA-1").digest(
+                    (key.group(1) + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").getBytes(StandardCharsets.US_ASCII));
+            String response = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Accept: " + Base64.getEncoder().encodeToString(sha1) + "\r\n\r\n";
+            OutputStream out = s.getOutputStream();
+            out.write(response.getBytes(StandardCharsets.US_ASCII));
+            out.write(new byte[] {(byte) 0x81, 2, 'h', 'i'}); // FIN + text, unmasked, 2 bytes
+            out.flush();
+            // Wait for the client's close (or EOF) so the message is read before the socket goes away.
+            while (in.read() >= 0) {
+                // drain
+            }
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
     }
 
     /** Asserts a class was loaded from a jar file. */

@@ -8,6 +8,7 @@ import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -19,7 +20,8 @@ import java.util.concurrent.TimeUnit;
  * The real peers of the Java tests: a node-minecraft-protocol 1.7.10 backend ({@code tests/peers/backend.js})
  * or a backend of the test's own, the {@code moonbridge} proxy with a wss, a ws, a tcp and an IPv6 ws listener
  * ({@code [::1]}), and a CA plus leaf certificate (for {@code localhost}, {@code 127.0.0.1} and {@code ::1}) made
- * with {@code openssl}. Paths come from the system properties {@code moonbridge.bin} and {@code moonbridge.peers}.
+ * by the workspace's {@code test-certs} helper next to the proxy binary. Paths come from the system properties
+ * {@code moonbridge.bin} and {@code moonbridge.peers}.
  */
 public final class TestPeers implements AutoCloseable {
     public final Path dir;
@@ -87,24 +89,13 @@ public final class TestPeers implements AutoCloseable {
         String bin = requiredProperty("moonbridge.bin");
         Path dir = Files.createTempDirectory("moonbridge-java-it");
         Path ca = dir.resolve("ca.pem");
-        Path caKey = dir.resolve("ca.key");
         Path cert = dir.resolve("fullchain.pem");
         Path key = dir.resolve("privkey.pem");
-        Path leaf = dir.resolve("leaf.pem");
-        Path csr = dir.resolve("leaf.csr");
-        Path ext = dir.resolve("leaf.ext");
         TestPeers p = new TestPeers(dir, ca);
         try {
-            Files.write(ext, "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\nbasicConstraints=CA:FALSE\n"
-                    .getBytes(StandardCharsets.UTF_8));
-            run("openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=MoonBridge Java Test CA", "-newkey", "ec",
-                    "-pkeyopt", "ec_paramgen_curve:prime256v1", "-keyout", caKey.toString(), "-out", ca.toString());
-            run("openssl", "req", "-new", "-nodes", "-subj", "/CN=localhost", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-keyout", key.toString(), "-out", csr.toString());
-            run("openssl", "x509", "-req", "-days", "2", "-in", csr.toString(), "-CA", ca.toString(), "-CAkey",
-                    caKey.toString(), "-CAcreateserial", "-extfile", ext.toString(), "-out", leaf.toString());
-            byte[] chain = concat(Files.readAllBytes(leaf), Files.readAllBytes(ca));
-            Files.write(cert, chain);
+            // ca.pem, fullchain.pem and privkey.pem for localhost, 127.0.0.1 and ::1, from the workspace's test
+            // certificate helper (rcgen), built next to the proxy binary.
+            run(Paths.get(bin).resolveSibling("test-certs").toString(), dir.toString());
             int backendPort = ownBackendPort;
             if (backendPort < 0) {
                 String peersDir = requiredProperty("moonbridge.peers");
@@ -229,12 +220,6 @@ public final class TestPeers implements AutoCloseable {
             out.write(buf, 0, n);
         }
         return out.toByteArray();
-    }
-
-    private static byte[] concat(byte[] a, byte[] b) {
-        byte[] out = Arrays.copyOf(a, a.length + b.length);
-        System.arraycopy(b, 0, out, a.length, b.length);
-        return out;
     }
 
     static int freePort() throws IOException {

@@ -1,0 +1,171 @@
+//! Certificates for the tests and the benchmark: a throwaway CA and leaf certificates signed by it, made with
+//! rcgen (no `openssl` command line), written as PEM files the proxy loads (`tls_cert`, `tls_key`) and
+//! clients trust (`ca_file`).
+//!
+//! Every certificate is valid from one day ago for two days, so clock skew between the processes of a test
+//! does not matter.
+
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    PKCS_ECDSA_P256_SHA256, PKCS_RSA_SHA256,
+};
+
+/// The key algorithm of the CA and its leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    /// ECDSA P-256 with SHA-256.
+    Ec,
+    /// RSA 2048 bits with SHA-256 (PKCS#1 v1.5 signatures).
+    Rsa,
+}
+
+/// A subject alternative name of a leaf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum San {
+    /// A DNS name, such as `localhost`.
+    Dns(String),
+    /// An IP address, such as `127.0.0.1` or `::1`.
+    Ip(IpAddr),
+}
+
+/// Why a certificate could not be made or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertError {
+    /// rcgen refused the parameters or failed to sign.
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// Writing a PEM file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+}
+
+/// A test CA and a leaf for `localhost`, `127.0.0.1` and `::1` signed by it, in a fresh directory.
+/// `cert` is the chain (leaf, then CA) a server loads; `key` its private key (PKCS#8 PEM); `ca` is what clients
+/// trust.
+pub struct TestCert {
+    /// The directory of the files.
+    pub dir: PathBuf,
+    /// The leaf and CA certificates, PEM.
+    pub cert: PathBuf,
+    /// The leaf's private key, PKCS#8 PEM.
+    pub key: PathBuf,
+    /// The CA certificate, PEM.
+    pub ca: PathBuf,
+    ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+    key_type: KeyType,
+}
+
+impl fmt::Debug for TestCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestCert").field("dir", &self.dir).field("key_type", &self.key_type).finish_non_exhaustive()
+    }
+}
+
+/// The names every default leaf is valid for.
+pub fn local_names() -> Vec<San> {
+    vec![
+        San::Dns("localhost".into()),
+        San::Ip(IpAddr::from([127, 0, 0, 1])),
+        San::Ip(IpAddr::from(std::net::Ipv6Addr::LOCALHOST)),
+    ]
+}
+
+fn new_key(key_type: KeyType) -> Result<KeyPair, rcgen::Error> {
+    match key_type {
+        KeyType::Ec => KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256),
+        KeyType::Rsa => KeyPair::generate_rsa_for(&PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048),
+    }
+}
+
+fn validity(params: &mut CertificateParams) {
+    let now = std::time::SystemTime::now();
+    let day = std::time::Duration::from_secs(86_400);
+    params.not_before = (now - day).into();
+    params.not_after = (now + 2 * day).into();
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CertError> {
+    std::fs::write(path, text).map_err(|e| CertError::Write { path: path.to_owned(), source: e })
+}
+
+impl TestCert {
+    /// Makes a CA and a leaf (common name `name`, valid for [`local_names`]) in a fresh directory under the
+    /// system's temporary directory, named after `name` and this process.
+    ///
+    /// # Errors
+    /// [`CertError`] when generating or writing fails.
+    pub fn generate(name: &str, key_type: KeyType) -> Result<Self, CertError> {
+        let dir = std::env::temp_dir().join(format!("moonbridge-cert-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| CertError::Write { path: dir.clone(), source: e })?;
+        Self::generate_in(dir, name, key_type)
+    }
+
+    /// Like [`TestCert::generate`], in `dir` (which must exist).
+    ///
+    /// # Errors
+    /// [`CertError`] when generating or writing fails.
+    pub fn generate_in(dir: PathBuf, name: &str, key_type: KeyType) -> Result<Self, CertError> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, "MoonBridge Test CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        validity(&mut params);
+        let ca_key = new_key(key_type)?;
+        let ca_pem = params.self_signed(&ca_key)?.pem();
+        let t = Self {
+            cert: dir.join("fullchain.pem"),
+            key: dir.join("privkey.pem"),
+            ca: dir.join("ca.pem"),
+            dir,
+            ca_pem,
+            issuer: Issuer::new(params, ca_key),
+            key_type,
+        };
+        write(&t.ca, &t.ca_pem)?;
+        t.issue_for(&t.cert, &t.key, name, &local_names())?;
+        Ok(t)
+    }
+
+    /// Issues a new leaf (common name `cn`) from this CA, valid for [`local_names`], into `cert` (leaf + CA
+    /// chain) and `key`.
+    ///
+    /// # Errors
+    /// [`CertError`] when generating or writing fails.
+    pub fn issue(&self, cert: &Path, key: &Path, cn: &str) -> Result<(), CertError> {
+        self.issue_for(cert, key, cn, &local_names())
+    }
+
+    /// Issues a new leaf (common name `cn`) valid for exactly `sans`.
+    ///
+    /// # Errors
+    /// [`CertError`] when generating or writing fails.
+    pub fn issue_for(&self, cert: &Path, key: &Path, cn: &str, sans: &[San]) -> Result<(), CertError> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.subject_alt_names = sans
+            .iter()
+            .map(|s| match s {
+                San::Dns(name) => Ok(SanType::DnsName(name.clone().try_into()?)),
+                San::Ip(ip) => Ok(SanType::IpAddress(*ip)),
+            })
+            .collect::<Result<_, rcgen::Error>>()?;
+        validity(&mut params);
+        let leaf_key = new_key(self.key_type)?;
+        let leaf = params.signed_by(&leaf_key, &self.issuer)?;
+        write(cert, &format!("{}{}", leaf.pem(), self.ca_pem))?;
+        write(key, &leaf_key.serialize_pem())
+    }
+}

@@ -1,0 +1,74 @@
+//! The proxy in this process, on ephemeral ports ([`Proxy`]), and config builders.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use moonbridge_proxy::config::Transport;
+use moonbridge_proxy::{Config, Server, StatsHandle};
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+use tokio_util::sync::CancellationToken;
+
+/// Raises this process's open-file limit (tests open thousands of sockets).
+pub fn raise_fd_limit() {
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+}
+
+/// The proxy running in this process.
+pub struct Proxy {
+    pub addrs: Vec<(Transport, SocketAddr)>,
+    pub stats: StatsHandle,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts a proxy from TOML text. Every listener should bind `127.0.0.1:0`.
+    pub async fn start(toml: &str) -> Self {
+        let config = Config::from_toml(toml).expect("test config parses");
+        Self::start_config(&config).await
+    }
+
+    pub async fn start_config(config: &Config) -> Self {
+        let server = Server::bind(config).await.expect("proxy binds");
+        let addrs = server.local_addrs();
+        let stats = server.stats_handle();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move { server.run(s.cancelled_owned()).await });
+        Self { addrs, stats, stop, task }
+    }
+
+    /// The address of the first listener of `transport`.
+    pub fn addr(&self, transport: Transport) -> SocketAddr {
+        self.addrs.iter().find(|(t, _)| *t == transport).map(|(_, a)| *a).expect("listener of that transport")
+    }
+
+    /// Signals shutdown (as SIGTERM would) and waits for the server to return.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        timeout(Duration::from_secs(30), self.task).await.expect("proxy stops in time").expect("proxy task");
+    }
+
+    /// Waits until open connections drop to `n`.
+    pub async fn wait_connections(&self, n: usize, within: Duration) {
+        let stats = self.stats.clone();
+        let ok = timeout(within, async {
+            loop {
+                if stats.stats().connections == n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(ok.is_ok(), "expected {n} open connections, have {:?}", self.stats.stats());
+    }
+}
+
+/// A one-backend proxy config with a TCP listener on an ephemeral port. `extra` is appended verbatim.
+pub fn tcp_config(backend: SocketAddr, extra: &str) -> String {
+    format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n{extra}\n"
+    )
+}
