@@ -6,7 +6,9 @@
 #      library, a Wine prefix, a Windows JDK),
 #   4. formatting and lint checks, every Rust test in the workspace (with the C header drift check, and the
 #      client scenarios as a Windows program under Wine),
-#   5. the Java shim: the release native library, the mod jar (with the Windows library too) and its JUnit tests
+#   5. every fuzz target for a bounded time from its committed seeds (scripts/fuzz.sh: nightly and cargo-fuzz),
+#   6. a 60-second soak: players over ws, wss and tcp with injected faults (session-bench soak, release build),
+#   7. the Java shim: the release native library, the mod jar (with the Windows library too) and its JUnit tests
 #      in a real JVM, and in a Windows JVM under Wine.
 # Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
 set -euo pipefail
@@ -50,6 +52,13 @@ cargo build --workspace --locked
 
 step "cargo test (includes the C header drift check and the C program)"
 cargo test --workspace --locked
+
+step "fuzzing: every target for ${MOONBRIDGE_FUZZ_SECONDS:=15} s from its seeds (scripts/fuzz.sh)"
+MOONBRIDGE_FUZZ_SECONDS="$MOONBRIDGE_FUZZ_SECONDS" scripts/fuzz.sh
+
+step "soak: 500 players for 60 s with injected faults (release build; session-bench soak)"
+cargo build --release --locked -p moonbridge-proxy -p moonbridge-bench
+target/release/session-bench soak --seconds 60 --players 500 --fault-every 8 --proxy-bin target/release/moonbridge
 
 step "Java shim: release native library, jar, JUnit tests (Surefire) and jar tests (Failsafe)"
 MOONBRIDGE_EXTRA_NATIVES="$PWD/target/wine/natives" java-shim/build.sh verify \

@@ -10,6 +10,7 @@ mod backend;
 mod client;
 mod metrics;
 mod sessions;
+mod soak;
 mod workload;
 
 use std::io::{BufRead, BufReader};
@@ -50,7 +51,12 @@ enum PeerArg {
 
 /// The MoonBridge session benchmark.
 #[derive(Debug, Parser)]
-#[command(name = "session-bench", version, about)]
+#[command(
+    name = "session-bench",
+    version,
+    about,
+    after_help = "Soak mode (players with injected faults, docs/reliability.md): session-bench soak --help"
+)]
 struct Args {
     /// Workload: echo frames, or modpack-shaped ticks.
     #[arg(long, value_enum, default_value = "modded")]
@@ -444,6 +450,9 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "soak") {
+        return soak::main(soak::SoakArgs::parse_from(std::env::args_os().skip(1)));
+    }
     let args = Args::parse();
     let ticks_per_s = metrics::clock_ticks_per_second();
     let profile = match args.profile {

@@ -5,20 +5,29 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Starts the stand-in on an ephemeral port and returns its address.
 pub fn start() -> anyhow::Result<SocketAddr> {
+    start_with_delay(Arc::new(AtomicU64::new(0)))
+}
+
+/// Like [`start`]; every answer waits `delay_ms` milliseconds first (read at each request), to play a slow
+/// session server.
+pub fn start_with_delay(delay_ms: Arc<AtomicU64>) -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     std::thread::Builder::new().name("bench-sessions".into()).spawn(move || {
         for stream in listener.incoming().map_while(Result::ok) {
-            let _ = std::thread::Builder::new().name("bench-sessions".into()).spawn(move || serve(stream));
+            let delay = Arc::clone(&delay_ms);
+            let _ = std::thread::Builder::new().name("bench-sessions".into()).spawn(move || serve(stream, &delay));
         }
     })?;
     Ok(addr)
 }
 
-fn serve(stream: TcpStream) -> std::io::Result<()> {
+fn serve(stream: TcpStream, delay_ms: &AtomicU64) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut out = stream;
     loop {
@@ -35,6 +44,10 @@ fn serve(stream: TcpStream) -> std::io::Result<()> {
             if line == "\r\n" || line == "\n" {
                 break;
             }
+        }
+        let wait = delay_ms.load(Ordering::Relaxed);
+        if wait > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(wait));
         }
         let name = request_line
             .split_whitespace()

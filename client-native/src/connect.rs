@@ -173,6 +173,13 @@ fn describe_tls_error(e: &io::Error, options: &Options) -> String {
         rustls::Error::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
             "certificate expired".into()
         }
+        // webpki's CaUsedAsEndEntity arrives as CertificateError::Other; its Debug text is the stable part.
+        rustls::Error::InvalidCertificate(c) if format!("{c:?}").contains("CaUsedAsEndEntity") => {
+            "the server's certificate is marked as a CA (basicConstraints CA:TRUE, which `openssl req -x509` sets by \
+             default), so it cannot identify a server: make it with `-addext basicConstraints=critical,CA:FALSE`, \
+             or make a small CA and a server certificate signed by it and give the CA as ca_file"
+                .into()
+        }
         rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion)
         | rustls::Error::PeerIncompatible(_) => {
             let offered: Vec<&str> = options

@@ -65,7 +65,9 @@ pub fn detect(buf: &[u8]) -> Result<LegacyDetect, DecodeError> {
         [_, 0x01, 0x00, ..] => Ok(LegacyDetect::Modern),
         [_, 0x01, 0xfa, rest @ ..] => match parse_ping_host(rest)? {
             Some((ping, n)) => Ok(LegacyDetect::Legacy { ping, len: 3 + n }),
-            None => Ok(LegacyDetect::NeedMore { if_silent: None }),
+            // Case C37: widely used status libraries send `FE 01 FA` alone and wait. Answered as the 1.4–1.6 ping
+            // it is (the §1 answer format) if nothing more comes.
+            None => Ok(LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_4) }),
         },
         [_, 0x01, ..] => Ok(LegacyDetect::Legacy { ping: LegacyPing::V1_4, len: 2 }),
         [_, ..] => Ok(LegacyDetect::Legacy { ping: LegacyPing::V1_3, len: 1 }),
@@ -126,6 +128,30 @@ pub struct LegacyStatus {
     pub online: u32,
     /// Player slots.
     pub max: u32,
+}
+
+/// The bytes a client sends for `ping`: `FE`, `FE 01`, or `FE 01 FA` and the `MC|PingHost` plugin message
+/// (channel and host in UTF-16BE with `u16` lengths, protocol `u8`, port `i32`), as 1.6 clients do. The inverse
+/// of [`detect`].
+pub fn encode_ping(ping: &LegacyPing) -> Vec<u8> {
+    match ping {
+        LegacyPing::V1_3 => vec![0xfe],
+        LegacyPing::V1_4 => vec![0xfe, 0x01],
+        LegacyPing::V1_6 { protocol, host, port } => {
+            let mut p = vec![0xfe, 0x01, 0xfa];
+            let channel: Vec<u16> = PING_HOST_CHANNEL.encode_utf16().collect();
+            p.extend_from_slice(&(channel.len() as u16).to_be_bytes());
+            p.extend(channel.iter().flat_map(|u| u.to_be_bytes()));
+            // The length fields are u16: a host is cut at 32,764 UTF-16 units (no real host comes close).
+            let host: Vec<u16> = host.encode_utf16().take((usize::from(u16::MAX) - 7) / 2).collect();
+            p.extend_from_slice(&((7 + host.len() * 2) as u16).to_be_bytes());
+            p.push(*protocol);
+            p.extend_from_slice(&(host.len() as u16).to_be_bytes());
+            p.extend(host.iter().flat_map(|u| u.to_be_bytes()));
+            p.extend_from_slice(&port.to_be_bytes());
+            p
+        }
+    }
 }
 
 /// Encodes the `0xFF` kick packet answering `ping`: `FF`, `u16` length in UTF-16 units, UTF-16BE text.
@@ -198,19 +224,23 @@ mod tests {
         for u in "MC|PingHost".encode_utf16() {
             p.extend_from_slice(&u.to_be_bytes());
         }
-        let host: Vec<u16> = "localhost".encode_utf16().collect();
-        p.extend_from_slice(&((7 + host.len() * 2) as u16).to_be_bytes());
-        p.push(78);
-        p.extend_from_slice(&(host.len() as u16).to_be_bytes());
-        for u in host {
+        p.extend_from_slice(&[0x00, 25, 78, 0x00, 0x09]);
+        for u in "localhost".encode_utf16() {
             p.extend_from_slice(&u.to_be_bytes());
         }
         p.extend_from_slice(&25565i32.to_be_bytes());
+        let ping = LegacyPing::V1_6 { protocol: 78, host: "localhost".into(), port: 25565 };
+        assert_eq!(encode_ping(&ping), p, "the encoder writes what the client sends");
         let expected = LegacyPing::V1_6 { protocol: 78, host: "localhost".into(), port: 25565 };
         assert_eq!(detect(&p).unwrap(), LegacyDetect::Legacy { ping: expected, len: p.len() });
-        // Every prefix past FE 01 FA is undecided, not a different ping.
+        // Every prefix from FE 01 FA on is undecided, and a 1.4–1.6 ping (§1 answer) if the client stops there
+        // (case C37: `FE 01 FA` alone).
         for cut in 3..p.len() {
-            assert_eq!(detect(&p[..cut]).unwrap(), LegacyDetect::NeedMore { if_silent: None }, "cut {cut}");
+            assert_eq!(
+                detect(&p[..cut]).unwrap(),
+                LegacyDetect::NeedMore { if_silent: Some(LegacyPing::V1_4) },
+                "cut {cut}"
+            );
         }
         // A wrong channel is an error.
         let mut bad = p.clone();

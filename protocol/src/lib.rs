@@ -10,7 +10,8 @@
 //! - [`legacy`]: pre-1.7 `0xFE` server-list pings and their `0xFF` answers.
 //! - [`forwarding`]: offline UUIDs and BungeeCord IP forwarding.
 //! - [`crypto`]: the login server hash and the AES-128-CFB8 stream cipher.
-//! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule.
+//! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule; [`ws::frame`], the
+//!   server side of RFC 6455 framing (streaming, bounded).
 //!
 //! The wire facts come from the protocol 5 (1.7.6–1.7.10) packet tables.
 

@@ -166,6 +166,12 @@ impl Packet for LoginStart {
     }
 }
 
+/// True for a legal player name: 1 to 16 characters, each an ASCII letter, digit or underscore (what the
+/// session server issues and servers accept; Login Start itself only caps the length).
+pub fn is_valid_player_name(name: &str) -> bool {
+    (1..=MAX_NAME_CHARS).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 /// Login Disconnect, state Login, id 0x00, clientbound: `String reason` (JSON chat, ≤ 32767).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoginDisconnect {

@@ -54,6 +54,9 @@ pub mod tls;
 pub mod trusted;
 mod ws;
 
+#[cfg(fuzzing)]
+pub mod fuzz;
+
 pub use auth::AuthError;
 pub use config::Config;
 pub use server::{Server, ServerError, ServerStats, StatsHandle};

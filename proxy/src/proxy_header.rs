@@ -34,39 +34,50 @@ pub(crate) async fn read_header(stream: &mut TcpStream) -> Result<(Option<Socket
         if stream.read_buf(&mut buf).await? == 0 {
             return Err(ProxyHeaderError::Closed);
         }
-        let parsed = HeaderResult::parse(&buf);
-        if parsed.is_incomplete() {
-            if buf.len() > MAX_PROXY_HEADER {
-                return Err(ProxyHeaderError::TooLong);
-            }
-            continue;
+        if let Some((len, addr)) = parse_header(&buf)? {
+            let _ = buf.split_to(len.min(buf.len()));
+            return Ok((addr, buf));
         }
-        let (len, addr) = match parsed {
-            HeaderResult::V1(Ok(h)) => {
-                let addr = match h.addresses {
-                    ppp::v1::Addresses::Tcp4(a) => Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port)),
-                    ppp::v1::Addresses::Tcp6(a) => Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port)),
-                    ppp::v1::Addresses::Unknown => None,
-                };
-                (h.header.len(), addr)
-            }
-            HeaderResult::V2(Ok(h)) => {
-                let addr = match (h.command, h.addresses) {
-                    (Command::Proxy, ppp::v2::Addresses::IPv4(a)) => {
-                        Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port))
-                    }
-                    (Command::Proxy, ppp::v2::Addresses::IPv6(a)) => {
-                        Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port))
-                    }
-                    _ => None,
-                };
-                (h.len(), addr)
-            }
-            HeaderResult::V1(Err(e)) => return Err(ProxyHeaderError::Invalid(e.to_string())),
-            HeaderResult::V2(Err(e)) => return Err(ProxyHeaderError::Invalid(e.to_string())),
-        };
-        let _ = buf.split_to(len.min(buf.len()));
-        return Ok((addr, buf));
+    }
+}
+
+/// Parses a PROXY v1 or v2 header at the start of `buf` (sans-IO): `Ok(None)` while it is incomplete (and under
+/// [`MAX_PROXY_HEADER`]), else its length in bytes and the client address it names (`None` for `LOCAL` or
+/// `UNKNOWN`).
+///
+/// # Errors
+/// [`ProxyHeaderError::Invalid`] or [`ProxyHeaderError::TooLong`].
+pub(crate) fn parse_header(buf: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, ProxyHeaderError> {
+    let parsed = HeaderResult::parse(buf);
+    if parsed.is_incomplete() {
+        if buf.len() > MAX_PROXY_HEADER {
+            return Err(ProxyHeaderError::TooLong);
+        }
+        return Ok(None);
+    }
+    match parsed {
+        HeaderResult::V1(Ok(h)) => {
+            let addr = match h.addresses {
+                ppp::v1::Addresses::Tcp4(a) => Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port)),
+                ppp::v1::Addresses::Tcp6(a) => Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port)),
+                ppp::v1::Addresses::Unknown => None,
+            };
+            Ok(Some((h.header.len(), addr)))
+        }
+        HeaderResult::V2(Ok(h)) => {
+            let addr = match (h.command, h.addresses) {
+                (Command::Proxy, ppp::v2::Addresses::IPv4(a)) => {
+                    Some(SocketAddr::new(IpAddr::V4(a.source_address), a.source_port))
+                }
+                (Command::Proxy, ppp::v2::Addresses::IPv6(a)) => {
+                    Some(SocketAddr::new(IpAddr::V6(a.source_address), a.source_port))
+                }
+                _ => None,
+            };
+            Ok(Some((h.len(), addr)))
+        }
+        HeaderResult::V1(Err(e)) => Err(ProxyHeaderError::Invalid(e.to_string())),
+        HeaderResult::V2(Err(e)) => Err(ProxyHeaderError::Invalid(e.to_string())),
     }
 }
 

@@ -315,6 +315,7 @@ impl Conn {
         let deadline = Instant::now() + self.state.limits.handshake_timeout();
         let peer = self.peer;
         let max_message = self.state.limits.max_ws_message_bytes;
+        let write_stall = self.state.limits.write_stall_timeout();
         let counters = Arc::clone(&self.state.ws_messages);
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
@@ -327,7 +328,7 @@ impl Conn {
                 let setup = async move {
                     let mut stream = stream;
                     let up = accept_upgrade(&mut stream, ws, peer).await?;
-                    let link = WsLink::new(stream, up.leftover, ws.ping_interval, max_message, counters).await;
+                    let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
                     Ok((link, up.client))
                 };
                 Box::pin(self.run(deadline, setup)).await;
@@ -345,7 +346,7 @@ impl Conn {
                         );
                     }
                     let up = accept_upgrade(&mut stream, ws, peer).await?;
-                    let link = WsLink::new(stream, up.leftover, ws.ping_interval, max_message, counters).await;
+                    let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
                     Ok((link, up.client))
                 };
                 Box::pin(self.run(deadline, setup)).await;

@@ -1,6 +1,7 @@
 //! A player on plain TCP: the optional PROXY header in front (behind a load balancer) and the session's view of
 //! the socket.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 
@@ -9,14 +10,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::proxy_header::{read_header, ProxyHeaderError};
-use crate::relay::{discard_until_eof, RelayReport, RelayStart, LINGER};
+use crate::relay::{discard_until_eof, PlayerGone, RelayReport, RelayStart, EARLY_DATA_LIMIT, LINGER};
 use crate::session::{Finish, Player};
 use crate::trusted::TrustedProxies;
 
 /// A player on a plain TCP connection.
 pub(crate) struct TcpPlayer {
     stream: TcpStream,
-    /// Bytes already read after a PROXY header, served before the socket.
+    /// Bytes already read and not yet taken: after a PROXY header, or sent ahead during the login stage. Served
+    /// before the socket; the relay sends them to the backend first.
     prefix: BytesMut,
 }
 
@@ -73,7 +75,38 @@ impl Player for TcpPlayer {
         }
     }
 
+    async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone> {
+        tokio::pin!(work);
+        loop {
+            let room = self.prefix.len() < EARLY_DATA_LIMIT;
+            tokio::select! {
+                biased;
+                r = &mut work => return Ok(r),
+                r = self.stream.readable(), if room => {
+                    if let Err(e) = r {
+                        return Err(PlayerGone::Left(e.to_string()));
+                    }
+                    self.prefix.reserve(EARLY_DATA_LIMIT - self.prefix.len());
+                    match self.stream.try_read_buf(&mut self.prefix) {
+                        Ok(0) => return Err(PlayerGone::Left("connection closed".into())),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(PlayerGone::Left(e.to_string())),
+                    }
+                }
+            }
+        }
+    }
+
     async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
-        crate::relay::tcp::run(&self.stream, &backend, start).await
+        let early = self.prefix.split().to_vec();
+        let report = crate::relay::tcp::run(&self.stream, &backend, start, early).await;
+        drop(backend);
+        // A lingering close, whatever ended the relay: FIN, then read (and drop) what the player still sends
+        // for a moment, so closing with unread bytes does not turn into a reset that could discard the last
+        // bytes sent to the player.
+        let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write);
+        discard_until_eof(&self.stream, LINGER).await;
+        report
     }
 }

@@ -88,7 +88,7 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsEr
     let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
         path: key.into(),
         reason: match e {
-            rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key block".into(),
+            rustls::pki_types::pem::Error::NoItemsFound => no_key_reason(key),
             other => other.to_string(),
         },
     })?;
@@ -97,6 +97,20 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsEr
         key: key.into(),
         reason: e.to_string(),
     })
+}
+
+/// Why a PEM file holds no usable private key, in words an operator can act on.
+fn no_key_reason(key: &Path) -> String {
+    let text = std::fs::read_to_string(key).unwrap_or_default();
+    if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        "the key is encrypted (a passphrase-protected PKCS#8 key); write it unencrypted, for example with \
+         `openssl pkcs8 -in key.pem -out key-plain.pem`, and keep that file readable only by the proxy's user"
+            .into()
+    } else if text.contains("-----BEGIN CERTIFICATE-----") {
+        "the file holds a certificate, not a private key (tls_key and tls_cert swapped?)".into()
+    } else {
+        "no PEM private key block (PKCS#1, PKCS#8 or SEC1)".into()
+    }
 }
 
 /// Modification time and length of a file, to notice replacements.

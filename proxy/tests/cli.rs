@@ -10,12 +10,23 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
 
-fn write_config(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("moonbridge-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A configuration file in its own scratch directory, removed when the value is dropped.
+struct ConfigFile {
+    _dir: moonbridge_test_certs::TestDir,
+    path: std::path::PathBuf,
+}
+
+impl AsRef<std::ffi::OsStr> for ConfigFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+fn write_config(name: &str, text: &str) -> ConfigFile {
+    let dir = moonbridge_test_certs::TestDir::new(&format!("moonbridge-cli-{name}")).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
-    p
+    ConfigFile { _dir: dir, path: p }
 }
 
 #[test]
@@ -124,6 +135,21 @@ fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(code, Some(0));
+}
+
+#[test]
+fn c32_ipv6_backend_addresses_need_brackets() {
+    let p = write_config(
+        "v6.toml",
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"[::]:25565\"\n[[backend]]\nname = \"v6\"\naddress = \"[2001:db8::10]:25566\"\n",
+    );
+    let out = Command::new(BIN).arg("--check-config").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = write_config("v6-bare.toml", "[[backend]]\nname = \"v6\"\naddress = \"2001:db8::1:2565\"\n");
+    let out = Command::new(BIN).arg("--check-config").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("backend[0].address"), "{err}");
 }
 
 #[test]

@@ -11,7 +11,12 @@
 //                                  "properties":[{"name":"textures","value":"…","signature":"…"}]}],
 //                                  "answerAs":{"id":"…","name":"…"}}'
 // `answerAs` (optional) makes every hasJoined answer 200 with that profile, to test a name mismatch.
-// Prints {"event":"listening","port":N}, then one line per call: {"event":"join",…} / {"event":"hasJoined",…}.
+// `hasJoined` (optional) replaces the hasJoined answer, for the field cases: "noContentJson" (204 with a JSON
+// Content-Type and no body), "emptyOk" (200, Content-Length 0), "emptyObject" (200 `{}`), "hang" (never
+// answers), "drip" (200 headers, then one body byte per second). `delayMs` (optional) delays every hasJoined
+// answer. `mode` can be changed later with POST /control {"hasJoined": …, "delayMs": …}.
+// Prints {"event":"listening","port":N}, then one line per call: {"event":"join",…} / {"event":"hasJoined",…}
+// (hasJoined lines carry the raw query string as `query`).
 const http = require('http')
 const { emit } = require('./common')
 
@@ -42,21 +47,62 @@ const server = http.createServer((req, res) => {
     })
     return
   }
+  if (req.method === 'POST' && url.pathname === '/control') {
+    let body = ''
+    req.on('data', (c) => { body += c })
+    req.on('end', () => {
+      Object.assign(opts, JSON.parse(body))
+      emit({ event: 'control', hasJoined: opts.hasJoined || null, delayMs: opts.delayMs || 0 })
+      send(res, 204)
+    })
+    return
+  }
   if (req.method === 'GET' && url.pathname === '/session/minecraft/hasJoined') {
+    setTimeout(() => hasJoined(req, res, url), opts.delayMs || 0)
+    return
+  }
+  send(res, 404, { error: 'Not Found' })
+})
+
+function hasJoined (req, res, url) {
+  {
     const name = url.searchParams.get('username')
     const hash = url.searchParams.get('serverId')
+    const query = req.url.slice(req.url.indexOf('?') + 1)
+    switch (opts.hasJoined) {
+      case 'noContentJson':
+        emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: false })
+        res.writeHead(204, { 'Content-Type': 'application/json' })
+        return res.end()
+      case 'emptyOk':
+        emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: false })
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': 0 })
+        return res.end()
+      case 'emptyObject':
+        emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: false })
+        return send(res, 200, {})
+      case 'hang':
+        emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: false })
+        return // never answers; the socket stays open
+      case 'drip': {
+        emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: false })
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': 1000 })
+        const t = setInterval(() => res.write(' '), 1000)
+        res.on('close', () => clearInterval(t))
+        return
+      }
+    }
     if (opts.answerAs) {
-      emit({ event: 'hasJoined', username: name, serverId: hash, ok: true })
+      emit({ event: 'hasJoined', username: name, serverId: hash, query, ok: true })
       return send(res, 200, Object.assign({ properties: [] }, opts.answerAs))
     }
     const ok = joined.has(name) && joined.get(name) === hash
-    emit({ event: 'hasJoined', username: name, serverId: hash, ok })
+    emit({ event: 'hasJoined', username: name, serverId: hash, query, ok })
     if (!ok) return send(res, 204)
     joined.delete(name) // one use per join, as the real server
     const p = opts.profiles.find((x) => x.name === name)
     return send(res, 200, { id: p.id, name: p.name, properties: p.properties || [] })
   }
-  send(res, 404, { error: 'Not Found' })
-})
+}
 
 server.listen(opts.port, '127.0.0.1', () => emit({ event: 'listening', port: server.address().port }))

@@ -35,7 +35,7 @@ pub mod ws;
 pub use backend::*;
 pub use idle::IdleCutter;
 pub use moonbridge_client_scenarios::{login_handshake, login_start, BURST_CHANNEL};
-pub use moonbridge_test_certs::{KeyType, San, TestCert};
+pub use moonbridge_test_certs::{self_signed, KeyType, San, TestCert, TestDir};
 pub use node::{node_backend, peers_dir, NodePeer};
 pub use proxy::*;
 pub use ws::*;

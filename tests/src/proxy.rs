@@ -72,3 +72,13 @@ pub fn tcp_config(backend: SocketAddr, extra: &str) -> String {
         "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n{extra}\n"
     )
 }
+
+/// A `ws` listener on an ephemeral port, path `/mc`; `extra` is appended to its table.
+pub fn ws_listener(extra: &str) -> String {
+    format!("[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n{extra}\n")
+}
+
+/// A `[[backend]]` named `survival` at `addr`; `extra` is appended to its table.
+pub fn backend_section(addr: SocketAddr, extra: &str) -> String {
+    format!("[[backend]]\nname = \"survival\"\naddress = \"{addr}\"\n{extra}\n")
+}

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 pub use tokio_tungstenite::tungstenite::Message;
@@ -121,4 +121,64 @@ pub async fn raw_http(addr: SocketAddr, request: &str) -> String {
     s.write_all(request.as_bytes()).await.unwrap();
     let (got, _) = read_to_close(&mut s, STEP).await;
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Opens a raw WebSocket: sends the upgrade request, checks the 101, returns the socket.
+pub async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        timeout(STEP, s.read_exact(&mut b)).await.unwrap().unwrap();
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    assert!(head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "RFC 6455 §1.3 example: {head}");
+    s
+}
+
+/// A client frame with FIN set, masked with `mask` (RFC 6455 §5.2).
+pub fn masked_frame(opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    moonbridge_protocol::ws::frame::client_frame(opcode, payload, mask)
+}
+
+/// Reads one server frame: (opcode, payload). Asserts it is unmasked, as every server frame must be.
+pub async fn read_server_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut h = [0u8; 2];
+    timeout(STEP, s.read_exact(&mut h)).await.unwrap().unwrap();
+    assert_eq!(h[1] & 0x80, 0, "server frames are never masked");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).await.unwrap();
+            u16::from_be_bytes(l) as usize
+        }
+        127 => {
+            let mut l = [0u8; 8];
+            s.read_exact(&mut l).await.unwrap();
+            u64::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    timeout(STEP, s.read_exact(&mut payload)).await.unwrap().unwrap();
+    (h[0] & 0x0f, payload)
+}
+
+/// Reads frames until a Close; returns its code (asserting it has one: 1005 is never sent on the wire).
+pub async fn read_close(s: &mut TcpStream) -> u16 {
+    loop {
+        let (op, payload) = read_server_frame(s).await;
+        if op == 0x8 {
+            assert!(payload.len() >= 2, "a Close from the proxy always carries a code: {payload:?}");
+            return u16::from_be_bytes([payload[0], payload[1]]);
+        }
+    }
 }

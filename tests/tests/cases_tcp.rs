@@ -376,3 +376,114 @@ async fn unreachable_backend_gets_a_login_disconnect() {
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c37_a_1_6_ping_without_its_tail_is_answered_within_a_second() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = Proxy::start(&tcp_config(dead, "")).await;
+    let addr = proxy.addr(Transport::Tcp);
+    let expected = ["§1", "127", "1.7.10", "Server survival is unreachable", "0", "0"];
+
+    // `FE 01 FA` and nothing more, then the client waits (up to 3 s in the status library).
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let sent = Instant::now();
+    s.write_all(&[0xfe, 0x01, 0xfa]).await.unwrap();
+    let (got, closed) = read_to_close(&mut s, Duration::from_secs(3)).await;
+    assert!(closed, "answered and closed within 3 s");
+    assert!(sent.elapsed() < Duration::from_secs(1), "answered after {:?}", sent.elapsed());
+    let (text, n) = legacy::decode_kick(&got).unwrap().expect("one complete FF kick packet");
+    assert_eq!(n, got.len(), "exactly one answer");
+    assert_eq!(text.split('\0').collect::<Vec<_>>(), expected);
+
+    // The full 1.6 ping, its tail split across segments (100 ms apart, under the silence wait): one answer.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let full = legacy::encode_ping(&legacy::LegacyPing::V1_6 { protocol: 78, host: "localhost".into(), port: 25565 });
+    for chunk in full.chunks(7) {
+        s.write_all(chunk).await.unwrap();
+        // Pacing is the input under test (segments arriving apart), not synchronisation.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (got, closed) = read_to_close(&mut s, STEP).await;
+    assert!(closed);
+    let (text, n) = legacy::decode_kick(&got).unwrap().expect("one complete FF kick packet");
+    assert_eq!(n, got.len(), "exactly one answer, never two");
+    assert_eq!(text.split('\0').collect::<Vec<_>>(), expected);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c31_illegal_player_names_are_refused_before_any_backend() {
+    let backend = login_backend().await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, "")).await;
+    let addr = proxy.addr(Transport::Tcp);
+    let hs = login_handshake("mc.example.com");
+    let seventeen = [&[0x13, 0x00, 0x11][..], &[b'a'; 17]].concat();
+    let mut japanese = vec![0x32, 0x00, 0x30]; // 16 × の: 48 bytes, 16 characters
+    for _ in 0..16 {
+        japanese.extend_from_slice("の".as_bytes());
+    }
+    for (what, login) in [
+        ("a newline", vec![0x07, 0x00, 0x05, 0x61, 0x62, 0x0a, 0x63, 0x64]),
+        ("empty", vec![0x02, 0x00, 0x00]),
+        ("17 characters", seventeen),
+        ("16 × の", japanese),
+    ] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&[&hs[..], &login].concat()).await.unwrap();
+        let (got, closed) = read_to_close(&mut s, STEP).await;
+        assert!(closed, "{what}");
+        let reason =
+            login_disconnect_reason(&got).unwrap_or_else(|| panic!("{what}: a Login Disconnect, got {got:02x?}"));
+        assert!(reason.contains("Invalid player name"), "{what}: {reason}");
+    }
+    assert_eq!(backend.accepted(), 0, "no backend heard of them");
+    // A 16-character ASCII name is fine.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&[&hs[..], &moonbridge_tests::login_start("Abcdefghij_12345")].concat()).await.unwrap();
+    let (_, login) = forwarded_login(&backend.wait_frames(0, 2, STEP).await);
+    assert_eq!(login.name, "Abcdefghij_12345");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c32_ipv6_players_are_forwarded_in_rfc_5952_text_and_ipv4_stays_ipv4() {
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let bungee = "forwarding = \"bungeecord\"\n[auth]\nmode = \"offline\"\n[limits]\nlogin_timeout_seconds = 60\n";
+    // A PROXY v2 header for source 2001:db8::7, then HS + LS.
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\nproxy_protocol = true\n\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{}\"\n{bungee}",
+        backend.addr
+    ))
+    .await;
+    let mut header =
+        vec![0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a, 0x21, 0x21, 0x00, 0x24];
+    header.extend_from_slice(&"2001:db8::7".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    header.extend_from_slice(&"2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    header.extend_from_slice(&[0x9c, 0x40, 0x63, 0xdd]);
+    let mut s = TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap();
+    s.write_all(&[&header[..], &hs_ls()].concat()).await.unwrap();
+    let (fields, login) = forwarded_login(&backend.wait_frames(0, 2, STEP).await);
+    assert_eq!(login.name, "Steve");
+    assert_eq!(fields[0], "mc.example.com");
+    assert_eq!(fields[1], "2001:db8::7", "no brackets, port or zone");
+    assert_eq!(fields[2], offline_uuid("Steve").simple().to_string());
+    let props: serde_json::Value = serde_json::from_str(&fields[3]).unwrap();
+    assert_eq!(props[0]["name"], "forgeClient");
+    proxy.shutdown().await;
+
+    // An IPv4 player on a listener bound to [::] is forwarded as plain IPv4, never ::ffff:….
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"[::]:0\"\n\n[[backend]]\nname = \"survival\"\naddress = \"{}\"\n{bungee}",
+        backend.addr
+    ))
+    .await;
+    let port = proxy.addr(Transport::Tcp).port();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(&hs_ls()).await.unwrap();
+    let fields = forwarded_fields(&backend.wait_frames(0, 2, STEP).await);
+    assert_eq!(fields[1], "127.0.0.1");
+    proxy.shutdown().await;
+}

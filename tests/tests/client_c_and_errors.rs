@@ -11,7 +11,7 @@ use moonbridge_client::error::{MB_ERR_CLOSED, MB_ERR_CONNECT, MB_ERR_HANDSHAKE, 
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::send_login;
-use moonbridge_tests::{login_success, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
+use moonbridge_tests::{login_success, self_signed, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, TestDir, STEP};
 use tokio::net::TcpListener;
 
 /// `target/<profile>`, where cargo put the test binary and the cdylib.
@@ -114,12 +114,16 @@ async fn refused_and_timed_out() {
 }
 
 async fn wss_proxy(cert: &TestCert) -> Proxy {
+    wss_proxy_files(&cert.cert, &cert.key).await
+}
+
+async fn wss_proxy_files(cert: &std::path::Path, key: &std::path::Path) -> Proxy {
     let backend = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: login_success("Steve") }).await;
     let p = Proxy::start(&format!(
         "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\
          [[backend]]\nname = \"b\"\naddress = \"{}\"\n",
-        cert.cert.display(),
-        cert.key.display(),
+        cert.display(),
+        key.display(),
         backend.addr
     ))
     .await;
@@ -158,6 +162,31 @@ async fn tls_failures_name_the_reason() {
     let o = opts(&format!(r#"{{"ca_file":{:?},"tls_versions":["1.2"]}}"#, cert.ca));
     let e = connect_err(format!("wss://localhost:{}/mc", only13.port()), o).await;
     assert!(matches!(e, ClientError::Tls { ref reason, .. } if reason.contains("protocol version")), "{e}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_ca_certificate_is_explained_and_the_documented_fix_works() {
+    let dir = TestDir::new("moonbridge-self-signed").unwrap();
+    // What `openssl req -x509` makes by default: self-signed and marked as a CA.
+    let (cert, key) = (dir.join("ca-like.pem"), dir.join("ca-like.key"));
+    self_signed(&cert, &key, "localhost", true).unwrap();
+    let proxy = wss_proxy_files(&cert, &key).await;
+    let url = format!("wss://localhost:{}/mc", proxy.addr(Transport::Wss).port());
+    let e = connect_err(url, opts(&format!(r#"{{"ca_file":{cert:?}}}"#))).await;
+    assert!(
+        matches!(e, ClientError::Tls { ref reason, .. } if reason.contains("marked as a CA") && reason.contains("basicConstraints=critical,CA:FALSE")),
+        "{e}"
+    );
+    proxy.shutdown().await;
+    // The fix the message gives (an end-entity certificate, CA:FALSE) connects.
+    let (cert, key) = (dir.join("leaf.pem"), dir.join("leaf.key"));
+    self_signed(&cert, &key, "localhost", false).unwrap();
+    let proxy = wss_proxy_files(&cert, &key).await;
+    let url = format!("wss://localhost:{}/mc", proxy.addr(Transport::Wss).port());
+    let o = opts(&format!(r#"{{"ca_file":{cert:?}}}"#));
+    let c = blocking(move || Connection::connect(&url, o)).await.unwrap();
+    blocking(move || c.close()).await;
     proxy.shutdown().await;
 }
 

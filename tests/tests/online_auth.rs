@@ -462,3 +462,194 @@ async fn failures_after_authentication_are_encrypted() {
     assert_eq!(login.disconnect_reason(Some(&SECRET), STEP).await.as_deref(), Some("Server survival is unreachable"));
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c27_not_joined_answers() {
+    // 204 with a JSON Content-Type and no body, and 200 with Content-Length 0: "not verified". 200 `{}` (no
+    // readable profile): the session server is broken, so "servers are down". Never a backend connection.
+    for (mode, expected) in [
+        ("noContentJson", "Failed to verify username!"),
+        ("emptyOk", "Failed to verify username!"),
+        ("emptyObject", "Authentication servers are down. Please try again later, sorry!"),
+    ] {
+        let (mut sessions, url) = session_server(json!({ "hasJoined": mode })).await;
+        let (proxy, backend, addr) = failing_proxy(&url, "").await;
+        let mut login = correct_response(addr).await;
+        let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+        assert_eq!(reason.as_deref(), Some(expected), "{mode}");
+        assert_eq!(sessions.event("hasJoined", STEP).await["username"], "Mallory");
+        assert_eq!(backend.accepted(), 0, "{mode}");
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c28_malformed_encryption_responses() {
+    let (mut sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    // Both arrays empty; a secret length of 128 with 4 bytes present; a length of -1 (protocol 5 arrays carry
+    // 2-byte big-endian lengths).
+    let empty = vec![0x05, 0x01, 0x00, 0x00, 0x00, 0x00];
+    let short = vec![0x07, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00];
+    let negative = vec![0x05, 0x01, 0xff, 0xff, 0x00, 0x00];
+    for (what, frame) in [("empty arrays", empty.clone()), ("a short secret", short), ("length -1", negative)] {
+        let mut login = start_online_login(addr, "Mallory").await;
+        login.stream.write_all(&frame).await.unwrap();
+        let reason = login.disconnect_reason(None, STEP).await.unwrap_or_else(|| panic!("{what}: a Login Disconnect"));
+        assert!(reason.starts_with("Invalid"), "{what}: {reason}");
+    }
+    // A well-formed response whose token is someone else's: a block for another login's token.
+    let other = start_online_login(addr, "Other").await;
+    let mut login = start_online_login(addr, "Mallory").await;
+    let foreign_token = rsa_encrypt(&login.request.public_key, &other.request.verify_token);
+    let secret = rsa_encrypt(&login.request.public_key, &SECRET);
+    let response = EncryptionResponse { shared_secret: secret, verify_token: foreign_token };
+    login.stream.write_all(&response.to_frame_bytes().unwrap()).await.unwrap();
+    assert_eq!(login.disconnect_reason(None, STEP).await.as_deref(), Some("Invalid verify token"));
+    // An Encryption Response right after the handshake, before Login Start.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&[login_handshake("mc.example.com"), empty].concat()).await.unwrap();
+    let (got, closed) = read_to_close(&mut s, STEP).await;
+    assert!(closed);
+    let reason = moonbridge_tests::login_disconnect_reason(&got).expect("a Login Disconnect");
+    assert_eq!(reason, "Expected Login Start");
+    drop(other);
+    // Every session has ended, so a request it made would already be on its way.
+    proxy.wait_connections(0, STEP).await;
+    assert_eq!(backend.accepted(), 0);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoined", STEP)).await.is_err(),
+        "no hasJoined request"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c29_a_hanging_session_server_fails_every_login_in_time_and_leaks_no_slot() {
+    moonbridge_tests::raise_fd_limit();
+    for mode in ["hang", "drip"] {
+        let (mut sessions, url) = session_server(json!({ "hasJoined": mode })).await;
+        let (proxy, backend, addr) = failing_proxy(&url, "session_timeout_seconds = 3\n").await;
+        // 70 players at once: more than the 64 check slots, so some wait for one; that wait counts.
+        let started = Instant::now();
+        let logins: Vec<_> = (0..70).map(|_| tokio::spawn(async move { correct_response(addr).await })).collect();
+        let mut waits = Vec::new();
+        for l in logins {
+            let mut login = l.await.unwrap();
+            let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+            assert_eq!(reason.as_deref(), Some("Authentication servers are down. Please try again later, sorry!"));
+            waits.push(started.elapsed());
+        }
+        let slowest = waits.iter().max().unwrap();
+        // session_timeout_seconds plus 1 s of slack (and half a second for 70 encryption handshakes here).
+        assert!(*slowest < Duration::from_millis(4500), "{mode}: slowest answer after {slowest:?}");
+        assert_eq!(backend.accepted(), 0);
+        // Once the stand-in answers properly, a new login gets its verdict (no check slot leaked).
+        let client = control(&url, json!({ "hasJoined": null }).to_string()).await;
+        assert!(client.starts_with("HTTP/1.1 204"), "{client}");
+        let mut login = correct_response(addr).await;
+        let reason = login.disconnect_reason(Some(&SECRET), STEP).await;
+        assert_eq!(reason.as_deref(), Some("Failed to verify username!"), "{mode}");
+        let _ = sessions.event("control", STEP).await;
+        proxy.shutdown().await;
+    }
+}
+
+/// POSTs `body` to the stand-in's `/control` over a raw socket and returns the response.
+async fn control(url: &str, body: String) -> String {
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "POST /control HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let (got, _) = read_to_close(&mut s, STEP).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c30_the_session_server_hears_the_hash_and_never_a_proxy_address() {
+    let (mut sessions, url) = session_server(json!({})).await;
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let cert = TestCert::generate("c30", KeyType::Ec).unwrap();
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         trusted_proxies = [\"127.0.0.1\"]\nreal_ip_header = \"CF-Connecting-IP\"\n\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{}\"\nforwarding = \"bungeecord\"\n{}",
+        cert.cert.display(),
+        cert.key.display(),
+        backend.addr,
+        online_auth_toml(&url, "")
+    ))
+    .await;
+    let addr = proxy.addr(Transport::Wss);
+    let url_ws = format!("wss://localhost:{}/mc", addr.port());
+    let (mut ws, _) = ws_connect(addr, &url_ws, &[("CF-Connecting-IP", "203.0.113.50")], Some(&cert.ca)).await.unwrap();
+    use futures_util::{SinkExt, StreamExt};
+    ws.send(Message::Binary([login_handshake("mc.example.com"), login_start("Mallory")].concat().into()))
+        .await
+        .unwrap();
+    let request: EncryptionRequest = loop {
+        match tokio::time::timeout(STEP, ws.next()).await.unwrap() {
+            Some(Ok(Message::Binary(b))) => {
+                let mut d = moonbridge_protocol::FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+                d.queue_slice(&b);
+                break d.try_next_frame().unwrap().unwrap().decode().unwrap();
+            }
+            Some(Ok(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    let response = EncryptionResponse {
+        shared_secret: rsa_encrypt(&request.public_key, &SECRET),
+        verify_token: rsa_encrypt(&request.public_key, &request.verify_token),
+    };
+    ws.send(Message::Binary(response.to_frame_bytes().unwrap().to_vec().into())).await.unwrap();
+    let asked = sessions.event("hasJoined", STEP).await;
+    let hash = moonbridge_protocol::crypto::server_hash("", &SECRET, &request.public_key);
+    let query = asked["query"].as_str().unwrap().to_string();
+    let params: Vec<&str> = query.split('&').collect();
+    assert_eq!(params[0], "username=Mallory");
+    assert_eq!(params[1], format!("serverId={hash}"));
+    for p in &params[2..] {
+        assert_eq!(*p, "ip=203.0.113.50", "an ip parameter, if any, is the player's: {query}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c31_an_online_name_with_url_characters_never_reaches_the_session_server() {
+    let (mut sessions, url) = session_server(json!({})).await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let login = [&[0x0e, 0x00, 0x0c][..], b"a&serverId=x"].concat();
+    s.write_all(&[login_handshake("mc.example.com"), login].concat()).await.unwrap();
+    let (got, closed) = read_to_close(&mut s, STEP).await;
+    assert!(closed);
+    let reason = moonbridge_tests::login_disconnect_reason(&got).expect("a plaintext Login Disconnect");
+    assert!(reason.contains("Invalid player name"), "{reason}");
+    proxy.wait_connections(0, STEP).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoined", STEP)).await.is_err(),
+        "the session server never hears of it"
+    );
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c35_a_player_leaving_while_the_session_server_thinks_opens_no_backend() {
+    // The stand-in takes 2 s to answer (and would vouch); the player leaves after 0.5 s.
+    let (mut sessions, url) = vouching_session_server().await;
+    let (proxy, backend, addr) = failing_proxy(&url, "").await;
+    let _ = control(&url, json!({ "delayMs": 2000 }).to_string()).await;
+    let _ = sessions.event("control", STEP).await;
+    let login = correct_response(addr).await;
+    let _ = sessions.event("hasJoined", STEP).await;
+    drop(login);
+    // The session (and with it the abandoned check) is gone, so nothing can open a backend connection later.
+    proxy.wait_connections(0, STEP).await;
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}

@@ -13,21 +13,14 @@ use moonbridge_protocol::packets::{Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::ws as carriage;
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
-    forwarded_fields, frames, hs_ls, login_backend, login_disconnect_reason, login_success, raw_http, read_to_close,
-    tcp_config, ws_close_code, ws_connect, ws_read_bytes, IdleCutter, Io, KeyType, Message, Proxy, RawBackend,
-    RawBehaviour, TestCert, WebSocketStream, STEP,
+    backend_section, forwarded_fields, frames, hs_ls, login_backend, login_disconnect_reason, login_success,
+    masked_frame, raw_http, raw_upgrade, read_close, read_server_frame, read_to_close, tcp_config, ws_close_code,
+    ws_connect, ws_listener, ws_read_bytes, IdleCutter, Io, KeyType, Message, Proxy, RawBackend, RawBehaviour,
+    TestCert, WebSocketStream, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
-
-fn ws_listener(extra: &str) -> String {
-    format!("[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n{extra}\n")
-}
-
-fn backend_section(addr: SocketAddr, extra: &str) -> String {
-    format!("[[backend]]\nname = \"survival\"\naddress = \"{addr}\"\n{extra}\n")
-}
 
 fn ws_url(proxy: &Proxy) -> (SocketAddr, String) {
     let addr = proxy.addr(Transport::Ws);
@@ -87,79 +80,6 @@ async fn upgrade_statuses_and_subprotocol() {
 // ----------------------------------------------------------------------------------------------------------
 // Raw frames (C15, C17)
 // ----------------------------------------------------------------------------------------------------------
-
-/// Opens a raw WebSocket: sends the upgrade request, checks the 101, returns the socket.
-async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        b"GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        timeout(STEP, s.read_exact(&mut b)).await.unwrap().unwrap();
-        head.push(b[0]);
-    }
-    let head = String::from_utf8(head).unwrap();
-    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
-    assert!(head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "RFC 6455 §1.3 example: {head}");
-    s
-}
-
-/// A client frame with FIN set, masked with `mask` (RFC 6455 §5.2).
-fn masked_frame(opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
-    let mut f = vec![0x80 | opcode];
-    match payload.len() {
-        n if n < 126 => f.push(0x80 | n as u8),
-        n if n <= 0xffff => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&mask);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    f
-}
-
-/// Reads one server frame: (opcode, payload). Asserts it is unmasked, as every server frame must be.
-async fn read_server_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut h = [0u8; 2];
-    timeout(STEP, s.read_exact(&mut h)).await.unwrap().unwrap();
-    assert_eq!(h[1] & 0x80, 0, "server frames are never masked");
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut l = [0u8; 2];
-            s.read_exact(&mut l).await.unwrap();
-            u16::from_be_bytes(l) as usize
-        }
-        127 => {
-            let mut l = [0u8; 8];
-            s.read_exact(&mut l).await.unwrap();
-            u64::from_be_bytes(l) as usize
-        }
-        n => n as usize,
-    };
-    let mut payload = vec![0u8; len];
-    timeout(STEP, s.read_exact(&mut payload)).await.unwrap().unwrap();
-    (h[0] & 0x0f, payload)
-}
-
-/// Reads frames until a Close; returns its code.
-async fn read_close(s: &mut TcpStream) -> u16 {
-    loop {
-        let (op, payload) = read_server_frame(s).await;
-        if op == 0x8 {
-            return u16::from_be_bytes([payload[0], payload[1]]);
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c15_unmasked_client_frame_gets_close_1002() {

@@ -260,7 +260,8 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
             if std::fs::metadata(cert).is_ok() && std::fs::metadata(key_path).is_ok() {
                 match crate::tls::load_certified_key(cert, key_path) {
                     Ok(_) => tls = Some(TlsFiles { cert: cert.clone(), key: key_path.clone() }),
-                    Err(e) => problem("tls_cert", e.to_string()),
+                    Err(e @ crate::tls::TlsError::Certificate { .. }) => problem("tls_cert", e.to_string()),
+                    Err(e) => problem("tls_key", e.to_string()),
                 }
             }
         }
@@ -373,6 +374,15 @@ fn check_host_port(address: &str) -> Result<(), String> {
     if host.is_empty() {
         return Err(format!("\"{address}\" has no host"));
     }
+    // An IPv6 address needs brackets (RFC 3986): without them its last group would be read as the port.
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(format!("\"{address}\": an IPv6 address needs brackets, for example \"[2001:db8::10]:25566\""));
+    }
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("\"{address}\": {inner:?} in brackets is not an IPv6 address"));
+        }
+    }
     match port.parse::<u16>() {
         Ok(0) | Err(_) => Err(format!("\"{address}\" has no valid port (1-65535)")),
         Ok(_) => Ok(()),
@@ -382,6 +392,14 @@ fn check_host_port(address: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_backend_addresses_need_brackets() {
+        assert!(check_host_port("[2001:db8::10]:25566").is_ok());
+        assert!(check_host_port("mc.example.com:25565").is_ok());
+        assert!(check_host_port("2001:db8::1:2565").unwrap_err().contains("needs brackets"));
+        assert!(check_host_port("[mc.example.com]:25565").unwrap_err().contains("not an IPv6 address"));
+    }
 
     #[test]
     fn empty_file_means_defaults() {

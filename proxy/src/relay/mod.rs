@@ -31,6 +31,11 @@ pub(crate) mod ws;
 /// Largest single read in the relay, in bytes (per direction, per batch).
 pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
 
+/// Stream bytes a player may send ahead while the login stage waits for the backend or the session server, in
+/// bytes (any transport); beyond this the proxy stops reading until the relay starts (backpressure, nothing is
+/// dropped).
+pub(crate) const EARLY_DATA_LIMIT: usize = 4 * 1024;
+
 /// After one side sent FIN, how long the other direction may still run before both sockets are closed.
 pub(crate) const HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -151,10 +156,29 @@ impl Direction {
         }
     }
 
+    /// Bytes read from the player before the relay started (sent ahead during the login stage): processed like
+    /// any batch and written to the backend before anything else.
+    pub(crate) fn preload(&mut self, mut early: Vec<u8>) {
+        if !early.is_empty() {
+            self.process(&mut early);
+            self.pending = early;
+        }
+    }
+
     /// True when a packet can be inserted into this stream now.
     fn at_frame_boundary(&self) -> bool {
         self.pending.is_empty() && self.scanner.as_ref().is_some_and(FrameScanner::at_boundary)
     }
+}
+
+/// Why [`crate::session::Player::during`] ended before its work: the player left (EOF, reset, a Close, silence)
+/// or broke the carriage. The work (a backend or session-server wait) is dropped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PlayerGone {
+    #[error("player left: {0}")]
+    Left(String),
+    #[error("player broke the protocol: {0}")]
+    Fault(String),
 }
 
 /// Which side a relay event concerns.

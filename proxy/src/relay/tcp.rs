@@ -111,9 +111,11 @@ impl PlayerSink for TcpSink<'_> {
 }
 
 /// Relays `player` ⇄ `backend` until both directions end, one fails, or shutdown.
-pub(crate) async fn run(player: &TcpStream, backend: &TcpStream, start: RelayStart<'_>) -> RelayReport {
+/// `early` are bytes the player sent ahead during the login stage; they reach the backend first.
+pub(crate) async fn run(player: &TcpStream, backend: &TcpStream, start: RelayStart<'_>, early: Vec<u8>) -> RelayReport {
     let shutdown = start.shutdown;
     let (mut up, mut down) = Direction::pair(start);
+    up.preload(early);
     let first = {
         let c2b = pump(player, backend, &mut up, Side::Backend);
         let b2c = pump(backend, player, &mut down, Side::Player);

@@ -1,53 +1,48 @@
 //! The WebSocket side of a session (carriage version 1, see [`moonbridge_protocol::ws`]): where a WebSocket
 //! message becomes backend bytes and backend bytes become a message, in every stage.
 //!
+//! Framing is [`moonbridge_protocol::ws::frame`] (RFC 6455 §5, server side, sans-IO), so the proxy never holds a
+//! whole message: the payload of a Binary frame leaves for the backend as it arrives, and what one connection
+//! can make the proxy hold is one read ([`WS_READ_CHUNK`]) plus at most [`EARLY_DATA_LIMIT`] bytes sent ahead
+//! during the login stage, whatever `max_ws_message_bytes` is.
+//!
 //! - Binary messages carry the Minecraft stream: their payloads are the bytes, whatever the message sizes.
-//! - A Ping is answered at once (tungstenite queues the Pong; it is flushed here). Pongs are ignored.
-//! - A Text message closes with 1003, a message over `max_ws_message_bytes` with 1009 (tungstenite refuses it
-//!   from the frame header, before buffering it), an unmasked or malformed frame with 1002.
-//! - In the relay, every backend read batch leaves as one Binary message, the keepalive sends a Ping after
-//!   `ping_interval` without writing and closes with 1001 after three intervals without receiving anything,
-//!   the backend's FIN becomes Close 1000, and the player's Close (or a lost connection) becomes a FIN to the
-//!   backend.
+//! - A Ping is answered with a Pong at once. Pongs are ignored.
+//! - One close policy in every stage (RFC 6455 §5.5.1, §7.4): a Close from the player is answered with a Close
+//!   echoing its code (1000 for a Close without one); a Text message is answered with 1003, a message over
+//!   `max_ws_message_bytes` with 1009 (known from the frame header, before the payload is read), an unmasked
+//!   or malformed frame, a status code that must not be sent or a 1-byte Close body with 1002. When the proxy
+//!   ends a connection that is still open, a Close goes out before the TCP close; 1005 or 1006 never do.
+//!   Nothing is written after a Close, nor after a write that was cut off (a frame is never left half-sent
+//!   with another after it).
+//! - One keepalive schedule per connection, from the upgrade to the end, in every stage (handshake, login,
+//!   the waits for the backend and the session server, status, play): a Ping after `ping_interval` without
+//!   writing, and a close with 1001 after three intervals without receiving anything.
+//! - Every write to the player (data, Pong, Ping, Close) is bounded by `limits.write_stall_timeout_seconds`.
+//! - In the relay, every backend read batch leaves as one Binary message, the backend's FIN becomes Close
+//!   1000, and the player's Close (or a lost connection) becomes a FIN to the backend.
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use bytes::BytesMut;
+use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PING, OP_PONG};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::WebSocketStream;
 
 use super::{
-    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerSink, RelayEnd,
-    RelayReport, RelayStart, Side, LINGER, RELAY_CHUNK,
+    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerGone, PlayerSink,
+    RelayEnd, RelayReport, RelayStart, Side, EARLY_DATA_LIMIT, LINGER, RELAY_CHUNK,
 };
 
-/// tungstenite's read buffer per connection, in bytes. Player → proxy traffic is small (a tick's packets), and
-/// tungstenite zero-fills this much before every read, so a small buffer is cheaper per read and per idle
-/// connection; a larger message is still read whole (in several reads) up to `max_ws_message_bytes`.
-const WS_READ_BUFFER: usize = 4 * 1024;
-
-/// The tungstenite configuration for players: messages and frames up to `max_message_bytes`, checked from the
-/// frame header before the payload is read; unmasked client frames refused (RFC 6455 §5.1); writes not
-/// buffered beyond what the socket does not take at once.
-pub(crate) fn ws_config(max_message_bytes: usize) -> WebSocketConfig {
-    WebSocketConfig::default()
-        .read_buffer_size(WS_READ_BUFFER)
-        .write_buffer_size(0)
-        .max_write_buffer_size(RELAY_CHUNK * 4)
-        .max_message_size(Some(max_message_bytes))
-        .max_frame_size(Some(max_message_bytes))
-        .accept_unmasked_frames(false)
-}
+/// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
+/// and the read buffer is kept per connection, so it stays small; larger messages arrive over several reads.
+pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
 
 /// WebSocket messages received from and sent to players, over every listener.
 #[derive(Debug, Default)]
@@ -58,119 +53,307 @@ pub(crate) struct MessageCounters {
 
 /// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
 pub(crate) struct WsLink<S> {
-    ws: WebSocketStream<S>,
+    stream: S,
+    dec: ServerDecoder,
     counters: Arc<MessageCounters>,
-    ping_interval: Option<Duration>,
+    /// The keepalive schedule (none when `ping_interval_seconds` is 0) and its one timer, kept across stages.
+    keepalive: Option<Keepalive>,
+    tick: Pin<Box<tokio::time::Sleep>>,
+    /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
+    write_stall: Duration,
+    /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
+    broken: bool,
+    /// Stream bytes decoded but not yet taken by the session (sent ahead during the login stage).
+    early: BytesMut,
     /// The close code earned by bad input, sent when the session finishes.
     pub(crate) fault: Option<(u16, &'static str)>,
+    /// The player's Close arrived (or its connection ended): nothing more will be read.
+    peer_closed: bool,
+    /// A Close was sent: no frame may follow it (RFC 6455 §5.5.1).
+    close_sent: bool,
     /// Binary messages received from and sent to this player.
     pub(crate) messages_in: u64,
     pub(crate) messages_out: u64,
 }
 
-/// What one received message means for the Minecraft stream.
-enum Incoming {
-    /// Stream bytes (possibly none).
-    Data(Bytes),
-    /// A Ping: the queued Pong must be flushed now.
-    Ping,
-    /// Nothing for the stream (a Pong, a raw frame).
-    Nothing,
-    /// The player closed (Close message) or the connection ended.
+/// What reading a batch of events turned up besides stream bytes.
+enum Turn {
+    /// Nothing that ends the connection.
+    Continue,
+    /// The player closed (Close answered) or its connection ended.
     Closed,
-    /// The player broke the carriage: close with this code and reason.
-    Fault(u16, &'static str, io::Error),
-}
-
-/// Classifies a message off the socket; the one place carriage rules for incoming messages live.
-fn incoming(msg: Option<Result<Message, WsError>>) -> Incoming {
-    match msg {
-        Some(Ok(Message::Binary(b))) => Incoming::Data(b),
-        Some(Ok(Message::Ping(_))) => Incoming::Ping,
-        Some(Ok(Message::Pong(_) | Message::Frame(_))) => Incoming::Nothing,
-        Some(Ok(Message::Text(_))) => Incoming::Fault(
-            carriage::CLOSE_UNSUPPORTED_DATA,
-            "text messages are not supported",
-            io::Error::new(io::ErrorKind::InvalidData, "text message"),
-        ),
-        Some(Ok(Message::Close(_))) | None => Incoming::Closed,
-        Some(Err(e)) => {
-            let (code, reason) = match &e {
-                WsError::Capacity(CapacityError::MessageTooLong { .. }) => {
-                    (carriage::CLOSE_MESSAGE_TOO_BIG, "message too big")
-                }
-                WsError::Protocol(ProtocolError::UnmaskedFrameFromClient) => {
-                    (carriage::CLOSE_PROTOCOL_ERROR, "unmasked frame")
-                }
-                _ => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
-            };
-            Incoming::Fault(code, reason, io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-        }
-    }
+    /// The player broke the carriage (the fault is recorded; close with it).
+    Fault(io::Error),
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// Starts the WebSocket protocol on an upgraded stream; `leftover` are bytes read after the request head.
-    pub(crate) async fn new(
+    pub(crate) fn new(
         stream: S,
-        leftover: Vec<u8>,
+        leftover: &[u8],
         ping_interval: Option<Duration>,
+        write_stall: Duration,
         max_message_bytes: usize,
         counters: Arc<MessageCounters>,
     ) -> Self {
-        let ws = WebSocketStream::from_partially_read(
+        let mut dec = ServerDecoder::new(max_message_bytes);
+        dec.queue_slice(leftover);
+        let keepalive = ping_interval.map(|i| Keepalive::new(i, Instant::now()));
+        let tick = Box::pin(tokio::time::sleep_until(tick_deadline(keepalive.as_ref())));
+        Self {
             stream,
-            leftover,
-            tokio_tungstenite::tungstenite::protocol::Role::Server,
-            Some(ws_config(max_message_bytes)),
-        )
-        .await;
-        Self { ws, counters, ping_interval, fault: None, messages_in: 0, messages_out: 0 }
+            dec,
+            counters,
+            keepalive,
+            tick,
+            write_stall,
+            broken: false,
+            early: BytesMut::new(),
+            fault: None,
+            peer_closed: false,
+            close_sent: false,
+            messages_in: 0,
+            messages_out: 0,
+        }
     }
 
-    fn count_in(&mut self) {
-        self.messages_in += 1;
-        self.counters.received.fetch_add(1, Ordering::Relaxed);
+    /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
+    async fn fill(stream: &mut S, dec: &mut ServerDecoder) -> io::Result<usize> {
+        let buf = dec.buffer_mut();
+        buf.reserve(WS_READ_CHUNK);
+        (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await
+    }
+
+    /// Decodes what is buffered: stream bytes go to `data` (up to `limit` bytes in all; the rest stays
+    /// buffered), Pings are answered, a Close is answered and ends the turn.
+    async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
+        let mut pongs: Vec<u8> = Vec::new();
+        let turn = loop {
+            if data.len() >= limit {
+                break Turn::Continue;
+            }
+            match self.dec.try_next() {
+                Ok(None) => break Turn::Continue,
+                Ok(Some(Event::Data(d))) => data.extend_from_slice(&d),
+                Ok(Some(Event::MessageEnd)) => {
+                    self.messages_in += 1;
+                    self.counters.received.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Some(Event::Ping(p))) => pongs.extend_from_slice(&wsframe::frame(OP_PONG, &p)),
+                Ok(Some(Event::Pong)) => {}
+                Ok(Some(Event::Close(c))) => {
+                    self.peer_closed = true;
+                    let _ = self.write_frame(&pongs).await;
+                    self.send_close(c.reply_code(), "").await;
+                    return Turn::Closed;
+                }
+                Err(f) => break self.fault_turn(&f),
+            }
+        };
+        if !pongs.is_empty() {
+            if let Err(e) = self.write_frame(&pongs).await {
+                return Turn::Fault(e);
+            }
+        }
+        turn
+    }
+
+    fn fault_turn(&mut self, f: &FrameFault) -> Turn {
+        self.fault = Some((f.close_code(), f.close_reason()));
+        Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, f.to_string()))
+    }
+
+    /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
+    /// an earlier write failed or was cut off (its frame may be half on the wire).
+    async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.close_sent || self.broken {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the WebSocket is closing"));
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        // Set until the write completes: a write dropped half-way (a timeout or select around it) leaves it set.
+        self.broken = true;
+        let stream = &mut self.stream;
+        within_stall(self.write_stall, Side::Player, async {
+            stream.write_all(bytes).await?;
+            stream.flush().await
+        })
+        .await?;
+        self.broken = false;
+        if let Some(k) = &mut self.keepalive {
+            k.on_write();
+        }
+        Ok(())
     }
 
     /// Sends stream bytes as one Binary message.
-    pub(crate) async fn send_binary(&mut self, data: Bytes) -> Result<(), WsError> {
+    pub(crate) async fn send_binary(&mut self, data: &[u8]) -> io::Result<()> {
         self.messages_out += 1;
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
-        self.ws.send(Message::Binary(data)).await
+        let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
+        let mut msg = Vec::with_capacity(n + data.len());
+        msg.extend_from_slice(h.get(..n).unwrap_or_default());
+        msg.extend_from_slice(data);
+        self.write_frame(&msg).await
+    }
+
+    /// Sends a Close (once) within [`LINGER`], unless the frame stream is already broken.
+    async fn send_close(&mut self, code: u16, reason: &str) {
+        if !self.close_sent && !self.broken {
+            let frame = wsframe::close_frame(code, reason);
+            let _ = tokio::time::timeout(LINGER, self.write_frame(&frame)).await;
+        }
+        self.close_sent = true;
+    }
+
+    /// Reads more from the player into the decoder while keeping the keepalive schedule: the number of bytes
+    /// read, 0 at end of stream; an error when the player is silent for three intervals or a Ping cannot leave.
+    async fn fill_alive(&mut self) -> io::Result<usize> {
+        loop {
+            tokio::select! {
+                biased;
+                () = self.tick.as_mut(), if self.keepalive.is_some() => self.keepalive_tick(false).await?,
+                r = Self::fill(&mut self.stream, &mut self.dec) => return self.received(r),
+            }
+        }
+    }
+
+    /// Notes a read for the keepalive schedule (anything received shows the player is alive).
+    fn received(&mut self, r: io::Result<usize>) -> io::Result<usize> {
+        if let (Ok(n), Some(k)) = (&r, &mut self.keepalive) {
+            if *n > 0 {
+                k.on_receive(Instant::now());
+            }
+        }
+        r
     }
 
     /// Reads stream bytes into `buf` (appending), answering Pings on the way: `Ok(0)` when the player closed.
     /// Bad input is an error, and [`WsLink::fault`] holds the close code it earned.
     pub(crate) async fn read_stream(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        let before = buf.len();
+        if !self.early.is_empty() {
+            buf.extend_from_slice(&self.early.split());
+            return Ok(buf.len() - before);
+        }
         loop {
-            match incoming(self.ws.next().await) {
-                Incoming::Data(b) => {
-                    self.count_in();
-                    if b.is_empty() {
-                        continue;
+            match self.decode(buf, before + WS_READ_CHUNK).await {
+                Turn::Continue => {}
+                Turn::Closed => return Ok(buf.len() - before),
+                Turn::Fault(e) => return Err(e),
+            }
+            if buf.len() > before {
+                return Ok(buf.len() - before);
+            }
+            if self.peer_closed {
+                return Ok(0);
+            }
+            if self.fill_alive().await? == 0 {
+                self.peer_closed = true;
+                return Ok(0);
+            }
+        }
+    }
+
+    /// Runs `work` while keeping the player's WebSocket alive: Pings on the keepalive schedule, Pongs to the
+    /// player's Pings; stream bytes the player sends meanwhile are kept (at most [`EARLY_DATA_LIMIT`], then
+    /// reading pauses) and reach the backend first. Fails, dropping `work`, when the player leaves or breaks the
+    /// carriage, or goes silent for three intervals (not counting time when reading is paused). Writes to the
+    /// player meanwhile (Pongs, Pings) are bounded by the write-stall limit.
+    pub(crate) async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone> {
+        if self.peer_closed {
+            // Its Close arrived with the bytes before (and was answered): nothing to wait for.
+            return Err(PlayerGone::Left("closed".into()));
+        }
+        tokio::pin!(work);
+        loop {
+            let room = self.early.len() < EARLY_DATA_LIMIT;
+            tokio::select! {
+                biased;
+                r = &mut work => return Ok(r),
+                () = self.tick.as_mut(), if self.keepalive.is_some() => {
+                    if let Err(e) = self.keepalive_tick(!room).await {
+                        return Err(PlayerGone::Left(e.to_string()));
                     }
-                    buf.extend_from_slice(&b);
-                    return Ok(b.len());
                 }
-                Incoming::Ping => self.ws.flush().await.map_err(io::Error::other)?,
-                Incoming::Nothing => {}
-                Incoming::Closed => return Ok(0),
-                Incoming::Fault(code, reason, e) => {
-                    self.fault = Some((code, reason));
-                    return Err(e);
+                r = Self::fill(&mut self.stream, &mut self.dec), if room => {
+                    match self.received(r) {
+                        Ok(0) | Err(_) => {
+                            self.peer_closed = true;
+                            return Err(PlayerGone::Left("connection lost".into()));
+                        }
+                        Ok(_) => {}
+                    }
+                    let mut early = std::mem::take(&mut self.early);
+                    let turn = self.decode(&mut early, EARLY_DATA_LIMIT).await;
+                    self.early = early;
+                    match turn {
+                        Turn::Continue => {}
+                        Turn::Closed => return Err(PlayerGone::Left("closed".into())),
+                        Turn::Fault(e) => return Err(PlayerGone::Fault(e.to_string())),
+                    }
                 }
             }
         }
     }
 
-    /// Sends a Close with `code` (the fault's code when bad input earned one) and waits briefly for the
-    /// player's Close, so the TCP close does not race it.
+    /// One keepalive tick (the schedule of [`Keepalive`]): a Ping after an interval without writing, close 1001
+    /// after three intervals without receiving anything; re-arms the timer. While the proxy itself is not
+    /// reading (`paused`), silence does not count against the player. A Ping that cannot be written, or a dead
+    /// peer, is an error.
+    async fn keepalive_tick(&mut self, paused: bool) -> io::Result<()> {
+        let Some(k) = &mut self.keepalive else { return Ok(()) };
+        let now = Instant::now();
+        if paused {
+            k.on_receive(now);
+        }
+        let action = k.on_tick(now);
+        self.tick.as_mut().reset(tick_deadline(Some(k)));
+        match action {
+            KeepaliveAction::None => Ok(()),
+            KeepaliveAction::Ping => self.write_frame(&wsframe::frame(OP_PING, &[])).await,
+            KeepaliveAction::Dead => {
+                self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"))
+            }
+        }
+    }
+
+    /// Ends the WebSocket: a Close with `code` (the fault's code when bad input earned one), unless one was
+    /// already sent; then, unless the player's Close already arrived, a brief wait for it (so the TCP close
+    /// does not race it); then the transport's own close (TLS close_notify, FIN).
     pub(crate) async fn close(&mut self, code: u16, reason: &'static str) {
         let (code, reason) = self.fault.unwrap_or((code, reason));
-        let frame = CloseFrame { code: CloseCode::from(code), reason: reason.into() };
-        let _ = tokio::time::timeout(LINGER, self.ws.close(Some(frame))).await;
-        let _ = tokio::time::timeout(LINGER, async { while let Some(Ok(_)) = self.ws.next().await {} }).await;
+        self.send_close(code, reason).await;
+        if !self.peer_closed {
+            // Until the player's Close (or EOF): frames are decoded and dropped while the stream is in step;
+            // after a frame fault the decoder is not, so raw bytes are dropped (reading on keeps the kernel
+            // from answering with a reset that could destroy the Close just sent).
+            let _ = tokio::time::timeout(LINGER, async {
+                let mut in_step = true;
+                loop {
+                    while in_step {
+                        match self.dec.try_next() {
+                            Ok(Some(Event::Close(_))) => return,
+                            Ok(Some(_)) => {}
+                            Ok(None) => break,
+                            Err(_) => in_step = false,
+                        }
+                    }
+                    if !in_step {
+                        self.dec.buffer_mut().clear();
+                    }
+                    match Self::fill(&mut self.stream, &mut self.dec).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            self.peer_closed = true;
+        }
+        let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
     }
 
     /// Relays the WebSocket ⇄ `backend` until either side ends (see the module documentation).
@@ -179,78 +362,72 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         // Counting, frame following and (online mode) AES-CFB8, in place per batch, as in the TCP relay.
         let (mut up, mut down) = Direction::pair(start);
         let stall = up.stall;
-        let mut keepalive = self.ping_interval.map(|i| Keepalive::new(i, Instant::now()));
-        // One timer for the whole relay, re-armed at each keepalive tick (not a new timer per message).
-        let tick = tokio::time::sleep_until(tick_deadline(keepalive.as_ref()));
-        tokio::pin!(tick);
-        // Binary messages already read, written to the backend together (one write per received batch).
-        let mut batch: Vec<u8> = Vec::new();
+        // Stream bytes decoded from the player, written to the backend together (one write per read). Bytes the
+        // player sent ahead during the login stage go first, then what is still buffered undecoded (reading
+        // paused at the early-data limit), and a Close that came with them.
+        let mut batch = self.early.split();
+        let mut pending_turn = if self.peer_closed {
+            Turn::Closed
+        } else {
+            let limit = batch.len() + RELAY_CHUNK;
+            self.decode(&mut batch, limit).await
+        };
         let end = loop {
+            if !batch.is_empty() {
+                up.process(&mut batch);
+                if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
+                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                    break RelayEnd::Error(Side::Backend, e);
+                }
+                batch.clear();
+            }
+            match std::mem::replace(&mut pending_turn, Turn::Continue) {
+                Turn::Continue => {}
+                Turn::Closed => {
+                    // The player is gone (its Close was answered): FIN to the backend, then let it finish briefly.
+                    let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
+                    discard_until_eof(backend, LINGER).await;
+                    let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
+                    break RelayEnd::Closed(Side::Player);
+                }
+                Turn::Fault(e) => {
+                    self.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                    break RelayEnd::Error(Side::Player, e);
+                }
+            }
             tokio::select! {
-                msg = self.ws.next() => {
-                    if let Some(k) = &mut keepalive {
-                        k.on_receive(Instant::now());
-                    }
-                    // Take every message tungstenite can hand over without waiting (those of the same read).
-                    let mut next = incoming(msg);
-                    while let Incoming::Data(b) = next {
-                        self.count_in();
-                        if batch.is_empty() {
-                            batch = b.into();
-                        } else {
-                            batch.extend_from_slice(&b);
+                r = Self::fill(&mut self.stream, &mut self.dec) => {
+                    match r {
+                        Ok(0) => {
+                            self.peer_closed = true;
+                            pending_turn = Turn::Closed;
+                            continue;
                         }
-                        if batch.len() >= RELAY_CHUNK {
-                            next = Incoming::Nothing;
-                            break;
-                        }
-                        next = match self.ws.next().now_or_never() {
-                            Some(m) => incoming(m),
-                            None => Incoming::Nothing,
-                        };
-                    }
-                    if !batch.is_empty() {
-                        up.process(&mut batch);
-                        if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                            break RelayEnd::Error(Side::Backend, e);
-                        }
-                        batch.clear();
-                        if batch.capacity() > RELAY_CHUNK {
-                            batch = Vec::new();
-                        }
-                    }
-                    match next {
-                        Incoming::Data(_) | Incoming::Nothing => {}
-                        Incoming::Ping => {
-                            // tungstenite queued the Pong: send it now.
-                            if let Err(e) = within_stall(stall, Side::Player, async { self.ws.flush().await.map_err(io::Error::other) }).await {
-                                break RelayEnd::Error(Side::Player, e);
-                            }
-                            if let Some(k) = &mut keepalive {
-                                k.on_write();
-                            }
-                        }
-                        Incoming::Fault(code, reason, e) => {
-                            self.fault = Some((code, reason));
-                            self.close(code, reason).await;
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.peer_closed = true;
+                            let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
                             break RelayEnd::Error(Side::Player, e);
                         }
-                        Incoming::Closed => {
-                            // The player is gone: FIN to the backend, then let it finish briefly.
-                            let _ = tokio::time::timeout(LINGER, self.ws.flush()).await;
-                            let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
-                            discard_until_eof(backend, LINGER).await;
-                            break RelayEnd::Closed(Side::Player);
-                        }
                     }
+                    if let Some(k) = &mut self.keepalive {
+                        k.on_receive(Instant::now());
+                    }
+                    // Pongs are written inside, under the write-stall limit.
+                    pending_turn = self.decode(&mut batch, RELAY_CHUNK).await;
                 }
                 r = backend.readable() => {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
-                    // One copy, out of the scratch buffer into the message.
-                    let data = match read_batch(backend, &mut down, |d| Bytes::copy_from_slice(d)) {
+                    // One copy, out of the scratch buffer into the message (header in front).
+                    let data = match read_batch(backend, &mut down, |d| {
+                        let (h, n) = wsframe::encode_header(OP_BINARY, d.len());
+                        let mut msg = Vec::with_capacity(n + d.len());
+                        msg.extend_from_slice(h.get(..n).unwrap_or_default());
+                        msg.extend_from_slice(d);
+                        (msg, d.is_empty())
+                    }) {
                         Ok(Some(d)) => d,
                         Ok(None) => continue,
                         Err(e) => {
@@ -258,33 +435,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                             break RelayEnd::Error(Side::Backend, e);
                         }
                     };
-                    if data.is_empty() {
+                    if data.1 {
                         // Backend FIN: close 1000, then the TCP close.
                         self.close(carriage::CLOSE_NORMAL, "").await;
                         break RelayEnd::Closed(Side::Backend);
                     }
-                    if let Err(e) = within_stall(stall, Side::Player, async { self.send_binary(data).await.map_err(io::Error::other) }).await {
+                    self.messages_out += 1;
+                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = self.write_frame(&data.0).await {
                         break RelayEnd::Error(Side::Player, e);
                     }
-                    if let Some(k) = &mut keepalive {
-                        k.on_write();
-                    }
                 }
-                () = &mut tick, if keepalive.is_some() => {
-                    let Some(k) = &mut keepalive else { continue };
-                    let action = k.on_tick(Instant::now());
-                    tick.as_mut().reset(tick_deadline(Some(k)));
-                    match action {
-                        KeepaliveAction::None => {}
-                        KeepaliveAction::Ping => {
-                            if let Err(e) = within_stall(stall, Side::Player, async { self.ws.send(Message::Ping(Bytes::new())).await.map_err(io::Error::other) }).await {
-                                break RelayEnd::Error(Side::Player, e);
-                            }
-                        }
-                        KeepaliveAction::Dead => {
-                            self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
-                            break RelayEnd::Error(Side::Player, io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"));
-                        }
+                () = self.tick.as_mut(), if self.keepalive.is_some() => {
+                    if let Err(e) = self.keepalive_tick(false).await {
+                        break RelayEnd::Error(Side::Player, e);
                     }
                 }
                 () = shutdown.cancelled() => {
@@ -304,7 +468,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
     }
 
     async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()> {
-        self.send_binary(Bytes::from(bytes)).await.map_err(io::Error::other)
+        self.send_binary(&bytes).await
     }
 }
 

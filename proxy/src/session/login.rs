@@ -21,7 +21,16 @@ use super::{Finish, Player, Session, Summary};
 use crate::backend::Backend;
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
-use crate::relay::{RelayStart, RELAY_CHUNK, SHUTDOWN_REASON};
+use crate::relay::{RelayStart, SHUTDOWN_REASON};
+
+/// Bytes read of the backend's first answer before the relay starts, in bytes.
+const FIRST_ANSWER_READ: usize = 16 * 1024;
+
+/// Why connecting to the backend and sending it the opening failed.
+enum BackendWait {
+    Connect(crate::backend::BackendError),
+    Write(std::io::Error),
+}
 
 /// The name of the property BungeeGuard-style backends check against their configured token.
 const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
@@ -134,28 +143,46 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let up = opening.len() as u64;
 
     let unreachable = format!("Server {} is unreachable", backend.name);
-    let mut stream = match backend.connect(s.info.client, state.limits.backend_connect_timeout()).await {
-        Ok(stream) => stream,
-        Err(e) => {
+    // Connect, send the opening, and wait for the backend's first answer (Login Success, Encryption Request or
+    // Login Disconnect) while the player is watched: kept alive, and the wait abandoned if the player leaves.
+    let login_timeout = state.limits.login_timeout();
+    let client = s.info.client;
+    let connect_timeout = state.limits.backend_connect_timeout();
+    let wait = async {
+        let mut stream = backend.connect(client, connect_timeout).await.map_err(BackendWait::Connect)?;
+        stream.write_all(&opening).await.map_err(BackendWait::Write)?;
+        // The first read only has to show the first packet; the relay carries the rest. A small buffer keeps a
+        // thousand simultaneous logins from each holding a relay-sized one.
+        let mut first = BytesMut::with_capacity(FIRST_ANSWER_READ);
+        let answered = timeout(login_timeout, stream.read_buf(&mut first)).await;
+        Ok::<_, BackendWait>((stream, first, answered))
+    };
+    let waited = tokio::select! {
+        r = s.player.during(wait) => r,
+        () = s.shutdown.cancelled() => {
+            login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
+            summary.reason = "proxy shutdown".into();
+            return summary;
+        }
+    };
+    let (stream, mut first, answered) = match waited {
+        Ok(Ok(v)) => v,
+        Ok(Err(BackendWait::Connect(e))) => {
             warn!(backend = %backend.name, "{e}");
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = e.to_string();
             return summary;
         }
-    };
-    if let Err(e) = stream.write_all(&opening).await {
-        login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
-        summary.reason = format!("backend write failed: {e}");
-        return summary;
-    }
-
-    // Wait for the backend's first answer (Login Success, Encryption Request or Login Disconnect).
-    let mut first = BytesMut::with_capacity(RELAY_CHUNK);
-    let answered = tokio::select! {
-        r = timeout(state.limits.login_timeout(), stream.read_buf(&mut first)) => r,
-        () = s.shutdown.cancelled() => {
-            login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
-            summary.reason = "proxy shutdown".into();
+        Ok(Err(BackendWait::Write(e))) => {
+            login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+            summary.reason = format!("backend write failed: {e}");
+            return summary;
+        }
+        Err(gone) => {
+            // Either way the transport is closed properly (an answered Close is not sent twice).
+            let finish = Finish::after(&gone);
+            s.player.finish(finish).await;
+            summary.reason = format!("{gone} (while waiting for the backend)");
             return summary;
         }
     };

@@ -17,6 +17,7 @@
 //! The transport is behind [`Player`]; a stage works on a [`Session`] (the player, who it is, the proxy
 //! state and the shutdown signal). [`serve`] runs the stages in order and logs the session's end.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::HandshakeSlot;
+pub(crate) use crate::relay::PlayerGone;
 use crate::relay::{RelayReport, RelayStart};
 use crate::state::ProxyState;
 
@@ -44,6 +46,14 @@ pub(crate) trait Player: Send {
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
     /// Ends the connection orderly after the last `send`.
     async fn finish(&mut self, how: Finish);
+    /// Runs `work` (a wait on the backend or the session server) while watching the player: a WebSocket
+    /// player is kept alive (Pings on schedule, Pongs to its Pings); bytes the player sends meanwhile are kept,
+    /// bounded, and reach the backend first when the relay starts.
+    ///
+    /// # Errors
+    /// [`PlayerGone`] when the player leaves (EOF, reset, Close, silence) or breaks the protocol; `work` is
+    /// dropped then, so no backend is opened or kept for a player who is gone.
+    async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone>;
     /// Relays until either side ends. The backend's first answer has already been sent to the player.
     async fn relay(&mut self, backend: TcpStream, relay: RelayStart<'_>) -> RelayReport;
     /// WebSocket messages received from and sent to the player, for WebSocket transports.
@@ -63,6 +73,17 @@ pub(crate) enum Finish {
     ProtocolError,
     /// The backend could not be reached (1011).
     BackendUnavailable,
+}
+
+impl Finish {
+    /// How to end a connection whose player left or broke the protocol during a wait.
+    pub(crate) fn after(gone: &PlayerGone) -> Self {
+        if matches!(gone, PlayerGone::Fault(_)) {
+            Self::ProtocolError
+        } else {
+            Self::Normal
+        }
+    }
 }
 
 /// Who a connection is.

@@ -175,8 +175,17 @@ pub(super) async fn authenticate<P: Player>(
     cipher.decrypt.apply(&mut rest);
 
     let hash = server_hash("", &secret, auth.public_key_der());
+    // The session server may take a while: the player is kept alive meanwhile, and if it leaves, the check
+    // is abandoned and no backend is ever contacted.
     let checked = tokio::select! {
-        r = auth.check(name, hash) => r,
+        r = player.during(auth.check(name, hash)) => match r {
+            Ok(r) => r,
+            Err(gone) => {
+                let finish = Finish::after(&gone);
+                return Err(AuthFailure::new(None, finish, format!("{gone} (while the session server was asked)"))
+                    .encrypted(cipher));
+            }
+        },
         () = shutdown.cancelled() => {
             return Err(AuthFailure::new(Some(SHUTDOWN_REASON), Finish::Shutdown, "proxy shutdown").encrypted(cipher));
         }

@@ -50,6 +50,11 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
     let opening = match within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await {
         Ok(Ok(o)) => o,
         Ok(Err(opening::OpeningError::Closed)) => return Summary::new("closed during handshake"),
+        Ok(Err(opening::OpeningError::BadLoginStart { tell, detail })) => {
+            // Told with a Login Disconnect, before any backend or session server hears of the player.
+            login::login_disconnect(&mut *s.player, tell, None, Finish::Normal).await;
+            return Summary::new(format!("bad Login Start: {detail}"));
+        }
         Ok(Err(e)) => {
             if let Some(suppressed) = s.state.bad_input_log.allow() {
                 info!(client = %s.info.client.ip(), suppressed, "closing connection: {e}");

@@ -1,14 +1,15 @@
 //! A player on a WebSocket, as the session stages see it: [`Player`] over [`WsLink`].
 
+use std::future::Future;
 use std::io;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use moonbridge_protocol::ws as carriage;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::relay::ws::WsLink;
-use crate::relay::{RelayReport, RelayStart};
+use crate::relay::{PlayerGone, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsLink<S> {
@@ -17,7 +18,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsLink<S> {
     }
 
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.send_binary(Bytes::copy_from_slice(bytes)).await.map_err(io::Error::other)
+        self.send_binary(bytes).await
+    }
+
+    async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone> {
+        WsLink::during(self, work).await
     }
 
     async fn finish(&mut self, how: Finish) {

@@ -133,17 +133,32 @@ async fn read_and_check<S: AsyncRead + Unpin>(
             return Err(UpgradeError::Closed);
         }
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(head_len)) => {
-                let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
-                return check_request(&req, settings, peer, leftover);
-            }
-            Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => {}
-            Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => return Err(UpgradeError::TooLarge),
-            Err(e) => return Err(UpgradeError::Malformed(e.to_string())),
+        if let Some(done) = parse_upgrade(&buf, settings, peer)? {
+            return Ok(done);
         }
+    }
+}
+
+/// Parses and checks an upgrade request from the bytes read so far (sans-IO): `Ok(None)` while the head is
+/// incomplete (and under [`MAX_REQUEST_HEAD`]), else the `101` response to send and the upgraded connection.
+///
+/// # Errors
+/// [`UpgradeError`] for a head that is too large, malformed or not a valid WebSocket upgrade for `settings`.
+pub(crate) fn parse_upgrade(
+    buf: &[u8],
+    settings: &WsSettings,
+    peer: SocketAddr,
+) -> Result<Option<(String, Upgraded)>, UpgradeError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(head_len)) => {
+            let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
+            check_request(&req, settings, peer, leftover).map(Some)
+        }
+        Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => Ok(None),
+        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(UpgradeError::TooLarge),
+        Err(e) => Err(UpgradeError::Malformed(e.to_string())),
     }
 }
 
@@ -169,7 +184,7 @@ fn check_request(
         other => return Err(UpgradeError::Version(other.unwrap_or("").chars().take(16).collect())),
     }
     let key = header(req, "Sec-WebSocket-Key").ok_or(UpgradeError::MissingKey)?;
-    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     let subprotocol = has_token(header(req, "Sec-WebSocket-Protocol"), carriage::SUBPROTOCOL);
     let value = real_ip_header_value(req, settings.real_ip_header);
     let ip = real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, value.as_deref());

@@ -4,6 +4,9 @@
 //!
 //! Every certificate is valid from one day ago for two days, so clock skew between the processes of a test
 //! does not matter.
+//!
+//! Also [`TestDir`], the scratch directory tests write their files into: removed when dropped (also when the
+//! test fails and unwinds), unless `MOONBRIDGE_KEEP_TEST_FILES` is set.
 
 use std::fmt;
 use std::io;
@@ -65,11 +68,52 @@ pub struct TestCert {
     ca_pem: String,
     issuer: Issuer<'static, KeyPair>,
     key_type: KeyType,
+    /// The directory, when [`TestCert::generate`] made it (removed on drop).
+    _owned: Option<TestDir>,
 }
 
 impl fmt::Debug for TestCert {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TestCert").field("dir", &self.dir).field("key_type", &self.key_type).finish_non_exhaustive()
+    }
+}
+
+/// A fresh directory under the system's temporary directory, named after a prefix and this process, removed
+/// with everything in it when dropped. Set `MOONBRIDGE_KEEP_TEST_FILES=1` to keep it for a post-mortem.
+#[derive(Debug)]
+pub struct TestDir(PathBuf);
+
+impl TestDir {
+    /// Creates `<temp>/<prefix>-<pid>-<n>`, `n` counting the directories this process made, so two tests
+    /// that pick the same prefix never share (or delete) each other's files.
+    ///
+    /// # Errors
+    /// [`CertError::Write`] when it cannot be created.
+    pub fn new(prefix: &str) -> Result<Self, CertError> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir); // left by a crashed process that had this pid
+        std::fs::create_dir_all(&dir).map_err(|e| CertError::Write { path: dir.clone(), source: e })?;
+        Ok(Self(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::env::var_os("MOONBRIDGE_KEEP_TEST_FILES").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -106,13 +150,15 @@ impl TestCert {
     ///
     /// # Errors
     /// [`CertError`] when generating or writing fails.
+    /// The directory is removed when the value is dropped.
     pub fn generate(name: &str, key_type: KeyType) -> Result<Self, CertError> {
-        let dir = std::env::temp_dir().join(format!("moonbridge-cert-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| CertError::Write { path: dir.clone(), source: e })?;
-        Self::generate_in(dir, name, key_type)
+        let dir = TestDir::new(&format!("moonbridge-cert-{name}"))?;
+        let mut cert = Self::generate_in(dir.path().to_owned(), name, key_type)?;
+        cert._owned = Some(dir);
+        Ok(cert)
     }
 
-    /// Like [`TestCert::generate`], in `dir` (which must exist).
+    /// Like [`TestCert::generate`], in `dir` (which must exist; the caller removes it).
     ///
     /// # Errors
     /// [`CertError`] when generating or writing fails.
@@ -132,6 +178,7 @@ impl TestCert {
             ca_pem,
             issuer: Issuer::new(params, ca_key),
             key_type,
+            _owned: None,
         };
         write(&t.ca, &t.ca_pem)?;
         t.issue_for(&t.cert, &t.key, name, &local_names())?;
@@ -168,4 +215,28 @@ impl TestCert {
         write(cert, &format!("{}{}", leaf.pem(), self.ca_pem))?;
         write(key, &leaf_key.serialize_pem())
     }
+}
+
+/// Writes a self-signed certificate for [`local_names`] (ECDSA P-256, common name `cn`) to `cert` and its key to
+/// `key`, the kind people make with `openssl req -x509`. With `ca` it is marked as a CA (basicConstraints
+/// CA:TRUE, what that command does by default); without, as an end entity (CA:FALSE).
+///
+/// # Errors
+/// [`CertError`] when generating or writing fails.
+pub fn self_signed(cert: &Path, key: &Path, cn: &str, ca: bool) -> Result<(), CertError> {
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.is_ca = if ca { IsCa::Ca(BasicConstraints::Unconstrained) } else { IsCa::ExplicitNoCa };
+    params.subject_alt_names = local_names()
+        .into_iter()
+        .map(|s| match s {
+            San::Dns(name) => Ok(SanType::DnsName(name.try_into()?)),
+            San::Ip(ip) => Ok(SanType::IpAddress(ip)),
+        })
+        .collect::<Result<_, rcgen::Error>>()?;
+    validity(&mut params);
+    let k = new_key(KeyType::Ec)?;
+    let c = params.self_signed(&k)?;
+    write(cert, &c.pem())?;
+    write(key, &k.serialize_pem())
 }

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod frame;
+
 /// The subprotocol a MoonBridge client may offer; the proxy echoes it when offered.
 pub const SUBPROTOCOL: &str = "moonbridge.v1";
 
