@@ -2,7 +2,7 @@
 //! limiters and counters. Built once from [`Settings`] when the server starts.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::auth::OnlineAuth;
 use crate::backend::Backend;
 use crate::config::{AuthMode, LimitsConfig, Settings};
 use crate::limits::{HandshakeSlots, LogLimiter};
-use crate::relay::ws::MessageCounters;
+use crate::metrics::Metrics;
 
 /// State shared by every session.
 #[derive(Debug)]
@@ -36,17 +36,19 @@ pub(crate) struct ProxyState {
     pub(crate) handshaking: Arc<HandshakeSlots>,
     /// Session ids, for the logs.
     pub(crate) next_id: AtomicU64,
-    /// WebSocket messages received from and sent to players (every listener).
-    pub(crate) ws_messages: Arc<MessageCounters>,
+    /// Every metric (`[metrics]` serves them; they are counted either way).
+    pub(crate) metrics: Arc<Metrics>,
+    /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
+    pub(crate) draining: AtomicBool,
 }
 
 impl ProxyState {
-    pub(crate) fn new(settings: &Settings, online: Option<Arc<OnlineAuth>>) -> Self {
+    pub(crate) fn new(settings: &Settings, online: Option<Arc<OnlineAuth>>, metrics: Arc<Metrics>) -> Self {
         let limits = settings.limits.clone();
         Self {
             auth: settings.auth.mode,
             online,
-            backends: settings.backends.iter().map(Backend::from).collect(),
+            backends: settings.backends.iter().map(|b| Backend::new(b, &metrics)).collect(),
             routes: settings.routes.hosts.clone(),
             default_backend: settings.routes.default_backend,
             bad_input_log: LogLimiter::new(10, Duration::from_secs(10)),
@@ -55,7 +57,8 @@ impl ProxyState {
             conn_limit: Arc::new(Semaphore::new(limits.max_connections)),
             handshaking: HandshakeSlots::new(limits.max_handshaking),
             next_id: AtomicU64::new(1),
-            ws_messages: Arc::default(),
+            metrics,
+            draining: AtomicBool::new(false),
             limits,
         }
     }
@@ -69,6 +72,11 @@ impl ProxyState {
     /// The backend legacy pings go to (`None` only without backends, which validation refuses).
     pub(crate) fn default_backend(&self) -> Option<&Backend> {
         self.backends.get(self.default_backend).or_else(|| self.backends.first())
+    }
+
+    /// Every backend, in configuration order.
+    pub(crate) fn backends(&self) -> &[Backend] {
+        &self.backends
     }
 
     /// Open player connections (every stage).

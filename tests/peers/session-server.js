@@ -16,7 +16,8 @@
 // answers), "drip" (200 headers, then one body byte per second). `delayMs` (optional) delays every hasJoined
 // answer. `mode` can be changed later with POST /control {"hasJoined": …, "delayMs": …}.
 // Prints {"event":"listening","port":N}, then one line per call: {"event":"join",…} / {"event":"hasJoined",…}
-// (hasJoined lines carry the raw query string as `query`).
+// (hasJoined lines carry the raw query string as `query` and are printed when the answer goes out; a
+// {"event":"hasJoinedReceived"} line is printed when the request arrives, before any delay).
 const http = require('http')
 const { emit } = require('./common')
 
@@ -58,6 +59,8 @@ const server = http.createServer((req, res) => {
     return
   }
   if (req.method === 'GET' && url.pathname === '/session/minecraft/hasJoined') {
+    // On arrival, before any delay: a test can act while the proxy waits for the answer.
+    emit({ event: 'hasJoinedReceived' })
     setTimeout(() => hasJoined(req, res, url), opts.delayMs || 0)
     return
   }

@@ -17,6 +17,8 @@ pub fn raise_fd_limit() {
 /// The proxy running in this process.
 pub struct Proxy {
     pub addrs: Vec<(Transport, SocketAddr)>,
+    /// The `[metrics]` listener, when configured.
+    pub metrics: Option<SocketAddr>,
     pub stats: StatsHandle,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -32,11 +34,12 @@ impl Proxy {
     pub async fn start_config(config: &Config) -> Self {
         let server = Server::bind(config).await.expect("proxy binds");
         let addrs = server.local_addrs();
+        let metrics = server.metrics_addr();
         let stats = server.stats_handle();
         let stop = CancellationToken::new();
         let s = stop.clone();
         let task = tokio::spawn(async move { server.run(s.cancelled_owned()).await });
-        Self { addrs, stats, stop, task }
+        Self { addrs, metrics, stats, stop, task }
     }
 
     /// The address of the first listener of `transport`.

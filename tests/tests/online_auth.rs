@@ -110,7 +110,7 @@ async fn online_players(transport: Transport, names: &[&str]) {
     assert_eq!(clients.wait(STEP).await, Some(0));
 
     // The session server saw each client join and the proxy ask with the same server hash.
-    let calls = sessions.next_lines(2 * names.len(), STEP).await;
+    let calls = sessions.next_lines(3 * names.len(), STEP).await; // join, hasJoinedReceived, hasJoined
     for name in names {
         let call =
             |event: &str| calls.iter().find(|c| c["event"] == event && (c["name"] == *name || c["username"] == *name));
@@ -518,7 +518,7 @@ async fn c28_malformed_encryption_responses() {
     proxy.wait_connections(0, STEP).await;
     assert_eq!(backend.accepted(), 0);
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoined", STEP)).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoinedReceived", STEP)).await.is_err(),
         "no hasJoined request"
     );
     proxy.shutdown().await;
@@ -631,7 +631,7 @@ async fn c31_an_online_name_with_url_characters_never_reaches_the_session_server
     assert!(reason.contains("Invalid player name"), "{reason}");
     proxy.wait_connections(0, STEP).await;
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoined", STEP)).await.is_err(),
+        tokio::time::timeout(Duration::from_millis(300), sessions.event("hasJoinedReceived", STEP)).await.is_err(),
         "the session server never hears of it"
     );
     assert_eq!(backend.accepted(), 0);
@@ -640,16 +640,18 @@ async fn c31_an_online_name_with_url_characters_never_reaches_the_session_server
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c35_a_player_leaving_while_the_session_server_thinks_opens_no_backend() {
-    // The stand-in takes 2 s to answer (and would vouch); the player leaves after 0.5 s.
+    // The stand-in takes 2 s to answer (and would vouch); the player leaves as soon as the request is there.
     let (mut sessions, url) = vouching_session_server().await;
     let (proxy, backend, addr) = failing_proxy(&url, "").await;
     let _ = control(&url, json!({ "delayMs": 2000 }).to_string()).await;
     let _ = sessions.event("control", STEP).await;
     let login = correct_response(addr).await;
-    let _ = sessions.event("hasJoined", STEP).await;
+    let _ = sessions.event("hasJoinedReceived", STEP).await;
+    let left = std::time::Instant::now();
     drop(login);
     // The session (and with it the abandoned check) is gone, so nothing can open a backend connection later.
     proxy.wait_connections(0, STEP).await;
+    assert!(left.elapsed() < Duration::from_secs(1), "the session ended {:?} after the player left", left.elapsed());
     assert_eq!(backend.accepted(), 0);
     proxy.shutdown().await;
 }

@@ -50,6 +50,19 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[limits]`: connection caps and deadlines.
     pub limits: LimitsConfig,
+    /// `[metrics]`: the operations HTTP listener (Prometheus metrics, health checks). Off by default.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: an HTTP/1.1 listener for operators, serving `GET /metrics` (the Prometheus text format),
+/// `GET /healthz` and `GET /readyz` (see `docs/operations.md`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct MetricsConfig {
+    /// `bind`: `IP:port` of the listener, such as `"127.0.0.1:9477"`. Default: none (no listener). Put it on a
+    /// private address: the endpoints have no authentication.
+    pub bind: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -68,6 +81,7 @@ impl Default for Config {
             routing: RoutingConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -156,6 +170,10 @@ pub struct ListenerConfig {
     /// `real_ip_header` (ws/wss): `"CF-Connecting-IP"` (default), `"X-Forwarded-For"` or `"X-Real-IP"`.
     #[serde(default)]
     pub real_ip_header: Option<RealIpHeader>,
+    /// `health_path` (ws/wss): a request path answered with `200 OK` and no upgrade, for a CDN's or load
+    /// balancer's health check (for example `"/healthz"`). Default: none.
+    #[serde(default)]
+    pub health_path: Option<String>,
 }
 
 impl ListenerConfig {
@@ -171,6 +189,7 @@ impl ListenerConfig {
             ping_interval_seconds: None,
             trusted_proxies: Vec::new(),
             real_ip_header: None,
+            health_path: None,
         }
     }
 }

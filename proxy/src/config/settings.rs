@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, RealIpHeader,
-    Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, MetricsConfig,
+    RealIpHeader, Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -25,6 +25,8 @@ pub struct Settings {
     pub auth: AuthConfig,
     /// `[limits]`.
     pub limits: LimitsConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
 }
 
 /// One listener.
@@ -76,6 +78,8 @@ pub struct WsSettings {
     pub trusted: TrustedProxies,
     /// The header carrying the player's address from a trusted peer.
     pub real_ip_header: RealIpHeader,
+    /// A path answered with `200 OK` without an upgrade (health checks), if any.
+    pub health_path: Option<String>,
 }
 
 /// A `wss` listener's certificate chain and key files (PEM).
@@ -192,6 +196,11 @@ impl Config {
                 }
             }
         }
+        if let Some(bind) = self.metrics.bind {
+            if bind.port() != 0 && binds.contains(&bind) {
+                push("metrics.bind".into(), format!("{bind} is used by a [[listener]]"));
+            }
+        }
         check_limits(&self.limits, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
@@ -217,6 +226,7 @@ impl Config {
             routes: RouteTable { hosts, default_backend },
             auth: self.auth.clone(),
             limits: self.limits.clone(),
+            metrics: self.metrics.clone(),
         })
     }
 }
@@ -236,6 +246,7 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
             (l.path.is_some(), "path"),
             (l.ping_interval_seconds.is_some(), "ping_interval_seconds"),
             (l.real_ip_header.is_some(), "real_ip_header"),
+            (l.health_path.is_some(), "health_path"),
         ] {
             if set {
                 problem(k, only("ws and wss"));
@@ -276,6 +287,13 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
     if !path.starts_with('/') || path.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
         problem("path", format!("\"{path}\" must start with / and hold no spaces, ? or #"));
     }
+    if let Some(h) = &l.health_path {
+        if !h.starts_with('/') || h.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
+            problem("health_path", format!("\"{h}\" must start with / and hold no spaces, ? or #"));
+        } else if *h == path {
+            problem("health_path", format!("\"{h}\" is the WebSocket path; choose another"));
+        }
+    }
     let ping = l.ping_interval_seconds.unwrap_or(DEFAULT_PING_INTERVAL_SECONDS);
     if ping > 3600 {
         problem("ping_interval_seconds", "must be at most 3600 seconds".into());
@@ -295,6 +313,7 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
         ping_interval: (ping > 0).then(|| Duration::from_secs(ping)),
         trusted: trusted.clone(),
         real_ip_header: l.real_ip_header.unwrap_or_default(),
+        health_path: l.health_path.clone(),
     };
     Some(match l.transport {
         Transport::Tcp => {

@@ -17,10 +17,11 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::online::{authenticate, encryptor};
-use super::{Finish, Player, Session, Summary};
+use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
+use crate::metrics::Stage;
 use crate::relay::{RelayStart, SHUTDOWN_REASON};
 
 /// Bytes read of the backend's first answer before the relay starts, in bytes.
@@ -104,6 +105,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let Some(backend) = state.route(&host.routing_key()) else {
         login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
+        summary.outcome = Some("unknown_host");
         return summary;
     };
     summary.backend = Some(backend.name.clone());
@@ -121,6 +123,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
                     s.player.finish(f.finish).await;
                 }
                 summary.reason = format!("online mode: {}", f.reason);
+                summary.outcome = Some(f.outcome());
                 return summary;
             }
         },
@@ -136,6 +139,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
             .await;
         summary.reason = "forwarded handshake too long".into();
+        summary.outcome = Some("bad_handshake");
         return summary;
     }
     opening.extend_from_slice(&login_raw);
@@ -162,6 +166,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         () = s.shutdown.cancelled() => {
             login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
             summary.reason = "proxy shutdown".into();
+            summary.outcome = Some("shutdown");
             return summary;
         }
     };
@@ -171,11 +176,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             warn!(backend = %backend.name, "{e}");
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = e.to_string();
+            summary.outcome = Some("backend_unreachable");
             return summary;
         }
         Ok(Err(BackendWait::Write(e))) => {
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = format!("backend write failed: {e}");
+            summary.outcome = Some("backend_unreachable");
             return summary;
         }
         Err(gone) => {
@@ -183,6 +190,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             let finish = Finish::after(&gone);
             s.player.finish(finish).await;
             summary.reason = format!("{gone} (while waiting for the backend)");
+            summary.outcome = Some(if matches!(gone, PlayerGone::Fault(_)) { "protocol_error" } else { "player_left" });
             return summary;
         }
     };
@@ -191,11 +199,16 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         Ok(Ok(_)) => Some((
             format!("Server {} closed the connection during login", backend.name),
             "backend closed during login".to_string(),
+            "backend_closed",
         )),
-        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"))),
+        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"), "backend_unreachable")),
         Err(_) => {
             warn!(backend = %backend.name, "backend did not answer the login within {}s", state.limits.login_timeout_seconds);
-            Some((format!("Server {} did not answer the login in time", backend.name), "backend login timeout".into()))
+            Some((
+                format!("Server {} did not answer the login in time", backend.name),
+                "backend login timeout".into(),
+                "backend_timeout",
+            ))
         }
     };
     let first_id = peek_packet_id(&first);
@@ -206,13 +219,15 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             Some((
                 format!("Server {} is misconfigured (online mode behind an online-mode proxy)", backend.name),
                 "backend is in online mode".into(),
+                "backend_misconfigured",
             ))
         }
         _ => None,
     });
-    if let Some((message, reason)) = failed {
+    if let Some((message, reason, outcome)) = failed {
         login_disconnect(s.player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
         summary.reason = reason;
+        summary.outcome = Some(outcome);
         return summary;
     }
     if let Some(profile) = &verified {
@@ -233,12 +248,21 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     if let Err(e) = s.player.send(&first).await {
         summary.reason = format!("player write failed: {e}");
+        summary.outcome = Some("player_left");
         return summary;
     }
     drop(first);
     let write_stall = state.limits.write_stall_timeout();
-    let report =
-        s.player.relay(stream, RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher }).await;
+    s.stage.set(Stage::Play);
+    // Counted now, not when the session ends: a login succeeded when play begins.
+    state.metrics.login(match state.auth {
+        AuthMode::Passthrough => "passthrough_ok",
+        AuthMode::Offline => "offline_ok",
+        AuthMode::Online => "online_ok",
+    });
+    let metrics = &backend.metrics;
+    let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics };
+    let report = s.player.relay(stream, start).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();

@@ -28,6 +28,7 @@ use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::HandshakeSlot;
+use crate::metrics::StageGauge;
 pub(crate) use crate::relay::PlayerGone;
 use crate::relay::{RelayReport, RelayStart};
 use crate::state::ProxyState;
@@ -99,6 +100,8 @@ pub(crate) struct Session<'a, P> {
     pub(crate) info: &'a ConnInfo,
     pub(crate) state: &'a Arc<ProxyState>,
     pub(crate) shutdown: &'a CancellationToken,
+    /// The connection's place in `moonbridge_sessions`.
+    pub(crate) stage: &'a StageGauge,
 }
 
 /// The summary logged when a session ends.
@@ -108,11 +111,14 @@ pub(crate) struct Summary {
     pub(crate) up: u64,
     pub(crate) down: u64,
     pub(crate) reason: String,
+    /// For a login that failed: the `outcome` label of `moonbridge_logins_total` (counted when the session
+    /// ends; a successful login is counted when play begins).
+    pub(crate) outcome: Option<&'static str>,
 }
 
 impl Summary {
     pub(crate) fn new(reason: impl Into<String>) -> Self {
-        Self { player: None, backend: None, up: 0, down: 0, reason: reason.into() }
+        Self { player: None, backend: None, up: 0, down: 0, reason: reason.into(), outcome: None }
     }
 }
 

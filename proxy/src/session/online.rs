@@ -48,6 +48,18 @@ impl AuthFailure {
         Self { message, cipher: None, finish, reason: reason.into() }
     }
 
+    /// The `outcome` label of `moonbridge_logins_total` for this failure (`online_` and what went wrong).
+    pub(super) fn outcome(&self) -> &'static str {
+        match self.message {
+            None => "online_player_left",
+            Some(m) if m == SHUTDOWN_REASON => "shutdown",
+            Some(m) if m == TOOK_TOO_LONG => "online_encryption_timeout",
+            Some(m) if m == NOT_VERIFIED => "online_not_verified",
+            Some(m) if m == AUTH_SERVERS_DOWN => "online_session_server_unavailable",
+            Some(_) => "online_bad_encryption_response",
+        }
+    }
+
     fn encrypted(mut self, cipher: Box<ClientCipher>) -> Self {
         self.cipher = Some(cipher);
         self

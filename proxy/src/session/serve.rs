@@ -9,6 +9,7 @@ use tracing::{debug, info};
 use super::{login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
 use crate::limits::HandshakeSlot;
+use crate::metrics::{Stage, StageGauge};
 use crate::state::ProxyState;
 
 /// Runs a whole session and logs its end. `deadline` ends the handshake stage (it started at accept, so the
@@ -20,12 +21,17 @@ pub(crate) async fn serve<P: Player>(
     slot: HandshakeSlot,
     shutdown: CancellationToken,
     deadline: tokio::time::Instant,
+    stage: StageGauge,
 ) {
     let started = Instant::now();
     let summary = {
-        let session = Session { player: &mut player, info: &info, state: &state, shutdown: &shutdown };
+        let session = Session { player: &mut player, info: &info, state: &state, shutdown: &shutdown, stage: &stage };
         run(session, slot, deadline).await
     };
+    drop(stage);
+    if let Some(outcome) = summary.outcome {
+        state.metrics.login(outcome);
+    }
     let secs = started.elapsed().as_secs_f64();
     let (messages_in, messages_out) = match player.message_counts() {
         Some((i, o)) => (i.to_string(), o.to_string()),
@@ -47,7 +53,17 @@ pub(crate) async fn serve<P: Player>(
 
 async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
     let limit = s.state.limits.handshake_timeout_seconds;
-    let opening = match within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await {
+    let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;
+    let metrics = &s.state.metrics;
+    match &opening {
+        Ok(Ok(_)) | Err(HandshakeCut::Shutdown) => {}
+        Ok(Err(opening::OpeningError::Closed)) => metrics.handshake_failed("closed"),
+        Ok(Err(opening::OpeningError::BadLoginStart { .. })) => metrics.handshake_failed("bad_login_start"),
+        Ok(Err(_)) => metrics.handshake_failed("bad_frame"),
+        Err(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
+        Err(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
+    }
+    let opening = match opening {
         Ok(Ok(o)) => o,
         Ok(Err(opening::OpeningError::Closed)) => return Summary::new("closed during handshake"),
         Ok(Err(opening::OpeningError::BadLoginStart { tell, detail })) => {
@@ -83,15 +99,18 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
     match opening {
         opening::Opening::Legacy { ping, raw } => {
             drop(slot);
+            s.stage.set(Stage::Status);
             Box::pin(status::legacy_ping(s, ping, raw, deadline)).await
         }
         opening::Opening::Status { handshake, rest } => {
             drop(slot);
+            s.stage.set(Stage::Status);
             Box::pin(status::status(s, handshake, rest)).await
         }
         // Online mode keeps the handshake slot until the Encryption Response is in: an unauthenticated
         // connection counts against `max_handshaking` until then.
         opening::Opening::Login { handshake, login, login_raw, rest } => {
+            s.stage.set(Stage::Login);
             login::login(s, login::LoginRequest { handshake, login, login_raw, rest }, slot).await
         }
     }

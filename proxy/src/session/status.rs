@@ -72,6 +72,7 @@ pub(super) async fn status<P: Player>(s: Session<'_, P>, handshake: Handshake, r
                 down: 0,
                 write_stall: state.limits.write_stall_timeout(),
                 cipher: None,
+                metrics: &backend.metrics,
             },
         ),
     )
