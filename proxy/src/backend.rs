@@ -34,6 +34,25 @@ pub(crate) struct Backend {
     pub(crate) metrics: BackendMetrics,
     /// The latest connect's outcome, for `/readyz`.
     reach: Arc<Mutex<Option<Reach>>>,
+    /// The latest status fetch (`[status] cache_seconds`); the lock is held during a fetch, so concurrent
+    /// pings wait for one exchange instead of each making their own.
+    pub(crate) status: Arc<tokio::sync::Mutex<Option<CachedStatus>>>,
+    /// The latest legacy ping answers, one per answer format (1.3; 1.4–1.6), cached like `status`.
+    pub(crate) legacy: Arc<tokio::sync::Mutex<[Option<CachedLegacy>; 2]>>,
+}
+
+/// A backend's `0xFF` answer to a legacy ping (`None`: it gave none), and when.
+#[derive(Clone, Debug)]
+pub(crate) struct CachedLegacy {
+    pub(crate) at: Instant,
+    pub(crate) answer: Option<Vec<u8>>,
+}
+
+/// A backend's Status Response JSON (or why it could not be fetched), and when.
+#[derive(Clone, Debug)]
+pub(crate) struct CachedStatus {
+    pub(crate) at: Instant,
+    pub(crate) json: Result<String, String>,
 }
 
 impl Backend {
@@ -45,6 +64,8 @@ impl Backend {
             forwarding_secret: b.forwarding_secret.clone(),
             metrics: metrics.backend(&b.name),
             reach: Arc::default(),
+            status: Arc::default(),
+            legacy: Arc::default(),
         }
     }
 

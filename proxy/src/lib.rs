@@ -15,6 +15,7 @@
 //! | `config/` | the TOML file ([`Config`]) and the checked, typed [`config::Settings`] built from it |
 //! | `trusted.rs` | trusted proxies, for the PROXY header and the real-IP HTTP header alike |
 //! | `limits.rs` | the `max_handshaking` slots and rate-limited log lines |
+//! | `rate.rs` | per-address rate limits (token buckets, a bounded table) |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `proxy_header.rs` | PROXY v1/v2 headers in (load balancers) and v2 out (`proxy-protocol` forwarding) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
@@ -49,6 +50,7 @@ mod limits;
 mod metrics;
 mod ops;
 mod proxy_header;
+mod rate;
 mod relay;
 mod server;
 mod session;

@@ -18,6 +18,7 @@ use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, Listener, ListenerKind, Settings, Transport, WsSettings};
 use crate::limits::HandshakeSlot;
 use crate::metrics::{Metrics, StageGauge};
+use crate::rate::Bucket;
 use crate::relay::ws::WsLink;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::ProxyState;
@@ -407,7 +408,9 @@ impl Conn {
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
                 let Self { state, slot, token, stage, .. } = self;
-                session::serve::serve(player, ConnInfo { client }, state, slot, token, deadline, stage).await;
+                let rate_limited = !state.rate.allow(client.ip(), Bucket::Connection);
+                let info = ConnInfo { client, rate_limited };
+                session::serve::serve(player, info, state, slot, token, deadline, stage).await;
             }
             Err(SetupError::Upgrade(UpgradeError::HealthCheck)) => {}
             Err(reason) => {
@@ -439,7 +442,8 @@ mod tests {
     /// A session's task is allocated at its largest state for its whole life, so rarely used states (online
     /// login, status, legacy ping, the AES key schedules) are boxed. This keeps an idle TCP session small: the
     /// bound is what `idle_rss` measures per session (about 6 KiB) minus the sockets' kernel-side share, plus
-    /// about 100 bytes of metrics bookkeeping (the stage gauge, a byte counter per relay direction).
+    /// about 200 bytes of metrics and rate-limit bookkeeping (the stage gauge, a byte counter per relay
+    /// direction, the login outcome).
     #[tokio::test]
     async fn session_tasks_stay_small() {
         let settings = Config::default().settings().unwrap();
@@ -453,6 +457,6 @@ mod tests {
         let setup = async { Ok(crate::tcp::setup(stream, peer, None).await?) };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
-        assert!(size < 5 * 1024 + 128, "a TCP session task is {size} bytes");
+        assert!(size < 5 * 1024 + 256, "a TCP session task is {size} bytes");
     }
 }

@@ -10,14 +10,17 @@ use tokio::sync::Semaphore;
 
 use crate::auth::OnlineAuth;
 use crate::backend::Backend;
-use crate::config::{AuthMode, LimitsConfig, Settings};
+use crate::config::{AuthMode, LimitsConfig, Settings, StatusConfig};
 use crate::limits::{HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
+use crate::rate::RateLimiter;
 
 /// State shared by every session.
 #[derive(Debug)]
 pub(crate) struct ProxyState {
     pub(crate) limits: LimitsConfig,
+    /// `[status]`.
+    pub(crate) status: StatusConfig,
     pub(crate) auth: AuthMode,
     /// Key pair and session-server client, in `online` mode.
     pub(crate) online: Option<Arc<OnlineAuth>>,
@@ -40,6 +43,8 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
     pub(crate) draining: AtomicBool,
+    /// `[rate_limits]`.
+    pub(crate) rate: RateLimiter,
 }
 
 impl ProxyState {
@@ -47,6 +52,7 @@ impl ProxyState {
         let limits = settings.limits.clone();
         Self {
             auth: settings.auth.mode,
+            status: settings.status.clone(),
             online,
             backends: settings.backends.iter().map(|b| Backend::new(b, &metrics)).collect(),
             routes: settings.routes.hosts.clone(),
@@ -59,6 +65,7 @@ impl ProxyState {
             next_id: AtomicU64::new(1),
             metrics,
             draining: AtomicBool::new(false),
+            rate: RateLimiter::new(settings.rate_limits.clone()),
             limits,
         }
     }

@@ -255,3 +255,86 @@ async fn a_ws_listener_answers_its_health_path_without_upgrading() {
     assert_eq!(sample(&text, "moonbridge_connections_accepted_total{transport=\"ws\"}"), Some(2.0));
     proxy.shutdown().await;
 }
+
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.0/8 is all loopback on Linux).
+async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_refuse_a_flood_from_one_address_only() {
+    let backend = login_backend().await;
+    let proxy = Proxy::start(&tcp_config(
+        backend.addr,
+        "[rate_limits]\nconnections_per_second = 5\nconnection_burst = 10\nlogins_per_minute = 0\n[metrics]\nbind = \"127.0.0.1:0\"\n",
+    ))
+    .await;
+    let addr = proxy.addr(Transport::Tcp);
+    // 50 logins at once from 127.0.0.2: the burst of 10 (and what the rate refills meanwhile) gets through,
+    // the rest are told why.
+    let mut flood = Vec::new();
+    for _ in 0..50 {
+        let mut s = connect_from([127, 0, 0, 2], addr).await;
+        s.write_all(&hs_ls()).await.unwrap();
+        flood.push(s);
+    }
+    // Meanwhile a player from another address logs in as usual.
+    let mut other = connect_from([127, 0, 0, 3], addr).await;
+    other.write_all(&hs_ls()).await.unwrap();
+    let mut got = vec![0u8; login_success("Steve").len()];
+    tokio::time::timeout(STEP, other.read_exact(&mut got)).await.unwrap().unwrap();
+    assert_eq!(got, login_success("Steve"), "another address is not limited");
+    let (mut limited, mut admitted) = (0, 0);
+    for mut s in flood {
+        let mut first = vec![0u8; login_success("Steve").len()];
+        match tokio::time::timeout(STEP, s.read_exact(&mut first)).await.unwrap() {
+            Ok(_) if first == login_success("Steve") => admitted += 1,
+            _ => {
+                let (rest, _) = read_to_close(&mut s, STEP).await;
+                let all = [first, rest].concat();
+                let reason = login_disconnect_reason(&all).unwrap_or_default();
+                assert_eq!(reason, "Too many connections from your address; please wait a moment and try again");
+                limited += 1;
+            }
+        }
+    }
+    assert!((10..=15).contains(&admitted), "{admitted} admitted, {limited} limited");
+    assert_eq!(admitted + limited, 50);
+    let refused = "moonbridge_connections_refused_total{reason=\"rate_limit\"}";
+    assert_eq!(metric_until(proxy.metrics.unwrap(), refused, limited as f64).await, Some(limited as f64));
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_rate_limit_tells_the_player_with_a_login_disconnect() {
+    let backend = login_backend().await;
+    let proxy = Proxy::start(&tcp_config(
+        backend.addr,
+        "[rate_limits]\nlogins_per_minute = 1\nlogin_burst = 2\n[metrics]\nbind = \"127.0.0.1:0\"\n",
+    ))
+    .await;
+    let addr = proxy.addr(Transport::Tcp);
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect_from([127, 0, 0, 4], addr).await;
+        s.write_all(&hs_ls()).await.unwrap();
+        let mut got = vec![0u8; login_success("Steve").len()];
+        tokio::time::timeout(STEP, s.read_exact(&mut got)).await.unwrap().unwrap();
+        assert_eq!(got, login_success("Steve"));
+        kept.push(s);
+    }
+    let mut third = connect_from([127, 0, 0, 4], addr).await;
+    third.write_all(&hs_ls()).await.unwrap();
+    let (got, closed) = read_to_close(&mut third, STEP).await;
+    assert!(closed);
+    assert_eq!(
+        login_disconnect_reason(&got).as_deref(),
+        Some("Too many logins from your address; please wait a minute and try again")
+    );
+    assert_eq!(backend.accepted(), 2, "the refused login never reached the backend");
+    let series = "moonbridge_logins_total{outcome=\"rate_limited\"}";
+    assert_eq!(metric_until(proxy.metrics.unwrap(), series, 1.0).await, Some(1.0));
+    proxy.shutdown().await;
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, MetricsConfig,
-    RealIpHeader, Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    RateLimitsConfig, RealIpHeader, StatusConfig, Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -27,6 +27,10 @@ pub struct Settings {
     pub limits: LimitsConfig,
     /// `[metrics]`.
     pub metrics: MetricsConfig,
+    /// `[status]`.
+    pub status: StatusConfig,
+    /// `[rate_limits]`.
+    pub rate_limits: RateLimitsConfig,
 }
 
 /// One listener.
@@ -201,6 +205,27 @@ impl Config {
                 push("metrics.bind".into(), format!("{bind} is used by a [[listener]]"));
             }
         }
+        if self.status.cache_seconds > 3600 {
+            push("status.cache_seconds".into(), "must be at most 3600 seconds".into());
+        }
+        if self.status.offline_message.as_ref().is_some_and(|m| m.chars().count() > 256) {
+            push("status.offline_message".into(), "must be at most 256 characters".into());
+        }
+        let r = &self.rate_limits;
+        for (key, rate, burst) in [
+            ("rate_limits.connection_burst", r.connections_per_second, r.connection_burst),
+            ("rate_limits.login_burst", r.logins_per_minute, r.login_burst),
+        ] {
+            if rate > 0 && burst == 0 {
+                push(key.into(), "must be at least 1 while its rate is on".into());
+            }
+        }
+        if r.ipv6_prefix > 128 {
+            push("rate_limits.ipv6_prefix".into(), "must be between 0 and 128".into());
+        }
+        if !(1024..=10_000_000).contains(&r.max_tracked_addresses) {
+            push("rate_limits.max_tracked_addresses".into(), "must be between 1024 and 10000000".into());
+        }
         check_limits(&self.limits, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
@@ -227,6 +252,8 @@ impl Config {
             auth: self.auth.clone(),
             limits: self.limits.clone(),
             metrics: self.metrics.clone(),
+            status: self.status.clone(),
+            rate_limits: self.rate_limits.clone(),
         })
     }
 }

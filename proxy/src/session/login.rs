@@ -22,7 +22,11 @@ use crate::backend::Backend;
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
+use crate::rate::Bucket;
 use crate::relay::{RelayStart, SHUTDOWN_REASON};
+
+/// Told to a player whose address logs in faster than `[rate_limits]` allow.
+const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
 
 /// Bytes read of the backend's first answer before the relay starts, in bytes.
 const FIRST_ANSWER_READ: usize = 16 * 1024;
@@ -101,6 +105,15 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let mut summary = Summary::new("");
     summary.player = Some(login.name.clone());
     let state = Arc::clone(s.state);
+    if !state.rate.allow(s.info.client.ip(), Bucket::Login) {
+        if let Some(suppressed) = state.limit_log.allow() {
+            warn!(client = %s.info.client.ip(), suppressed, "rate_limits.logins_per_minute reached: refusing login");
+        }
+        login_disconnect(s.player, TOO_MANY_LOGINS, None, Finish::Normal).await;
+        summary.reason = "rate limited: too many logins from this address".into();
+        summary.outcome = Some("rate_limited");
+        return summary;
+    }
     let host = HostField::parse(&handshake.server_address);
     let Some(backend) = state.route(&host.routing_key()) else {
         login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;

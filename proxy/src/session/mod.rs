@@ -10,8 +10,9 @@
 //!    contacted), then the **backend**: connect (`backend_connect_timeout_seconds`), send the handshake (with
 //!    forwarding applied), Login Start and every byte that followed, in one write; wait for the backend's first
 //!    answer (`login_timeout_seconds`). Failures become a Login Disconnect with a clear reason.
-//! 3. [`status`] — server-list **status** exchanges and **legacy pings**, relayed to the backend or answered
-//!    by the proxy when it is unreachable.
+//! 3. [`status`] — server-list **status** exchanges, answered by the proxy with the backend's Status Response
+//!    (cached for `[status] cache_seconds`), and **legacy pings**, relayed with their answer cached; the
+//!    offline message when the backend is unreachable.
 //! 4. **Relay** bytes both ways ([`crate::relay`]).
 //!
 //! The transport is behind [`Player`]; a stage works on a [`Session`] (the player, who it is, the proxy
@@ -92,6 +93,9 @@ impl Finish {
 pub(crate) struct ConnInfo {
     /// The player's real address (TCP peer, or the one a trusted proxy vouched for).
     pub(crate) client: SocketAddr,
+    /// Its address opened connections faster than `[rate_limits]` allow: it is told so (a Login Disconnect
+    /// for a login) once its handshake is read, and closed.
+    pub(crate) rate_limited: bool,
 }
 
 /// What every stage works with.

@@ -4,7 +4,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
+
+/// Told to a player whose address opens connections faster than `[rate_limits]` allow.
+pub(crate) const TOO_MANY_CONNECTIONS: &str =
+    "Too many connections from your address; please wait a moment and try again";
 
 use super::{login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
@@ -96,6 +100,18 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
             });
         }
     };
+    if s.info.rate_limited {
+        s.state.metrics.refused("rate_limit");
+        if let Some(suppressed) = s.state.limit_log.allow() {
+            warn!(client = %s.info.client.ip(), suppressed, "rate_limits.connections_per_second reached: refusing connection");
+        }
+        if matches!(opening, opening::Opening::Login { .. }) {
+            login::login_disconnect(&mut *s.player, TOO_MANY_CONNECTIONS, None, Finish::Normal).await;
+        } else {
+            s.player.finish(Finish::Normal).await;
+        }
+        return Summary::new("rate limited: too many connections from this address");
+    }
     match opening {
         opening::Opening::Legacy { ping, raw } => {
             drop(slot);
