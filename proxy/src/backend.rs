@@ -69,6 +69,19 @@ impl Backend {
         }
     }
 
+    /// Whether `b` describes this backend unchanged (name, address, forwarding and secret).
+    pub(crate) fn same_as(&self, b: &BackendSettings) -> bool {
+        self.name == b.name
+            && self.address == b.address
+            && self.forwarding == b.forwarding
+            && self.forwarding_secret == b.forwarding_secret
+    }
+
+    /// Whether `other` is this very backend, carried over by a reload (they share caches and records).
+    pub(crate) fn is(&self, other: &Backend) -> bool {
+        Arc::ptr_eq(&self.reach, &other.reach)
+    }
+
     /// The latest connect's outcome, if any.
     pub(crate) fn reach(&self) -> Option<Reach> {
         self.reach.lock().unwrap_or_else(PoisonError::into_inner).clone()

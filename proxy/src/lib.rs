@@ -65,4 +65,4 @@ pub mod fuzz;
 
 pub use auth::AuthError;
 pub use config::Config;
-pub use server::{Server, ServerError, ServerStats, StatsHandle};
+pub use server::{ReloadError, ReloadHandle, Server, ServerError, ServerStats, StatsHandle};

@@ -21,6 +21,38 @@ use crate::config::Transport;
 const CONNECT_BUCKETS: [f64; 15] =
     [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192];
 
+/// The `reason` values of `moonbridge_connections_refused_total`, exposed at 0 from the start.
+const REFUSED_REASONS: [&str; 3] = ["max_connections", "untrusted_proxy_peer", "rate_limit"];
+/// The `reason` values of `moonbridge_handshake_failures_total`.
+const HANDSHAKE_FAILURES: [&str; 8] =
+    ["timeout", "evicted", "closed", "tls", "bad_upgrade", "bad_proxy_header", "bad_frame", "bad_login_start"];
+/// The `outcome` values of `moonbridge_logins_total`.
+const LOGIN_OUTCOMES: [&str; 18] = [
+    "passthrough_ok",
+    "offline_ok",
+    "online_ok",
+    "unknown_host",
+    "bad_handshake",
+    "backend_unreachable",
+    "backend_closed",
+    "backend_timeout",
+    "backend_misconfigured",
+    "player_left",
+    "protocol_error",
+    "shutdown",
+    "rate_limited",
+    "online_not_verified",
+    "online_session_server_unavailable",
+    "online_encryption_timeout",
+    "online_bad_encryption_response",
+    "online_player_left",
+];
+/// The `version` values of `moonbridge_tls_handshakes_total`.
+const TLS_VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
+
+/// Every listener transport, in the order of [`Metrics::stages`].
+const TRANSPORTS: [Transport; 3] = [Transport::Tcp, Transport::Ws, Transport::Wss];
+
 /// Where a session is (the `stage` label of `moonbridge_sessions`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -89,8 +121,10 @@ pub(crate) struct Metrics {
     registry: Registry,
     accepted: IntCounterVec,
     refused: IntCounterVec,
-    /// `moonbridge_sessions` of each [`Stage`], by its number.
-    stages: [IntGauge; 4],
+    /// `moonbridge_sessions` of each transport and [`Stage`], at `transport_index * 4 + stage`.
+    stages: Vec<IntGauge>,
+    /// An unregistered gauge [`StageGauge`] falls back to if an index were ever out of range.
+    stage_fallback: IntGauge,
     handshake_failures: IntCounterVec,
     logins: IntCounterVec,
     bytes: IntCounterVec,
@@ -135,11 +169,17 @@ impl Metrics {
         let sessions = reg(
             &r,
             IntGaugeVec::new(
-                Opts::new("moonbridge_sessions", "Open player connections, by stage (handshake, status, login, play)."),
-                &["stage"],
+                Opts::new(
+                    "moonbridge_sessions",
+                    "Open player connections, by listener transport and stage (handshake, status, login, play).",
+                ),
+                &["transport", "stage"],
             )?,
         )?;
-        let stages = Stage::ALL.map(|s| sessions.with_label_values(&[s.label()]));
+        let stages = TRANSPORTS
+            .iter()
+            .flat_map(|t| Stage::ALL.map(|s| sessions.with_label_values(&[&t.to_string(), s.label()])))
+            .collect();
         let handshake_failures = counter_vec(
             &r,
             "moonbridge_handshake_failures_total",
@@ -193,13 +233,26 @@ impl Metrics {
                 "WebSocket players closed (1001) after three ping intervals without receiving anything.",
             )?,
         )?;
-        for t in [Transport::Tcp, Transport::Ws, Transport::Wss] {
+        // Known label values start at 0, so every series exists from the first scrape (rates and dashboards
+        // need no special case for "never happened").
+        for t in TRANSPORTS {
             let _ = accepted.with_label_values(&[&t.to_string()]);
+        }
+        for (family, values) in [
+            (&refused, &REFUSED_REASONS[..]),
+            (&handshake_failures, &HANDSHAKE_FAILURES[..]),
+            (&logins, &LOGIN_OUTCOMES[..]),
+            (&tls_handshakes, &TLS_VERSIONS[..]),
+        ] {
+            for v in values {
+                let _ = family.with_label_values(&[v]);
+            }
         }
         Ok(Self {
             accepted,
             refused,
             stages,
+            stage_fallback: IntGauge::new("moonbridge_unused", "-")?,
             handshake_failures,
             logins,
             bytes,
@@ -253,11 +306,12 @@ impl Metrics {
         self.tls_handshakes.with_label_values(&[version]).inc();
     }
 
-    /// A new connection's stage gauge, starting in [`Stage::Handshake`].
-    pub(crate) fn stage(self: &Arc<Self>) -> StageGauge {
-        let [handshake, ..] = &self.stages;
-        handshake.inc();
-        StageGauge { metrics: Arc::clone(self), current: AtomicU8::new(Stage::Handshake as u8) }
+    /// A new connection's stage gauge on a `transport` listener, starting in [`Stage::Handshake`].
+    pub(crate) fn stage(self: &Arc<Self>, transport: Transport) -> StageGauge {
+        let base = TRANSPORTS.iter().position(|t| *t == transport).unwrap_or(0) * Stage::ALL.len();
+        let g = StageGauge { metrics: Arc::clone(self), base, current: AtomicU8::new(Stage::Handshake as u8) };
+        g.gauge(Stage::Handshake as u8).inc();
+        g
     }
 
     /// The exposition in the Prometheus text format 0.0.4.
@@ -272,29 +326,30 @@ impl Metrics {
 #[derive(Debug)]
 pub(crate) struct StageGauge {
     metrics: Arc<Metrics>,
+    /// The first of its transport's gauges in [`Metrics::stages`].
+    base: usize,
     current: AtomicU8,
 }
 
 impl StageGauge {
+    fn gauge(&self, stage: u8) -> &IntGauge {
+        // The index is always in range (transport position × 4 + a stage below 4); the fallback is unused.
+        self.metrics.stages.get(self.base + usize::from(stage)).unwrap_or(&self.metrics.stage_fallback)
+    }
+
     /// Moves the connection to `stage`.
     pub(crate) fn set(&self, stage: Stage) {
         let old = self.current.swap(stage as u8, Ordering::Relaxed);
         if old != stage as u8 {
-            if let Some(g) = self.metrics.stages.get(usize::from(old)) {
-                g.dec();
-            }
-            if let Some(g) = self.metrics.stages.get(stage as usize) {
-                g.inc();
-            }
+            self.gauge(old).dec();
+            self.gauge(stage as u8).inc();
         }
     }
 }
 
 impl Drop for StageGauge {
     fn drop(&mut self) {
-        if let Some(g) = self.metrics.stages.get(usize::from(self.current.load(Ordering::Relaxed))) {
-            g.dec();
-        }
+        self.gauge(self.current.load(Ordering::Relaxed)).dec();
     }
 }
 
@@ -310,12 +365,12 @@ mod tests {
         b.connected(Duration::from_millis(3), false);
         b.to_backend.inc_by(10);
         m.login("passthrough_ok");
-        let stage = m.stage();
+        let stage = m.stage(Transport::Ws);
         stage.set(Stage::Play);
         let text = m.render();
         for line in [
-            "moonbridge_sessions{stage=\"play\"} 1",
-            "moonbridge_sessions{stage=\"handshake\"} 0",
+            "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 1",
+            "moonbridge_sessions{stage=\"handshake\",transport=\"ws\"} 0",
             "moonbridge_relayed_bytes_total{backend=\"survival\",direction=\"to_backend\"} 10",
             "moonbridge_backend_connect_failures_total{backend=\"survival\"} 1",
             "moonbridge_backend_connect_seconds_count{backend=\"survival\"} 1",
@@ -327,6 +382,6 @@ mod tests {
         }
         assert!(text.contains("process_open_fds "), "process metrics: {text}");
         drop(stage);
-        assert!(m.render().lines().any(|l| l == "moonbridge_sessions{stage=\"play\"} 0"));
+        assert!(m.render().lines().any(|l| l == "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 0"));
     }
 }

@@ -114,17 +114,18 @@ async fn not_ready(state: &ProxyState) -> Vec<String> {
     if state.draining.load(Ordering::Relaxed) {
         reasons.push("shutting down".to_string());
     }
-    let timeout = state.limits.backend_connect_timeout();
+    let live = state.live();
+    let timeout = live.limits.backend_connect_timeout();
     let stale =
         |b: &crate::backend::Backend| b.reach().is_none_or(|r| r.error.is_some() || r.at.elapsed() > READY_PROBE_AFTER);
     // Concurrently: a handful of backends, each within the connect timeout.
     let mut probes = tokio::task::JoinSet::new();
-    for b in state.backends().iter().filter(|b| stale(b)) {
+    for b in live.backends().iter().filter(|b| stale(b)) {
         let b = b.clone();
         probes.spawn(async move { b.probe(timeout).await });
     }
     while probes.join_next().await.is_some() {}
-    for b in state.backends() {
+    for b in live.backends() {
         match b.reach() {
             Some(r) if r.error.is_none() => {}
             Some(r) => reasons.push(format!(

@@ -27,7 +27,6 @@ struct Entry {
 /// The limiter of one proxy.
 #[derive(Debug)]
 pub(crate) struct RateLimiter {
-    config: RateLimitsConfig,
     table: Mutex<HashMap<u128, Entry>>,
     /// Time zero of [`Entry::at`].
     epoch: Instant,
@@ -43,18 +42,18 @@ pub(crate) enum Bucket {
 }
 
 impl RateLimiter {
-    pub(crate) fn new(config: RateLimitsConfig) -> Self {
-        Self { config, table: Mutex::new(HashMap::new()), epoch: Instant::now() }
+    pub(crate) fn new() -> Self {
+        Self { table: Mutex::new(HashMap::new()), epoch: Instant::now() }
     }
 
     /// The table key of `ip`: an IPv4 address as its IPv4-mapped IPv6 form (`::ffff:a.b.c.d`), an IPv6
     /// address cut to `ipv6_prefix` bits. The two never meet: an IPv6 address in `::ffff:0:0/96` is an IPv4
     /// address (canonicalised first), and a prefix shorter than 96 bits clears the `ffff`.
-    fn key(&self, ip: IpAddr) -> u128 {
+    fn key(config: &RateLimitsConfig, ip: IpAddr) -> u128 {
         match ip.to_canonical() {
             IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
             IpAddr::V6(v6) => {
-                let bits = u32::from(self.config.ipv6_prefix.min(128));
+                let bits = u32::from(config.ipv6_prefix.min(128));
                 let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
                 u128::from(v6) & mask
             }
@@ -66,9 +65,9 @@ impl RateLimiter {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Takes one token from `ip`'s `bucket`: `true` when allowed. Off (always `true`) when the limit is 0.
-    pub(crate) fn allow(&self, ip: IpAddr, bucket: Bucket) -> bool {
-        let c = &self.config;
+    /// Takes one token from `ip`'s `bucket` under the limits `c`: `true` when allowed. Off (always `true`)
+    /// when the limit is 0.
+    pub(crate) fn allow(&self, c: &RateLimitsConfig, ip: IpAddr, bucket: Bucket) -> bool {
         let off = match bucket {
             Bucket::Connection => c.connections_per_second == 0,
             Bucket::Login => c.logins_per_minute == 0,
@@ -76,11 +75,11 @@ impl RateLimiter {
         if off {
             return true;
         }
-        let key = self.key(ip);
+        let key = Self::key(c, ip);
         let now = self.now_ms();
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         if !table.contains_key(&key) && table.len() >= c.max_tracked_addresses {
-            self.make_room(&mut table, now);
+            Self::make_room(c, &mut table, now);
         }
         let e = table.entry(key).or_insert(Entry {
             connections: c.connection_burst as f32,
@@ -106,8 +105,7 @@ impl RateLimiter {
 
     /// Frees at least a quarter of the table: entries whose buckets are full again first (they hold no
     /// information), then the least recently updated.
-    fn make_room(&self, table: &mut HashMap<u128, Entry>, now: u64) {
-        let c = &self.config;
+    fn make_room(c: &RateLimitsConfig, table: &mut HashMap<u128, Entry>, now: u64) {
         let full_after = |e: &Entry| {
             let conn = (c.connection_burst as f32 - e.connections) / (c.connections_per_second.max(1) as f32);
             let login = (c.login_burst as f32 - e.logins) / (c.logins_per_minute.max(1) as f32 / 60.0);
@@ -137,10 +135,25 @@ mod tests {
 
     use super::*;
 
-    fn limiter(f: impl FnOnce(&mut RateLimitsConfig)) -> RateLimiter {
+    /// A limiter and its settings, as `allow` and `key` take them.
+    struct Limiter(RateLimiter, RateLimitsConfig);
+
+    impl Limiter {
+        fn allow(&self, ip: IpAddr, bucket: Bucket) -> bool {
+            self.0.allow(&self.1, ip, bucket)
+        }
+        fn key(&self, ip: IpAddr) -> u128 {
+            RateLimiter::key(&self.1, ip)
+        }
+        fn tracked(&self) -> usize {
+            self.0.tracked()
+        }
+    }
+
+    fn limiter(f: impl FnOnce(&mut RateLimitsConfig)) -> Limiter {
         let mut c = RateLimitsConfig::default();
         f(&mut c);
-        RateLimiter::new(c)
+        Limiter(RateLimiter::new(), c)
     }
 
     #[test]
@@ -204,7 +217,7 @@ mod tests {
         assert!(r.tracked() > 0);
         // The table's own memory: its buckets (key and entry) and one control byte each, whatever the
         // process does meanwhile (other tests share it, so RSS is printed, not asserted).
-        let table = r.table.lock().unwrap();
+        let table = r.0.table.lock().unwrap();
         let bytes = table.capacity() * (std::mem::size_of::<(u128, Entry)>() + 1);
         assert_eq!(std::mem::size_of::<(u128, Entry)>(), 32);
         assert!(bytes < 5 * 1024 * 1024, "the table holds {bytes} bytes");

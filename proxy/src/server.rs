@@ -64,6 +64,21 @@ pub enum ServerError {
     Metrics(String),
 }
 
+/// Why a reload was refused (the running configuration stays in force).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The new configuration is invalid (every problem, one per key).
+    #[error(transparent)]
+    Invalid(#[from] crate::config::ConfigError),
+    /// The new configuration changes what only a restart can change.
+    #[error("{} changed, which needs a restart (listeners are bound and online mode's key made at start)", .0.join(", "))]
+    NeedsRestart(Vec<&'static str>),
+    /// The server was started from [`Settings`] without its [`Config`], so there is nothing to compare with.
+    #[error("this server was started without a configuration to compare with; restart to apply a new one")]
+    NoBaseline,
+}
+
 /// A point-in-time view of the server's load and counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -102,6 +117,8 @@ struct BoundListener {
 pub struct Server {
     listeners: Vec<BoundListener>,
     state: Arc<ProxyState>,
+    /// The configuration it started from (for reloads), when it was started from one.
+    config: Option<Config>,
     /// The `[metrics]` listener, when configured.
     ops: Option<TcpListener>,
 }
@@ -140,7 +157,9 @@ impl Server {
     /// files, [`ServerError::Bind`] when an address is taken, [`ServerError::Auth`] when online mode cannot
     /// make its key pair.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
-        Self::bind_settings(config.settings()?).await
+        let mut server = Self::bind_settings(config.settings()?).await?;
+        server.config = Some(config.clone());
+        Ok(server)
     }
 
     /// Binds every listener of checked [`Settings`].
@@ -200,7 +219,12 @@ impl Server {
             }
             None => None,
         };
-        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops })
+        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops, config: None })
+    }
+
+    /// A handle that applies a new configuration while the server runs (what SIGHUP does).
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle { state: Arc::clone(&self.state), config: Arc::new(std::sync::Mutex::new(self.config.clone())) }
     }
 
     /// The bound address of the `[metrics]` listener, when there is one (useful with port 0).
@@ -243,7 +267,7 @@ impl Server {
         self.state.draining.store(true, Ordering::Relaxed);
         token.cancel();
         tracker.close();
-        let grace = self.state.limits.shutdown_grace();
+        let grace = self.state.live().limits.shutdown_grace();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             warn!("shutdown grace period of {}s over; closing the remaining connections", grace.as_secs());
         } else {
@@ -253,6 +277,54 @@ impl Server {
         if let Some(ops) = ops {
             let _ = ops.await;
         }
+    }
+}
+
+/// Applies a new configuration to a running server: backends, routes, forwarding, `[limits]`, `[status]`
+/// and `[rate_limits]` change for every session that starts afterwards; connected players keep their
+/// sessions. Listeners, `[metrics]` and `[auth]` need a restart.
+#[derive(Clone, Debug)]
+pub struct ReloadHandle {
+    state: Arc<ProxyState>,
+    config: Arc<std::sync::Mutex<Option<Config>>>,
+}
+
+impl ReloadHandle {
+    /// Checks `config` whole and applies it, or refuses it and changes nothing. Returns a one-line summary.
+    ///
+    /// # Errors
+    /// [`ReloadError::Invalid`] when it does not validate, [`ReloadError::NeedsRestart`] when it changes
+    /// listeners, `[metrics]` or `[auth]`, [`ReloadError::NoBaseline`] for a server started from `Settings`.
+    pub fn reload(&self, config: &Config) -> Result<String, ReloadError> {
+        let mut current = self.config.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(old) = current.as_ref() else { return Err(ReloadError::NoBaseline) };
+        let mut restart = Vec::new();
+        if config.listeners != old.listeners {
+            restart.push("[[listener]]");
+        }
+        if config.metrics != old.metrics {
+            restart.push("[metrics]");
+        }
+        if config.auth != old.auth {
+            restart.push("[auth]");
+        }
+        if !restart.is_empty() {
+            return Err(ReloadError::NeedsRestart(restart));
+        }
+        let settings = config.settings()?;
+        let previous = self.state.live();
+        let live = crate::state::Live::new(&settings, &self.state.metrics, Some(&previous));
+        let kept = live.backends().iter().filter(|b| previous.backends().iter().any(|p| p.is(b))).count();
+        let summary = format!(
+            "{} backend(s) ({} unchanged), {} host route(s), default backend {}",
+            live.backends().len(),
+            kept,
+            settings.routes.hosts.len(),
+            live.default_backend().map_or("-", |b| b.name.as_str()),
+        );
+        self.state.replace_live(live);
+        *current = Some(config.clone());
+        Ok(summary)
     }
 }
 
@@ -295,10 +367,10 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
             }
         };
         l.accepted.inc();
-        let Ok(permit) = Arc::clone(&state.conn_limit).try_acquire_owned() else {
+        let Some(permit) = state.conn_limit.try_acquire() else {
             state.metrics.refused("max_connections");
             if let Some(suppressed) = state.limit_log.allow() {
-                warn!(suppressed, client = %peer.ip(), "max_connections ({}) reached: closing new connection", state.limits.max_connections);
+                warn!(suppressed, client = %peer.ip(), "max_connections ({}) reached: closing new connection", state.live().limits.max_connections);
             }
             continue;
         };
@@ -309,13 +381,13 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
                 warn!(
                     suppressed,
                     "max_handshaking ({}) reached: closed the connection waiting longest in the handshake",
-                    state.limits.max_handshaking
+                    state.live().limits.max_handshaking
                 );
             }
         }
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
-        let stage = state.metrics.stage();
+        let stage = state.metrics.stage(l.transport);
         let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage };
         let accept = Arc::clone(&l.accept);
         tracker.spawn(
@@ -354,10 +426,11 @@ enum SetupError {
 
 impl Conn {
     async fn serve(self, stream: TcpStream, accept: &Accept) {
-        let deadline = Instant::now() + self.state.limits.handshake_timeout();
+        let live = self.state.live();
+        let deadline = Instant::now() + live.limits.handshake_timeout();
         let peer = self.peer;
-        let max_message = self.state.limits.max_ws_message_bytes;
-        let write_stall = self.state.limits.write_stall_timeout();
+        let max_message = live.limits.max_ws_message_bytes;
+        let write_stall = live.limits.write_stall_timeout();
         let counters = self.state.metrics.ws.clone();
         let metrics = Arc::clone(&self.state.metrics);
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
@@ -403,12 +476,12 @@ impl Conn {
     }
 
     async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<(P, SocketAddr), SetupError>>) {
-        let limit = self.state.limits.handshake_timeout_seconds;
+        let limit = self.state.live().limits.handshake_timeout_seconds;
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
                 let Self { state, slot, token, stage, .. } = self;
-                let rate_limited = !state.rate.allow(client.ip(), Bucket::Connection);
+                let rate_limited = !state.rate.allow(&state.live().rate_limits, client.ip(), Bucket::Connection);
                 let info = ConnInfo { client, rate_limited };
                 session::serve::serve(player, info, state, slot, token, deadline, stage).await;
             }
@@ -442,8 +515,8 @@ mod tests {
     /// A session's task is allocated at its largest state for its whole life, so rarely used states (online
     /// login, status, legacy ping, the AES key schedules) are boxed. This keeps an idle TCP session small: the
     /// bound is what `idle_rss` measures per session (about 6 KiB) minus the sockets' kernel-side share, plus
-    /// about 200 bytes of metrics and rate-limit bookkeeping (the stage gauge, a byte counter per relay
-    /// direction, the login outcome).
+    /// about 300 bytes for operations (the stage gauge, a byte counter per relay direction, the login outcome,
+    /// the session's configuration snapshot for live reload): 5,424 bytes when this bound was last raised.
     #[tokio::test]
     async fn session_tasks_stay_small() {
         let settings = Config::default().settings().unwrap();
@@ -452,11 +525,11 @@ mod tests {
         let peer = listener.local_addr().unwrap();
         let stream = TcpStream::connect(peer).await.unwrap();
         let (slot, _) = state.handshaking.enter();
-        let stage = state.metrics.stage();
+        let stage = state.metrics.stage(Transport::Tcp);
         let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage };
         let setup = async { Ok(crate::tcp::setup(stream, peer, None).await?) };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
-        assert!(size < 5 * 1024 + 256, "a TCP session task is {size} bytes");
+        assert!(size < 5 * 1024 + 384, "a TCP session task is {size} bytes");
     }
 }

@@ -85,8 +85,10 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
     let up = (3 * hs_ls().len()) as f64;
     let down = (3 * login_success("Steve").len()) as f64;
     for (series, value) in [
-        ("moonbridge_sessions{stage=\"play\"}", 3.0),
-        ("moonbridge_sessions{stage=\"handshake\"}", 0.0),
+        ("moonbridge_sessions{stage=\"play\",transport=\"tcp\"}", 1.0),
+        ("moonbridge_sessions{stage=\"play\",transport=\"ws\"}", 1.0),
+        ("moonbridge_sessions{stage=\"play\",transport=\"wss\"}", 1.0),
+        ("moonbridge_sessions{stage=\"handshake\",transport=\"wss\"}", 0.0),
         ("moonbridge_logins_total{outcome=\"passthrough_ok\"}", 3.0),
         ("moonbridge_connections_accepted_total{transport=\"tcp\"}", 1.0),
         ("moonbridge_connections_accepted_total{transport=\"ws\"}", 1.0),
@@ -100,6 +102,28 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
     }
     assert!(sample(&text, "process_open_fds").is_some_and(|v| v > 0.0), "process metrics:\n{text}");
+
+    // Every metric the Grafana dashboard queries exists in the exposition.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/../deploy/grafana-dashboard.json", env!("CARGO_MANIFEST_DIR"))).unwrap(),
+    )
+    .unwrap();
+    let mut queried = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("moonbridge_") || word.starts_with("process_") {
+                    queried.push(word.to_string());
+                }
+            }
+        }
+    }
+    assert!(queried.len() >= 15, "{queried:?}");
+    for name in queried {
+        let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+        assert!(text.contains(&format!("# TYPE {family} ")), "the dashboard queries {name}, which is not exposed");
+    }
 
     // promtool lints the exposition (naming, types, units).
     let mut promtool = tokio::process::Command::new("promtool")
@@ -139,7 +163,7 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         .spawn()
         .expect("prometheus (Debian package prometheus) is installed");
     for (query, value) in [
-        ("moonbridge_sessions{stage=\"play\"}", 3.0),
+        ("sum(moonbridge_sessions{stage=\"play\"})", 3.0),
         ("sum(moonbridge_logins_total)", 3.0),
         ("sum(moonbridge_relayed_bytes_total{direction=\"to_backend\"})", up),
         ("sum(moonbridge_connections_accepted_total)", 3.0),
@@ -151,7 +175,8 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
 
     drop((tcp, ws, wss));
     proxy.wait_connections(0, STEP).await;
-    assert_eq!(metric_until(metrics, "moonbridge_sessions{stage=\"play\"}", 0.0).await, Some(0.0), "players left");
+    let play = "moonbridge_sessions{stage=\"play\",transport=\"wss\"}";
+    assert_eq!(metric_until(metrics, play, 0.0).await, Some(0.0), "players left");
     proxy.shutdown().await;
 }
 
@@ -251,7 +276,12 @@ async fn a_ws_listener_answers_its_health_path_without_upgrading() {
     ws.write_all(&masked_frame(0x2, &hs_ls(), MASK)).await.unwrap();
     assert_eq!(read_server_frame(&mut ws).await, (0x2, login_success("Steve")));
     let (_, text) = get(proxy.metrics.unwrap(), "/metrics").await;
-    assert!(!text.contains("moonbridge_handshake_failures_total{"), "{text}");
+    let failures: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("moonbridge_handshake_failures_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(failures, 0.0, "{text}");
     assert_eq!(sample(&text, "moonbridge_connections_accepted_total{transport=\"ws\"}"), Some(2.0));
     proxy.shutdown().await;
 }

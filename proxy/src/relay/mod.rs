@@ -77,7 +77,8 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) shutdown: &'a CancellationToken,
     /// Clientbound frame boundaries, when the clientbound stream is plaintext Play.
     pub(crate) scanner: Option<FrameScanner>,
-    /// Bytes already counted in each direction (handshake, Login Start, first answer).
+    /// Bytes already counted in each direction (handshake, Login Start, first answer; already in the
+    /// metrics too).
     pub(crate) up: u64,
     pub(crate) down: u64,
     /// `limits.write_stall_timeout_seconds`.
@@ -130,9 +131,13 @@ impl Direction {
             Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
             None => (None, None),
         };
-        let direction = |bytes, scanner, transform, counter: &IntCounter| {
-            counter.inc_by(bytes);
-            Self { bytes, pending: Vec::new(), scanner, stall: start.write_stall, transform, counter: counter.clone() }
+        let direction = |bytes, scanner, transform, counter: &IntCounter| Self {
+            bytes,
+            pending: Vec::new(),
+            scanner,
+            stall: start.write_stall,
+            transform,
+            counter: counter.clone(),
         };
         (
             direction(start.up, None, decrypt, &start.metrics.to_backend),

@@ -105,7 +105,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let mut summary = Summary::new("");
     summary.player = Some(login.name.clone());
     let state = Arc::clone(s.state);
-    if !state.rate.allow(s.info.client.ip(), Bucket::Login) {
+    let live = Arc::clone(s.live);
+    if !state.rate.allow(&live.rate_limits, s.info.client.ip(), Bucket::Login) {
         if let Some(suppressed) = state.limit_log.allow() {
             warn!(client = %s.info.client.ip(), suppressed, "rate_limits.logins_per_minute reached: refusing login");
         }
@@ -115,7 +116,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         return summary;
     }
     let host = HostField::parse(&handshake.server_address);
-    let Some(backend) = state.route(&host.routing_key()) else {
+    let Some(backend) = live.route(&host.routing_key()) else {
         login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
         summary.outcome = Some("unknown_host");
@@ -162,9 +163,9 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let unreachable = format!("Server {} is unreachable", backend.name);
     // Connect, send the opening, and wait for the backend's first answer (Login Success, Encryption Request or
     // Login Disconnect) while the player is watched: kept alive, and the wait abandoned if the player leaves.
-    let login_timeout = state.limits.login_timeout();
+    let login_timeout = live.limits.login_timeout();
     let client = s.info.client;
-    let connect_timeout = state.limits.backend_connect_timeout();
+    let connect_timeout = live.limits.backend_connect_timeout();
     let wait = async {
         let mut stream = backend.connect(client, connect_timeout).await.map_err(BackendWait::Connect)?;
         stream.write_all(&opening).await.map_err(BackendWait::Write)?;
@@ -216,7 +217,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         )),
         Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"), "backend_unreachable")),
         Err(_) => {
-            warn!(backend = %backend.name, "backend did not answer the login within {}s", state.limits.login_timeout_seconds);
+            warn!(backend = %backend.name, "backend did not answer the login within {}s", live.limits.login_timeout_seconds);
             Some((
                 format!("Server {} did not answer the login in time", backend.name),
                 "backend login timeout".into(),
@@ -259,13 +260,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     if let Some(e) = encryptor(&mut cipher) {
         e.apply(&mut first);
     }
-    if let Err(e) = s.player.send(&first).await {
-        summary.reason = format!("player write failed: {e}");
-        summary.outcome = Some("player_left");
-        return summary;
-    }
-    drop(first);
-    let write_stall = state.limits.write_stall_timeout();
+    // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
+    // Success.
     s.stage.set(Stage::Play);
     // Counted now, not when the session ends: a login succeeded when play begins.
     state.metrics.login(match state.auth {
@@ -273,6 +269,14 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         AuthMode::Offline => "offline_ok",
         AuthMode::Online => "online_ok",
     });
+    backend.metrics.to_backend.inc_by(up);
+    backend.metrics.to_player.inc_by(down);
+    if let Err(e) = s.player.send(&first).await {
+        summary.reason = format!("player write failed: {e}");
+        return summary;
+    }
+    drop(first);
+    let write_stall = live.limits.write_stall_timeout();
     let metrics = &backend.metrics;
     let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics };
     let report = s.player.relay(stream, start).await;

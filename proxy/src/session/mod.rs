@@ -32,7 +32,7 @@ use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 pub(crate) use crate::relay::PlayerGone;
 use crate::relay::{RelayReport, RelayStart};
-use crate::state::ProxyState;
+use crate::state::{Live, ProxyState};
 
 mod login;
 mod online;
@@ -103,6 +103,8 @@ pub(crate) struct Session<'a, P> {
     pub(crate) player: &'a mut P,
     pub(crate) info: &'a ConnInfo,
     pub(crate) state: &'a Arc<ProxyState>,
+    /// The configuration this session runs on (taken when it started; a reload affects later sessions).
+    pub(crate) live: &'a Arc<Live>,
     pub(crate) shutdown: &'a CancellationToken,
     /// The connection's place in `moonbridge_sessions`.
     pub(crate) stage: &'a StageGauge,

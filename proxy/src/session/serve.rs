@@ -29,7 +29,15 @@ pub(crate) async fn serve<P: Player>(
 ) {
     let started = Instant::now();
     let summary = {
-        let session = Session { player: &mut player, info: &info, state: &state, shutdown: &shutdown, stage: &stage };
+        let live = state.live();
+        let session = Session {
+            player: &mut player,
+            info: &info,
+            state: &state,
+            live: &live,
+            shutdown: &shutdown,
+            stage: &stage,
+        };
         run(session, slot, deadline).await
     };
     drop(stage);
@@ -56,7 +64,7 @@ pub(crate) async fn serve<P: Player>(
 }
 
 async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
-    let limit = s.state.limits.handshake_timeout_seconds;
+    let limit = s.live.limits.handshake_timeout_seconds;
     let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;
     let metrics = &s.state.metrics;
     match &opening {

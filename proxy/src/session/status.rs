@@ -16,7 +16,7 @@ use tracing::debug;
 use super::opening::{next_frame, OpeningError};
 use super::{Finish, Player, Session, Summary};
 use crate::backend::{Backend, CachedLegacy, CachedStatus};
-use crate::state::ProxyState;
+use crate::state::Live;
 
 /// Largest legacy answer read from a backend (the `0xFF` text length is a `u16` of UTF-16 units).
 const MAX_LEGACY_ANSWER_BYTES: usize = 3 + 2 * 65_535;
@@ -38,24 +38,24 @@ const MAX_STATUS_FRAME: usize = 3 * 32_767 + 8;
 
 /// What the server list shows for `backend` when it cannot be reached: `[status] offline_message`, or
 /// "Server NAME is unreachable".
-fn offline_message(state: &ProxyState, backend: &Backend) -> String {
-    state.status.offline_message.clone().unwrap_or_else(|| format!("Server {} is unreachable", backend.name))
+fn offline_message(live: &Live, backend: &Backend) -> String {
+    live.status.offline_message.clone().unwrap_or_else(|| format!("Server {} is unreachable", backend.name))
 }
 
 /// A server-list status exchange: the proxy answers the player's Status Request with the routed backend's
 /// Status Response (cached for `[status] cache_seconds`, fetched with the player's handshake when stale) or,
 /// when the backend cannot be reached, with the offline message; it answers Ping with Pong itself.
 pub(super) async fn status<P: Player>(s: Session<'_, P>, handshake: Handshake, rest: BytesMut) -> Summary {
-    let (player, info, state) = (s.player, s.info, s.state);
+    let (player, info, live) = (s.player, s.info, s.live);
     let host = HostField::parse(&handshake.server_address);
-    let Some(backend) = state.route(&host.routing_key()) else {
+    let Some(backend) = live.route(&host.routing_key()) else {
         let msg = format!("Unknown server address {}", host.hostname);
-        answer_status(player, state, &fallback_status_json(&msg), rest).await;
+        answer_status(player, live, &fallback_status_json(&msg), rest).await;
         return Summary::new(format!("status: no route for host {:?}", host.hostname));
     };
     let mut summary = Summary::new("");
     summary.backend = Some(backend.name.clone());
-    let (json, how) = backend_status(backend, &handshake, info.client, state).await;
+    let (json, how) = backend_status(backend, &handshake, info.client, live).await;
     let json = match json {
         Ok(json) => {
             summary.reason = format!("status answered ({how})");
@@ -64,10 +64,10 @@ pub(super) async fn status<P: Player>(s: Session<'_, P>, handshake: Handshake, r
         Err(e) => {
             debug!(backend = %backend.name, "status: {e}");
             summary.reason = format!("status answered by proxy ({how}): {e}");
-            fallback_status_json(&offline_message(state, backend))
+            fallback_status_json(&offline_message(live, backend))
         }
     };
-    answer_status(player, state, &json, rest).await;
+    answer_status(player, live, &json, rest).await;
     summary
 }
 
@@ -76,18 +76,18 @@ async fn backend_status(
     backend: &Backend,
     handshake: &Handshake,
     client: SocketAddr,
-    state: &ProxyState,
+    live: &Live,
 ) -> (Result<String, String>, &'static str) {
-    let ttl = Duration::from_secs(state.status.cache_seconds);
+    let ttl = Duration::from_secs(live.status.cache_seconds);
     if ttl.is_zero() {
-        return (fetch_status(backend, handshake, client, state).await, "fetched");
+        return (fetch_status(backend, handshake, client, live).await, "fetched");
     }
     // One fetch at a time per backend: pings that arrive meanwhile wait for it and share its answer.
     let mut cached = backend.status.lock().await;
     if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < ttl) {
         return (c.json.clone(), "cached");
     }
-    let json = fetch_status(backend, handshake, client, state).await;
+    let json = fetch_status(backend, handshake, client, live).await;
     *cached = Some(CachedStatus { at: Instant::now(), json: json.clone() });
     (json, "fetched")
 }
@@ -98,10 +98,9 @@ async fn fetch_status(
     backend: &Backend,
     handshake: &Handshake,
     client: SocketAddr,
-    state: &ProxyState,
+    live: &Live,
 ) -> Result<String, String> {
-    let mut stream =
-        backend.connect(client, state.limits.backend_connect_timeout()).await.map_err(|e| e.to_string())?;
+    let mut stream = backend.connect(client, live.limits.backend_connect_timeout()).await.map_err(|e| e.to_string())?;
     let mut out = BytesMut::new();
     handshake.encode_frame(&mut out).map_err(|e| format!("status handshake: {e}"))?;
     StatusRequest.encode_frame(&mut out).map_err(|e| format!("status request: {e}"))?;
@@ -123,15 +122,15 @@ async fn fetch_status(
             dec.queue_bytes(buf);
         }
     };
-    match timeout(state.limits.login_timeout(), exchange).await {
+    match timeout(live.limits.login_timeout(), exchange).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no Status Response within {}s", state.limits.login_timeout_seconds)),
+        Err(_) => Err(format!("no Status Response within {}s", live.limits.login_timeout_seconds)),
     }
 }
 
 /// Answers the player's Status Request with `json` and its Ping with Pong (within `handshake_timeout_seconds`),
 /// then closes.
-async fn answer_status<P: Player>(player: &mut P, state: &ProxyState, json: &str, rest: BytesMut) {
+async fn answer_status<P: Player>(player: &mut P, live: &Live, json: &str, rest: BytesMut) {
     let mut dec = FrameDecoder::new(64);
     dec.queue_bytes(rest);
     let exchange = async {
@@ -149,7 +148,7 @@ async fn answer_status<P: Player>(player: &mut P, state: &ProxyState, json: &str
             }
         }
     };
-    let _ = timeout(state.limits.handshake_timeout(), exchange).await;
+    let _ = timeout(live.limits.handshake_timeout(), exchange).await;
     player.finish(Finish::Normal).await;
 }
 
@@ -161,13 +160,13 @@ pub(super) async fn legacy_ping<P: Player>(
     raw: BytesMut,
     deadline: tokio::time::Instant,
 ) -> Summary {
-    let (player, info, state) = (s.player, s.info, s.state);
-    let Some(backend) = state.default_backend() else {
+    let (player, info, live) = (s.player, s.info, s.live);
+    let Some(backend) = live.default_backend() else {
         player.finish(Finish::Normal).await;
         return Summary::new("legacy ping: no backend configured");
     };
     let ask = async {
-        let mut stream = backend.connect(info.client, state.limits.backend_connect_timeout()).await.ok()?;
+        let mut stream = backend.connect(info.client, live.limits.backend_connect_timeout()).await.ok()?;
         stream.write_all(&raw).await.ok()?;
         let mut answer = BytesMut::with_capacity(512);
         loop {
@@ -184,7 +183,7 @@ pub(super) async fn legacy_ping<P: Player>(
         }
     };
     let relayed = timeout_at(deadline, async {
-        let ttl = Duration::from_secs(state.status.cache_seconds);
+        let ttl = Duration::from_secs(live.status.cache_seconds);
         if ttl.is_zero() {
             return ask.await;
         }
@@ -209,7 +208,7 @@ pub(super) async fn legacy_ping<P: Player>(
             let status = LegacyStatus {
                 protocol: 127,
                 version: "1.7.10".into(),
-                motd: offline_message(state, backend),
+                motd: offline_message(live, backend),
                 online: 0,
                 max: 0,
             };
