@@ -1,6 +1,7 @@
 //! Connection caps: `max_connections` (a counter with a limit) and `max_handshaking` (slots that evict the
-//! oldest). Both limits can change while connections are open (a reload): a lower limit admits no new
-//! connection until enough have ended, and closes none.
+//! oldest). Both limits can change while connections are open (a reload): a lower `max_connections` admits no
+//! new connection until enough have ended and closes none; a lower `max_handshaking` evicts the oldest
+//! handshakes as new connections arrive, as a full stage always does.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

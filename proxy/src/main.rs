@@ -93,9 +93,17 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             settings.routes.hosts.len(),
             settings.auth.mode
         );
+        // SIGHUP is caught from here on (before binding), so a reload right after start cannot end the process.
+        #[cfg(unix)]
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
         let server = Server::bind(&config).await?;
         #[cfg(unix)]
-        tokio::spawn(reload_on_sighup(server.reload_handle(), config_path.clone()));
+        match hup {
+            Ok(hup) => {
+                tokio::spawn(reload_on_sighup(hup, server.reload_handle(), config_path.clone()));
+            }
+            Err(e) => warn!("cannot listen for SIGHUP, reloading is unavailable: {e}"),
+        }
         server.run(shutdown_signal()).await;
         anyhow::Ok(())
     });
@@ -107,11 +115,11 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
 /// Reloads the configuration file at every SIGHUP; a file that does not load, does not validate or changes
 /// what needs a restart is refused with the reason, and the running configuration stays.
 #[cfg(unix)]
-async fn reload_on_sighup(handle: moonbridge_proxy::ReloadHandle, path: Option<PathBuf>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        warn!("cannot listen for SIGHUP: reloading is unavailable");
-        return;
-    };
+async fn reload_on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    handle: moonbridge_proxy::ReloadHandle,
+    path: Option<PathBuf>,
+) {
     while hup.recv().await.is_some() {
         let Some(path) = &path else {
             warn!("SIGHUP received, but there is no --config file to reload (running on built-in defaults)");

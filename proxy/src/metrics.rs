@@ -27,7 +27,7 @@ const REFUSED_REASONS: [&str; 3] = ["max_connections", "untrusted_proxy_peer", "
 const HANDSHAKE_FAILURES: [&str; 8] =
     ["timeout", "evicted", "closed", "tls", "bad_upgrade", "bad_proxy_header", "bad_frame", "bad_login_start"];
 /// The `outcome` values of `moonbridge_logins_total`.
-const LOGIN_OUTCOMES: [&str; 18] = [
+const LOGIN_OUTCOMES: [&str; 19] = [
     "passthrough_ok",
     "offline_ok",
     "online_ok",
@@ -37,6 +37,7 @@ const LOGIN_OUTCOMES: [&str; 18] = [
     "backend_closed",
     "backend_timeout",
     "backend_misconfigured",
+    "backend_refused",
     "player_left",
     "protocol_error",
     "shutdown",
@@ -48,7 +49,7 @@ const LOGIN_OUTCOMES: [&str; 18] = [
     "online_player_left",
 ];
 /// The `version` values of `moonbridge_tls_handshakes_total`.
-const TLS_VERSIONS: [&str; 2] = ["TLSv1.2", "TLSv1.3"];
+const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 
 /// Every listener transport, in the order of [`Metrics::stages`].
 const TRANSPORTS: [Transport; 3] = [Transport::Tcp, Transport::Ws, Transport::Wss];
@@ -163,7 +164,7 @@ impl Metrics {
         let refused = counter_vec(
             &r,
             "moonbridge_connections_refused_total",
-            "Player connections refused before any protocol, by reason (max_connections, untrusted_proxy_peer).",
+            "Player connections refused, by reason (max_connections, untrusted_proxy_peer, rate_limit).",
             &["reason"],
         )?;
         let sessions = reg(

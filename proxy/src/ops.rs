@@ -4,14 +4,17 @@
 //! - `GET /healthz`: `200 ok` while the process serves (liveness).
 //! - `GET /readyz`: `200 ready` when the proxy should receive players, else `503` with one line per reason
 //!   (readiness). The rule: every player listener is bound (true once the listener runs), shutdown has not
-//!   begun, and every backend answered its latest TCP connect. That connect is a player's, or one the check
-//!   makes itself within `backend_connect_timeout_seconds` (closed without a byte) when the latest failed or is
-//!   older than [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as
-//!   soon as it does.
+//!   begun, and at least one backend answered its latest TCP connect (so one backend down does not take every
+//!   replica out of a load balancer; its players still get the server list's offline message). The body names
+//!   every unreachable backend either way. A backend's latest connect is a player's, or one the check makes
+//!   itself (closed without a byte, within [`PROBE_TIMEOUT`] at most) when the latest failed or is older than
+//!   [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as soon as
+//!   it does.
 //!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
 //! must arrive within [`REQUEST_TIMEOUT`] and fit in [`MAX_REQUEST_HEAD`]; at most [`MAX_OPS_CONNECTIONS`]
-//! are served at once (more wait in the kernel's backlog).
+//! are served at once, and a connection over that is answered `503 busy` at once instead of waiting (idle
+//! clients cannot make the probes time out).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,22 +30,19 @@ use crate::state::ProxyState;
 
 /// A backend whose latest connect is older than this is probed by `/readyz`, in seconds: 10.
 pub(crate) const READY_PROBE_AFTER: Duration = Duration::from_secs(10);
-/// Time allowed for a request head to arrive: 5 seconds.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for a request head to arrive: 2 seconds.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest readiness probe of one backend: 3 seconds (or `backend_connect_timeout_seconds` when shorter).
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest request head read, in bytes: 8 KiB.
 pub(crate) const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// Requests served at once.
-pub(crate) const MAX_OPS_CONNECTIONS: usize = 64;
+pub(crate) const MAX_OPS_CONNECTIONS: usize = 256;
 
 /// Serves the operations endpoints on `listener` until `stop` is cancelled.
 pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_OPS_CONNECTIONS));
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => p,
-            () = stop.cancelled() => return,
-        };
-        let Ok(permit) = permit else { return };
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = stop.cancelled() => return,
@@ -50,6 +50,11 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: C
         let Ok((stream, peer)) = accepted else {
             // Out of descriptors, most likely: the player listeners log that; wait and try again.
             tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            // Busy: say so at once (without reading) rather than keep a probe waiting.
+            let _ = stream.try_write(&response(503, "Service Unavailable", "text/plain", "busy\n"));
             continue;
         };
         let state = Arc::clone(&state);
@@ -71,10 +76,15 @@ async fn answer(mut stream: TcpStream, state: &ProxyState) {
     let reply = match (method.as_str(), path.as_str()) {
         ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
         ("GET", "/healthz") => response(200, "OK", "text/plain", "ok\n"),
-        ("GET", "/readyz") => match not_ready(state).await {
-            reasons if reasons.is_empty() => response(200, "OK", "text/plain", "ready\n"),
-            reasons => response(503, "Service Unavailable", "text/plain", &(reasons.join("\n") + "\n")),
-        },
+        ("GET", "/readyz") => {
+            let (reasons, unreachable) = readiness(state).await;
+            let details: String = unreachable.iter().map(|u| format!("{u}\n")).collect();
+            if reasons.is_empty() {
+                response(200, "OK", "text/plain", &format!("ready\n{details}"))
+            } else {
+                response(503, "Service Unavailable", "text/plain", &format!("{}\n{details}", reasons.join("\n")))
+            }
+        }
         (_, "/metrics" | "/healthz" | "/readyz") => response(405, "Method Not Allowed", "text/plain", "GET only\n"),
         _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz or /readyz\n"),
     };
@@ -108,14 +118,14 @@ async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
     tokio::time::timeout(REQUEST_TIMEOUT, read).await.ok().flatten()
 }
 
-/// Why the proxy is not ready (empty when it is), probing backends whose latest connect is old.
-async fn not_ready(state: &ProxyState) -> Vec<String> {
+/// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way).
+async fn readiness(state: &ProxyState) -> (Vec<String>, Vec<String>) {
     let mut reasons = Vec::new();
     if state.draining.load(Ordering::Relaxed) {
         reasons.push("shutting down".to_string());
     }
     let live = state.live();
-    let timeout = live.limits.backend_connect_timeout();
+    let timeout = live.limits.backend_connect_timeout().min(PROBE_TIMEOUT);
     let stale =
         |b: &crate::backend::Backend| b.reach().is_none_or(|r| r.error.is_some() || r.at.elapsed() > READY_PROBE_AFTER);
     // Concurrently: a handful of backends, each within the connect timeout.
@@ -125,19 +135,23 @@ async fn not_ready(state: &ProxyState) -> Vec<String> {
         probes.spawn(async move { b.probe(timeout).await });
     }
     while probes.join_next().await.is_some() {}
+    let mut unreachable = Vec::new();
     for b in live.backends() {
         match b.reach() {
             Some(r) if r.error.is_none() => {}
-            Some(r) => reasons.push(format!(
+            Some(r) => unreachable.push(format!(
                 "backend {}: {} ({}s ago)",
                 b.name,
                 r.error.unwrap_or_default(),
                 Instant::now().saturating_duration_since(r.at).as_secs()
             )),
-            None => reasons.push(format!("backend {}: not probed", b.name)),
+            None => unreachable.push(format!("backend {}: not probed", b.name)),
         }
     }
-    reasons
+    if unreachable.len() == live.backends().len() {
+        reasons.push("no backend is reachable".to_string());
+    }
+    (reasons, unreachable)
 }
 
 /// A whole HTTP/1.1 response with `Connection: close`.

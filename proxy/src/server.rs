@@ -21,7 +21,7 @@ use crate::metrics::{Metrics, StageGauge};
 use crate::rate::Bucket;
 use crate::relay::ws::WsLink;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
-use crate::state::ProxyState;
+use crate::state::{Live, ProxyState};
 use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::ws::upgrade::{accept_upgrade, UpgradeError};
 
@@ -388,7 +388,7 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
         let stage = state.metrics.stage(l.transport);
-        let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage };
+        let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live: state.live() };
         let accept = Arc::clone(&l.accept);
         tracker.spawn(
             async move {
@@ -409,6 +409,8 @@ struct Conn {
     peer: SocketAddr,
     /// Its place in `moonbridge_sessions` (the handshake stage, to begin with).
     stage: StageGauge,
+    /// The configuration it runs on, from accept to end (a reload affects later connections).
+    live: Arc<Live>,
 }
 
 /// Why a transport setup failed.
@@ -426,7 +428,7 @@ enum SetupError {
 
 impl Conn {
     async fn serve(self, stream: TcpStream, accept: &Accept) {
-        let live = self.state.live();
+        let live = Arc::clone(&self.live);
         let deadline = Instant::now() + live.limits.handshake_timeout();
         let peer = self.peer;
         let max_message = live.limits.max_ws_message_bytes;
@@ -476,14 +478,15 @@ impl Conn {
     }
 
     async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<(P, SocketAddr), SetupError>>) {
-        let limit = self.state.live().limits.handshake_timeout_seconds;
+        let limit = self.live.limits.handshake_timeout_seconds;
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
-                let Self { state, slot, token, stage, .. } = self;
-                let rate_limited = !state.rate.allow(&state.live().rate_limits, client.ip(), Bucket::Connection);
+                let Self { state, slot, token, stage, live, .. } = self;
+                let rate_limited = !state.rate.allow(&live.rate_limits, client.ip(), Bucket::Connection);
                 let info = ConnInfo { client, rate_limited };
-                session::serve::serve(player, info, state, slot, token, deadline, stage).await;
+                let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
+                session::serve::serve(player, accepted).await;
             }
             Err(SetupError::Upgrade(UpgradeError::HealthCheck)) => {}
             Err(reason) => {
@@ -526,7 +529,8 @@ mod tests {
         let stream = TcpStream::connect(peer).await.unwrap();
         let (slot, _) = state.handshaking.enter();
         let stage = state.metrics.stage(Transport::Tcp);
-        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage };
+        let live = state.live();
+        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage, live };
         let setup = async { Ok(crate::tcp::setup(stream, peer, None).await?) };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);

@@ -242,7 +242,7 @@ async fn readyz_follows_the_backend_down_and_back() {
     assert_eq!(login_disconnect_reason(&got).as_deref(), Some("Server survival is unreachable"));
     let (code, body) = get(metrics, "/readyz").await;
     assert_eq!(code, 503);
-    assert!(body.starts_with("backend survival: connect to "), "{body}");
+    assert!(body.starts_with("no backend is reachable\nbackend survival: connect to "), "{body}");
     assert_eq!(get(metrics, "/healthz").await.0, 200, "alive while not ready");
     let unreachable = "moonbridge_logins_total{outcome=\"backend_unreachable\"}";
     assert_eq!(metric_until(metrics, unreachable, 1.0).await, Some(1.0));
@@ -305,6 +305,7 @@ async fn rate_limits_refuse_a_flood_from_one_address_only() {
     // 50 logins at once from 127.0.0.2: the burst of 10 (and what the rate refills meanwhile) gets through,
     // the rest are told why.
     let mut flood = Vec::new();
+    let started = std::time::Instant::now();
     for _ in 0..50 {
         let mut s = connect_from([127, 0, 0, 2], addr).await;
         s.write_all(&hs_ls()).await.unwrap();
@@ -330,7 +331,9 @@ async fn rate_limits_refuse_a_flood_from_one_address_only() {
             }
         }
     }
-    assert!((10..=15).contains(&admitted), "{admitted} admitted, {limited} limited");
+    // The burst, plus what 5 per second refilled while the 50 were being opened (and their handshakes read).
+    let refill = (5.0 * started.elapsed().as_secs_f64()).ceil() as usize + 1;
+    assert!((10..=10 + refill).contains(&admitted), "{admitted} admitted, {limited} limited, refill {refill}");
     assert_eq!(admitted + limited, 50);
     let refused = "moonbridge_connections_refused_total{reason=\"rate_limit\"}";
     assert_eq!(metric_until(proxy.metrics.unwrap(), refused, limited as f64).await, Some(limited as f64));

@@ -93,3 +93,21 @@ async fn a_stopped_backend_shows_the_offline_message() {
     assert_eq!(text.split('\0').nth(3), Some("Server is restarting"));
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_backend_costs_pings_seconds_and_one_fetch() {
+    // Accepts and never answers (a long world save): ten pings at once share one fetch, and each gets the
+    // offline message within the fetch limit (3 s) plus a little, not login_timeout_seconds (30 s).
+    let backend = RawBackend::start(RawBehaviour::Silent).await;
+    let proxy = Proxy::start(&tcp_config(backend.addr, "[status]\noffline_message = \"Saving the world\"\n")).await;
+    let addr = proxy.addr(Transport::Tcp);
+    let started = tokio::time::Instant::now();
+    let pings: Vec<_> = (0..10).map(|_| tokio::spawn(status_ping(addr))).collect();
+    for p in pings {
+        let json: serde_json::Value = serde_json::from_str(&p.await.unwrap()).unwrap();
+        assert_eq!(json["description"]["text"], "Saving the world");
+    }
+    assert!(started.elapsed() < Duration::from_millis(4500), "answered after {:?}", started.elapsed());
+    assert_eq!(backend.accepted(), 1, "one fetch for the ten pings");
+    proxy.shutdown().await;
+}

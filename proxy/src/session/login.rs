@@ -262,13 +262,18 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
     // Success.
-    s.stage.set(Stage::Play);
-    // Counted now, not when the session ends: a login succeeded when play begins.
-    state.metrics.login(match state.auth {
-        AuthMode::Passthrough => "passthrough_ok",
-        AuthMode::Offline => "offline_ok",
-        AuthMode::Online => "online_ok",
-    });
+    if matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID) {
+        // The backend turned the player away (whitelist, ban, full): relayed as it is, counted as refused.
+        summary.outcome = Some("backend_refused");
+    } else {
+        s.stage.set(Stage::Play);
+        // Counted now, not when the session ends: a login succeeded when play begins.
+        state.metrics.login(match state.auth {
+            AuthMode::Passthrough => "passthrough_ok",
+            AuthMode::Offline => "offline_ok",
+            AuthMode::Online => "online_ok",
+        });
+    }
     backend.metrics.to_backend.inc_by(up);
     backend.metrics.to_player.inc_by(down);
     if let Err(e) = s.player.send(&first).await {

@@ -14,22 +14,26 @@ use super::{login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
 use crate::limits::HandshakeSlot;
 use crate::metrics::{Stage, StageGauge};
-use crate::state::ProxyState;
+use crate::state::{Live, ProxyState};
 
-/// Runs a whole session and logs its end. `deadline` ends the handshake stage (it started at accept, so the
-/// transport setup before it counted too).
-pub(crate) async fn serve<P: Player>(
-    mut player: P,
-    info: ConnInfo,
-    state: Arc<ProxyState>,
-    slot: HandshakeSlot,
-    shutdown: CancellationToken,
-    deadline: tokio::time::Instant,
-    stage: StageGauge,
-) {
+/// What an accepted connection brings to its session besides the player.
+pub(crate) struct Accepted {
+    pub(crate) info: ConnInfo,
+    pub(crate) state: Arc<ProxyState>,
+    /// The configuration snapshot taken at accept.
+    pub(crate) live: Arc<Live>,
+    pub(crate) slot: HandshakeSlot,
+    pub(crate) shutdown: CancellationToken,
+    /// Ends the handshake stage (it started at accept, so the transport setup before it counted too).
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) stage: StageGauge,
+}
+
+/// Runs a whole session and logs its end.
+pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
+    let Accepted { info, state, live, slot, shutdown, deadline, stage } = accepted;
     let started = Instant::now();
     let summary = {
-        let live = state.live();
         let session = Session {
             player: &mut player,
             info: &info,

@@ -36,6 +36,12 @@ fn fallback_status_json(message: &str) -> String {
 /// passes intact.
 const MAX_STATUS_FRAME: usize = 3 * 32_767 + 8;
 
+/// Longest status fetch from a backend (connect and exchange): 3 seconds, or less when
+/// `backend_connect_timeout_seconds` / `login_timeout_seconds` are shorter. A ping that finds a fetch under
+/// way waits at most this long (plus a second) for it, then gets the offline answer: a hung backend costs a
+/// server-list ping a few seconds, never `login_timeout_seconds`.
+const STATUS_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// What the server list shows for `backend` when it cannot be reached: `[status] offline_message`, or
 /// "Server NAME is unreachable".
 fn offline_message(live: &Live, backend: &Backend) -> String {
@@ -82,8 +88,10 @@ async fn backend_status(
     if ttl.is_zero() {
         return (fetch_status(backend, handshake, client, live).await, "fetched");
     }
-    // One fetch at a time per backend: pings that arrive meanwhile wait for it and share its answer.
-    let mut cached = backend.status.lock().await;
+    // One fetch at a time per backend: pings that arrive meanwhile wait for it (bounded) and share its answer.
+    let Ok(mut cached) = timeout(STATUS_FETCH_TIMEOUT + Duration::from_secs(1), backend.status.lock()).await else {
+        return (Err("a status fetch from this backend is taking too long".into()), "waited");
+    };
     if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < ttl) {
         return (c.json.clone(), "cached");
     }
@@ -100,8 +108,11 @@ async fn fetch_status(
     client: SocketAddr,
     live: &Live,
 ) -> Result<String, String> {
-    let mut stream = backend.connect(client, live.limits.backend_connect_timeout()).await.map_err(|e| e.to_string())?;
+    let connect_timeout = live.limits.backend_connect_timeout().min(STATUS_FETCH_TIMEOUT);
+    let mut stream = backend.connect(client, connect_timeout).await.map_err(|e| e.to_string())?;
     let mut out = BytesMut::new();
+    // Always as a 1.7.10 client asks (protocol 5), whatever the pinging client said: the answer is shared.
+    let handshake = Handshake { protocol_version: PROTOCOL_VERSION, ..handshake.clone() };
     handshake.encode_frame(&mut out).map_err(|e| format!("status handshake: {e}"))?;
     StatusRequest.encode_frame(&mut out).map_err(|e| format!("status request: {e}"))?;
     backend.metrics.to_backend.inc_by(out.len() as u64);
@@ -122,9 +133,10 @@ async fn fetch_status(
             dec.queue_bytes(buf);
         }
     };
-    match timeout(live.limits.login_timeout(), exchange).await {
+    let within = live.limits.login_timeout().min(STATUS_FETCH_TIMEOUT);
+    match timeout(within, exchange).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no Status Response within {}s", live.limits.login_timeout_seconds)),
+        Err(_) => Err(format!("no Status Response within {} ms", within.as_millis())),
     }
 }
 
