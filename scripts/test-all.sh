@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-APT_PACKAGES=(ca-certificates openssl wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base)
+APT_PACKAGES=(ca-certificates openssl wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

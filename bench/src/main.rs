@@ -198,7 +198,11 @@ fn spawn_proxy(
     let config = dir.join(format!("moonbridge-{port}.toml"));
     std::fs::write(
         &config,
-        format!("[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n{auth}"),
+        // Every benchmark connection comes from 127.0.0.1: the per-address rate limits are off.
+        format!(
+            "[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n{auth}\n\
+             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n"
+        ),
     )?;
     let mut child = Command::new(bin)
         .arg("--config")

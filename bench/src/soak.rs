@@ -807,7 +807,8 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
                  [[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:{tcp}\"\n\n\
                  [[backend]]\nname = \"soak\"\naddress = \"{}\"\n\n{auth}\n\
                  [limits]\nwrite_stall_timeout_seconds = {WRITE_STALL_S}\nlogin_timeout_seconds = 10\n\
-                 max_connections = {}\n",
+                 max_connections = {}\n\n\
+                 [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n",
                 cert.cert.display(),
                 cert.key.display(),
                 backend.addr,

@@ -9,7 +9,13 @@ use crate::trusted::TrustedProxies;
 fn settings(header: RealIpHeader) -> WsSettings {
     let trusted = TrustedProxies::parse(&["127.0.0.0/8".into(), "10.0.0.0/8".into(), "2001:db8::/32".into()])
         .unwrap_or_else(|_| TrustedProxies::parse(&[]).unwrap_or_default());
-    WsSettings { path: "/mc".into(), ping_interval: None, trusted, real_ip_header: header }
+    WsSettings {
+        path: "/mc".into(),
+        ping_interval: None,
+        trusted,
+        real_ip_header: header,
+        health_path: Some("/healthz".into()),
+    }
 }
 
 /// The HTTP upgrade request of a `ws`/`wss` listener, with each real-IP header, from a trusted and an untrusted

@@ -15,6 +15,8 @@
 //! | `config/` | the TOML file ([`Config`]) and the checked, typed [`config::Settings`] built from it |
 //! | `trusted.rs` | trusted proxies, for the PROXY header and the real-IP HTTP header alike |
 //! | `limits.rs` | the `max_handshaking` slots and rate-limited log lines |
+//! | `rate.rs` | per-address rate limits (token buckets, a bounded table) |
+//! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `proxy_header.rs` | PROXY v1/v2 headers in (load balancers) and v2 out (`proxy-protocol` forwarding) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
 //! | `auth.rs` | online mode: the RSA key pair and the session server's `hasJoined` |
@@ -24,6 +26,7 @@
 //! | `session/` | one connection's stages: `opening.rs` (handshake), `login.rs` (route, forwarding, backend), `online.rs` (encryption and `hasJoined`), `status.rs` (server-list pings); `mod.rs` holds what they share (the `Player` trait, the `Session` context), `serve.rs` runs them in order and logs the end |
 //! | `tcp.rs` | a player on plain TCP (with the optional PROXY header) |
 //! | `ws/` | WebSocket listeners: the HTTP upgrade and real address (`upgrade.rs`), the session's view of a WebSocket player (`player.rs`) |
+//! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `server.rs` | listeners, accept loops, connection caps, graceful shutdown |
 //!
 //! # Data path
@@ -44,7 +47,10 @@ mod auth;
 mod backend;
 pub mod config;
 mod limits;
+mod metrics;
+mod ops;
 mod proxy_header;
+mod rate;
 mod relay;
 mod server;
 mod session;
@@ -59,4 +65,4 @@ pub mod fuzz;
 
 pub use auth::AuthError;
 pub use config::Config;
-pub use server::{Server, ServerError, ServerStats, StatsHandle};
+pub use server::{ReloadError, ReloadHandle, Server, ServerError, ServerStats, StatsHandle};

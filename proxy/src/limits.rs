@@ -1,10 +1,56 @@
-//! Connection caps: `max_connections` (a semaphore) and `max_handshaking` (slots that evict the oldest).
+//! Connection caps: `max_connections` (a counter with a limit) and `max_handshaking` (slots that evict the
+//! oldest). Both limits can change while connections are open (a reload): a lower `max_connections` admits no
+//! new connection until enough have ended and closes none; a lower `max_handshaking` evicts the oldest
+//! handshakes as new connections arrive, as a full stage always does.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+
+/// `max_connections`: open player connections, and the limit.
+#[derive(Debug)]
+pub(crate) struct ConnLimit {
+    open: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl ConnLimit {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self { open: AtomicUsize::new(0), max: AtomicUsize::new(max) })
+    }
+
+    /// Counts one more open connection, unless the limit is reached.
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<ConnPermit> {
+        let max = self.max.load(Ordering::Relaxed);
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| ConnPermit(Arc::clone(self)))
+    }
+
+    /// Changes the limit (for connections accepted from now on).
+    pub(crate) fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    /// Open connections now.
+    pub(crate) fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// One open connection's place under `max_connections`; given back on drop.
+#[derive(Debug)]
+pub(crate) struct ConnPermit(Arc<ConnLimit>);
+
+impl Drop for ConnPermit {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Slots for connections still in the handshake stage.
 ///
@@ -13,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 /// before `max_handshaking` newer connections arrive.
 #[derive(Debug)]
 pub(crate) struct HandshakeSlots {
-    max: usize,
+    max: AtomicUsize,
     inner: Mutex<SlotsInner>,
 }
 
@@ -25,7 +71,12 @@ struct SlotsInner {
 
 impl HandshakeSlots {
     pub(crate) fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self { max: max.max(1), inner: Mutex::new(SlotsInner::default()) })
+        Arc::new(Self { max: AtomicUsize::new(max.max(1)), inner: Mutex::new(SlotsInner::default()) })
+    }
+
+    /// Changes the number of slots (for connections that enter from now on).
+    pub(crate) fn set_max(&self, max: usize) {
+        self.max.store(max.max(1), Ordering::Relaxed);
     }
 
     /// Takes a slot; returns it and whether an older connection was evicted for it.
@@ -33,7 +84,7 @@ impl HandshakeSlots {
         let token = CancellationToken::new();
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let mut evicted = false;
-        while inner.live.len() >= self.max {
+        while inner.live.len() >= self.max.load(Ordering::Relaxed) {
             match inner.live.pop_first() {
                 Some((_, oldest)) => {
                     oldest.cancel();

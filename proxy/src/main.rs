@@ -13,7 +13,8 @@ use tracing::{info, warn};
 ///
 /// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 and a ws listener on
 /// 0.0.0.0:8080 path /mc, routing every host to the backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
-/// stderr. SIGTERM or Ctrl-C stop it gracefully.
+/// stderr. SIGTERM or Ctrl-C stop it gracefully; SIGHUP reloads the --config file (backends, routes,
+/// forwarding, limits, status and rate limits; listeners, [metrics] and [auth] need a restart).
 #[derive(Debug, Parser)]
 #[command(name = "moonbridge", version, about, long_about)]
 struct Cli {
@@ -92,13 +93,44 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             settings.routes.hosts.len(),
             settings.auth.mode
         );
-        let server = Server::bind_settings(settings).await?;
+        // SIGHUP is caught from here on (before binding), so a reload right after start cannot end the process.
+        #[cfg(unix)]
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        let server = Server::bind(&config).await?;
+        #[cfg(unix)]
+        match hup {
+            Ok(hup) => {
+                tokio::spawn(reload_on_sighup(hup, server.reload_handle(), config_path.clone()));
+            }
+            Err(e) => warn!("cannot listen for SIGHUP, reloading is unavailable: {e}"),
+        }
         server.run(shutdown_signal()).await;
         anyhow::Ok(())
     });
     // Sessions have ended; do not wait for blocking work still in flight (a session-server call).
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     result
+}
+
+/// Reloads the configuration file at every SIGHUP; a file that does not load, does not validate or changes
+/// what needs a restart is refused with the reason, and the running configuration stays.
+#[cfg(unix)]
+async fn reload_on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    handle: moonbridge_proxy::ReloadHandle,
+    path: Option<PathBuf>,
+) {
+    while hup.recv().await.is_some() {
+        let Some(path) = &path else {
+            warn!("SIGHUP received, but there is no --config file to reload (running on built-in defaults)");
+            continue;
+        };
+        let loaded = Config::load(path);
+        match loaded.map_err(anyhow::Error::from).and_then(|c| Ok(handle.reload(&c)?)) {
+            Ok(summary) => info!("SIGHUP: reloaded {}: {summary}", path.display()),
+            Err(e) => warn!("SIGHUP: reload of {} refused, the running configuration stays: {e:#}", path.display()),
+        }
+    }
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).

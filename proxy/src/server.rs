@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::IntCounter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -16,10 +17,12 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, Listener, ListenerKind, Settings, Transport, WsSettings};
 use crate::limits::HandshakeSlot;
+use crate::metrics::{Metrics, StageGauge};
+use crate::rate::Bucket;
 use crate::relay::ws::WsLink;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
-use crate::state::ProxyState;
-use crate::tls::{ReloadingCert, Tls, TLS_LIBRARY, TLS_VERSIONS};
+use crate::state::{Live, ProxyState};
+use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::ws::upgrade::{accept_upgrade, UpgradeError};
 
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
@@ -48,6 +51,32 @@ pub enum ServerError {
     /// Online mode could not start (no RSA key pair).
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthError),
+    /// The `[metrics]` listener could not bind its address.
+    #[error("cannot listen on metrics.bind {bind}: {source}")]
+    MetricsBind {
+        /// The address it tried.
+        bind: SocketAddr,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The metrics could not be set up (a defect: their definitions are constants).
+    #[error("metrics: {0}")]
+    Metrics(String),
+}
+
+/// Why a reload was refused (the running configuration stays in force).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The new configuration is invalid (every problem, one per key).
+    #[error(transparent)]
+    Invalid(#[from] crate::config::ConfigError),
+    /// The new configuration changes what only a restart can change.
+    #[error("{} changed, which needs a restart (listeners are bound and online mode's key made at start)", .0.join(", "))]
+    NeedsRestart(Vec<&'static str>),
+    /// The server was started from [`Settings`] without its [`Config`], so there is nothing to compare with.
+    #[error("this server was started without a configuration to compare with; restart to apply a new one")]
+    NoBaseline,
 }
 
 /// A point-in-time view of the server's load and counters.
@@ -80,13 +109,18 @@ struct BoundListener {
     listener: TcpListener,
     accept: Arc<Accept>,
     banner: String,
+    /// `moonbridge_connections_accepted_total` of this transport.
+    accepted: IntCounter,
 }
 
 /// A proxy with every listener bound, ready to [`Server::run`].
 pub struct Server {
     listeners: Vec<BoundListener>,
     state: Arc<ProxyState>,
-    certs: Vec<Arc<ReloadingCert>>,
+    /// The configuration it started from (for reloads), when it was started from one.
+    config: Option<Config>,
+    /// The `[metrics]` listener, when configured.
+    ops: Option<TcpListener>,
 }
 
 /// The startup line of a listener, in the configuration's own terms.
@@ -123,7 +157,9 @@ impl Server {
     /// files, [`ServerError::Bind`] when an address is taken, [`ServerError::Auth`] when online mode cannot
     /// make its key pair.
     pub async fn bind(config: &Config) -> Result<Self, ServerError> {
-        Self::bind_settings(config.settings()?).await
+        let mut server = Self::bind_settings(config.settings()?).await?;
+        server.config = Some(config.clone());
+        Ok(server)
     }
 
     /// Binds every listener of checked [`Settings`].
@@ -155,17 +191,13 @@ impl Server {
                 );
             }
         }
+        let metrics = Arc::new(Metrics::new().map_err(|e| ServerError::Metrics(e.to_string()))?);
         let mut listeners = Vec::with_capacity(settings.listeners.len());
-        let mut certs = Vec::new();
         for l in &settings.listeners {
             let accept = match &l.kind {
                 ListenerKind::Tcp { proxy_header } => Accept::Tcp { proxy_header: proxy_header.clone() },
                 ListenerKind::Ws(ws) => Accept::Ws(ws.clone()),
-                ListenerKind::Wss(ws, files) => {
-                    let tls = Tls::new(&files.cert, &files.key)?;
-                    certs.push(Arc::clone(&tls.cert));
-                    Accept::Wss(ws.clone(), tls)
-                }
+                ListenerKind::Wss(ws, files) => Accept::Wss(ws.clone(), Tls::new(&files.cert, &files.key, &metrics)?),
             };
             let listener = TcpListener::bind(l.bind).await.map_err(|source| ServerError::Bind {
                 transport: l.transport(),
@@ -178,9 +210,26 @@ impl Server {
                 listener,
                 accept: Arc::new(accept),
                 banner: banner(l, addr),
+                accepted: metrics.accepted(l.transport()),
             });
         }
-        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online)), certs })
+        let ops = match settings.metrics.bind {
+            Some(bind) => {
+                Some(TcpListener::bind(bind).await.map_err(|source| ServerError::MetricsBind { bind, source })?)
+            }
+            None => None,
+        };
+        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops, config: None })
+    }
+
+    /// A handle that applies a new configuration while the server runs (what SIGHUP does).
+    pub fn reload_handle(&self) -> ReloadHandle {
+        ReloadHandle { state: Arc::clone(&self.state), config: Arc::new(std::sync::Mutex::new(self.config.clone())) }
+    }
+
+    /// The bound address of the `[metrics]` listener, when there is one (useful with port 0).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The bound address of each listener, in configuration order (useful with port 0).
@@ -190,7 +239,7 @@ impl Server {
 
     /// A handle that reads the server's load while it runs.
     pub fn stats_handle(&self) -> StatsHandle {
-        StatsHandle { state: Arc::clone(&self.state), certs: self.certs.clone() }
+        StatsHandle { state: Arc::clone(&self.state) }
     }
 
     /// Accepts players until `shutdown` completes, then stops accepting, disconnects every player with a
@@ -198,6 +247,14 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let token = CancellationToken::new();
         let tracker = TaskTracker::new();
+        // The operations listener outlives the player listeners: during the shutdown grace `/readyz` says 503.
+        let ops_stop = CancellationToken::new();
+        let ops = self.ops.map(|listener| {
+            if let Ok(addr) = listener.local_addr() {
+                info!("metrics on http://{addr}/metrics (health: /healthz, /readyz)");
+            }
+            tokio::spawn(crate::ops::serve(listener, Arc::clone(&self.state), ops_stop.clone()))
+        });
         for l in self.listeners {
             info!("{}", l.banner);
             if let Accept::Wss(_, tls) = &*l.accept {
@@ -207,14 +264,67 @@ impl Server {
         }
         shutdown.await;
         info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
+        self.state.draining.store(true, Ordering::Relaxed);
         token.cancel();
         tracker.close();
-        let grace = self.state.limits.shutdown_grace();
+        let grace = self.state.live().limits.shutdown_grace();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             warn!("shutdown grace period of {}s over; closing the remaining connections", grace.as_secs());
         } else {
             info!("shutdown complete");
         }
+        ops_stop.cancel();
+        if let Some(ops) = ops {
+            let _ = ops.await;
+        }
+    }
+}
+
+/// Applies a new configuration to a running server: backends, routes, forwarding, `[limits]`, `[status]`
+/// and `[rate_limits]` change for every session that starts afterwards; connected players keep their
+/// sessions. Listeners, `[metrics]` and `[auth]` need a restart.
+#[derive(Clone, Debug)]
+pub struct ReloadHandle {
+    state: Arc<ProxyState>,
+    config: Arc<std::sync::Mutex<Option<Config>>>,
+}
+
+impl ReloadHandle {
+    /// Checks `config` whole and applies it, or refuses it and changes nothing. Returns a one-line summary.
+    ///
+    /// # Errors
+    /// [`ReloadError::Invalid`] when it does not validate, [`ReloadError::NeedsRestart`] when it changes
+    /// listeners, `[metrics]` or `[auth]`, [`ReloadError::NoBaseline`] for a server started from `Settings`.
+    pub fn reload(&self, config: &Config) -> Result<String, ReloadError> {
+        let mut current = self.config.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(old) = current.as_ref() else { return Err(ReloadError::NoBaseline) };
+        let mut restart = Vec::new();
+        if config.listeners != old.listeners {
+            restart.push("[[listener]]");
+        }
+        if config.metrics != old.metrics {
+            restart.push("[metrics]");
+        }
+        if config.auth != old.auth {
+            restart.push("[auth]");
+        }
+        if !restart.is_empty() {
+            return Err(ReloadError::NeedsRestart(restart));
+        }
+        let settings = config.settings()?;
+        let previous = self.state.live();
+        let live = crate::state::Live::new(&settings, &self.state.metrics, Some(&previous));
+        let kept = live.backends().iter().filter(|b| previous.backends().iter().any(|p| p.is(b))).count();
+        let summary = format!(
+            "{} backend(s) ({} unchanged), {} host route(s), default backend {}",
+            live.backends().len(),
+            kept,
+            settings.routes.hosts.len(),
+            live.default_backend().map_or("-", |b| b.name.as_str()),
+        );
+        self.state.replace_live(live);
+        *current = Some(config.clone());
+        Ok(summary)
     }
 }
 
@@ -222,7 +332,6 @@ impl Server {
 #[derive(Clone, Debug)]
 pub struct StatsHandle {
     state: Arc<ProxyState>,
-    certs: Vec<Arc<ReloadingCert>>,
 }
 
 impl StatsHandle {
@@ -231,10 +340,10 @@ impl StatsHandle {
         ServerStats {
             connections: self.state.open_connections(),
             handshaking: self.state.handshaking.in_use(),
-            ws_messages_in: self.state.ws_messages.received.load(Ordering::Relaxed),
-            ws_messages_out: self.state.ws_messages.sent.load(Ordering::Relaxed),
-            tls_reloads: self.certs.iter().map(|c| c.reloads.load(Ordering::Relaxed)).sum(),
-            tls_reload_failures: self.certs.iter().map(|c| c.reload_failures.load(Ordering::Relaxed)).sum(),
+            ws_messages_in: self.state.metrics.ws.messages_in.get(),
+            ws_messages_out: self.state.metrics.ws.messages_out.get(),
+            tls_reloads: self.state.metrics.tls_reloads_ok.get(),
+            tls_reload_failures: self.state.metrics.tls_reloads_kept.get(),
         }
     }
 }
@@ -257,9 +366,11 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
                 }
             }
         };
-        let Ok(permit) = Arc::clone(&state.conn_limit).try_acquire_owned() else {
+        l.accepted.inc();
+        let Some(permit) = state.conn_limit.try_acquire() else {
+            state.metrics.refused("max_connections");
             if let Some(suppressed) = state.limit_log.allow() {
-                warn!(suppressed, client = %peer.ip(), "max_connections ({}) reached: closing new connection", state.limits.max_connections);
+                warn!(suppressed, client = %peer.ip(), "max_connections ({}) reached: closing new connection", state.live().limits.max_connections);
             }
             continue;
         };
@@ -270,13 +381,14 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
                 warn!(
                     suppressed,
                     "max_handshaking ({}) reached: closed the connection waiting longest in the handshake",
-                    state.limits.max_handshaking
+                    state.live().limits.max_handshaking
                 );
             }
         }
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
-        let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer };
+        let stage = state.metrics.stage(l.transport);
+        let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live: state.live() };
         let accept = Arc::clone(&l.accept);
         tracker.spawn(
             async move {
@@ -295,6 +407,10 @@ struct Conn {
     slot: HandshakeSlot,
     token: CancellationToken,
     peer: SocketAddr,
+    /// Its place in `moonbridge_sessions` (the handshake stage, to begin with).
+    stage: StageGauge,
+    /// The configuration it runs on, from accept to end (a reload affects later connections).
+    live: Arc<Live>,
 }
 
 /// Why a transport setup failed.
@@ -312,11 +428,13 @@ enum SetupError {
 
 impl Conn {
     async fn serve(self, stream: TcpStream, accept: &Accept) {
-        let deadline = Instant::now() + self.state.limits.handshake_timeout();
+        let live = Arc::clone(&self.live);
+        let deadline = Instant::now() + live.limits.handshake_timeout();
         let peer = self.peer;
-        let max_message = self.state.limits.max_ws_message_bytes;
-        let write_stall = self.state.limits.write_stall_timeout();
-        let counters = Arc::clone(&self.state.ws_messages);
+        let max_message = live.limits.max_ws_message_bytes;
+        let write_stall = live.limits.write_stall_timeout();
+        let counters = self.state.metrics.ws.clone();
+        let metrics = Arc::clone(&self.state.metrics);
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -338,6 +456,11 @@ impl Conn {
                     let mut stream = tls.acceptor.accept(stream).await.map_err(SetupError::Tls)?;
                     {
                         let (_, conn) = stream.get_ref();
+                        metrics.tls_handshake(match conn.protocol_version() {
+                            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                            _ => "other",
+                        });
                         debug!(
                             sni = conn.server_name().unwrap_or("-"),
                             version = ?conn.protocol_version(),
@@ -355,13 +478,31 @@ impl Conn {
     }
 
     async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<(P, SocketAddr), SetupError>>) {
-        let limit = self.state.limits.handshake_timeout_seconds;
+        let limit = self.live.limits.handshake_timeout_seconds;
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
-                session::serve::serve(player, ConnInfo { client }, self.state, self.slot, self.token, deadline).await;
+                let Self { state, slot, token, stage, live, .. } = self;
+                let rate_limited = !state.rate.allow(&live.rate_limits, client.ip(), Bucket::Connection);
+                let info = ConnInfo { client, rate_limited };
+                let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
+                session::serve::serve(player, accepted).await;
             }
+            Err(SetupError::Upgrade(UpgradeError::HealthCheck)) => {}
             Err(reason) => {
+                let metrics = &self.state.metrics;
+                match &reason {
+                    SetupError::Cut(HandshakeCut::Shutdown) => {}
+                    SetupError::Cut(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
+                    SetupError::Cut(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
+                    SetupError::Tcp(crate::tcp::TcpSetupError::Untrusted(_)) => metrics.refused("untrusted_proxy_peer"),
+                    SetupError::Tcp(_) => metrics.handshake_failed("bad_proxy_header"),
+                    SetupError::Tls(_) => metrics.handshake_failed("tls"),
+                    SetupError::Upgrade(UpgradeError::Closed | UpgradeError::Io(_)) => {
+                        metrics.handshake_failed("closed")
+                    }
+                    SetupError::Upgrade(_) => metrics.handshake_failed("bad_upgrade"),
+                }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
                 }
@@ -376,19 +517,23 @@ mod tests {
 
     /// A session's task is allocated at its largest state for its whole life, so rarely used states (online
     /// login, status, legacy ping, the AES key schedules) are boxed. This keeps an idle TCP session small: the
-    /// bound is what `idle_rss` measures per session (about 6 KiB) minus the sockets' kernel-side share.
+    /// bound is what `idle_rss` measures per session (about 6 KiB) minus the sockets' kernel-side share, plus
+    /// about 300 bytes for operations (the stage gauge, a byte counter per relay direction, the login outcome,
+    /// the session's configuration snapshot for live reload): 5,424 bytes when this bound was last raised.
     #[tokio::test]
     async fn session_tasks_stay_small() {
         let settings = Config::default().settings().unwrap();
-        let state = Arc::new(ProxyState::new(&settings, None));
+        let state = Arc::new(ProxyState::new(&settings, None, Arc::new(Metrics::new().unwrap())));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = listener.local_addr().unwrap();
         let stream = TcpStream::connect(peer).await.unwrap();
         let (slot, _) = state.handshaking.enter();
-        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer };
+        let stage = state.metrics.stage(Transport::Tcp);
+        let live = state.live();
+        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage, live };
         let setup = async { Ok(crate::tcp::setup(stream, peer, None).await?) };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
-        assert!(size < 5 * 1024, "a TCP session task is {size} bytes");
+        assert!(size < 5 * 1024 + 384, "a TCP session task is {size} bytes");
     }
 }

@@ -1,62 +1,54 @@
-//! The proxy's state, shared by every session: backends and routes, limits, the connection caps, log
-//! limiters and counters. Built once from [`Settings`] when the server starts.
+//! The proxy's state, shared by every session: what a reload may change ([`Live`]: backends and routes,
+//! limits, the status and rate-limit settings), and what lives as long as the process (the connection caps,
+//! the rate-limit table, log limiters, metrics, online mode's key pair).
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
-
-use tokio::sync::Semaphore;
 
 use crate::auth::OnlineAuth;
 use crate::backend::Backend;
-use crate::config::{AuthMode, LimitsConfig, Settings};
-use crate::limits::{HandshakeSlots, LogLimiter};
-use crate::relay::ws::MessageCounters;
+use crate::config::{AuthMode, LimitsConfig, RateLimitsConfig, Settings, StatusConfig};
+use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
+use crate::metrics::Metrics;
+use crate::rate::RateLimiter;
 
-/// State shared by every session.
+/// What a reload (SIGHUP) replaces as a whole. A session takes one snapshot when it starts and keeps it, so
+/// it never sees half of an old configuration and half of a new one.
 #[derive(Debug)]
-pub(crate) struct ProxyState {
+pub(crate) struct Live {
     pub(crate) limits: LimitsConfig,
-    pub(crate) auth: AuthMode,
-    /// Key pair and session-server client, in `online` mode.
-    pub(crate) online: Option<Arc<OnlineAuth>>,
+    /// `[status]`.
+    pub(crate) status: StatusConfig,
+    /// `[rate_limits]`.
+    pub(crate) rate_limits: RateLimitsConfig,
     backends: Vec<Backend>,
     routes: HashMap<String, usize>,
     default_backend: usize,
-    /// Bad input from players (10 lines per 10 s).
-    pub(crate) bad_input_log: LogLimiter,
-    /// Caps reached and accept failures (one line per 10 s).
-    pub(crate) limit_log: LogLimiter,
-    /// Session-server failures in online mode (one line per 10 s).
-    pub(crate) session_server_log: LogLimiter,
-    /// `max_connections`.
-    pub(crate) conn_limit: Arc<Semaphore>,
-    /// `max_handshaking`.
-    pub(crate) handshaking: Arc<HandshakeSlots>,
-    /// Session ids, for the logs.
-    pub(crate) next_id: AtomicU64,
-    /// WebSocket messages received from and sent to players (every listener).
-    pub(crate) ws_messages: Arc<MessageCounters>,
 }
 
-impl ProxyState {
-    pub(crate) fn new(settings: &Settings, online: Option<Arc<OnlineAuth>>) -> Self {
-        let limits = settings.limits.clone();
+impl Live {
+    /// Builds the live part of `settings`, reusing the backends of `previous` that kept their name, address
+    /// and forwarding (so their status cache and readiness record survive a reload).
+    pub(crate) fn new(settings: &Settings, metrics: &Metrics, previous: Option<&Live>) -> Self {
+        let backends = settings
+            .backends
+            .iter()
+            .map(|b| {
+                previous
+                    .and_then(|p| p.backends.iter().find(|old| old.same_as(b)))
+                    .cloned()
+                    .unwrap_or_else(|| Backend::new(b, metrics))
+            })
+            .collect();
         Self {
-            auth: settings.auth.mode,
-            online,
-            backends: settings.backends.iter().map(Backend::from).collect(),
+            limits: settings.limits.clone(),
+            status: settings.status.clone(),
+            rate_limits: settings.rate_limits.clone(),
+            backends,
             routes: settings.routes.hosts.clone(),
             default_backend: settings.routes.default_backend,
-            bad_input_log: LogLimiter::new(10, Duration::from_secs(10)),
-            limit_log: LogLimiter::new(1, Duration::from_secs(10)),
-            session_server_log: LogLimiter::new(1, Duration::from_secs(10)),
-            conn_limit: Arc::new(Semaphore::new(limits.max_connections)),
-            handshaking: HandshakeSlots::new(limits.max_handshaking),
-            next_id: AtomicU64::new(1),
-            ws_messages: Arc::default(),
-            limits,
         }
     }
 
@@ -71,8 +63,73 @@ impl ProxyState {
         self.backends.get(self.default_backend).or_else(|| self.backends.first())
     }
 
+    /// Every backend, in configuration order.
+    pub(crate) fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+}
+
+/// State shared by every session.
+#[derive(Debug)]
+pub(crate) struct ProxyState {
+    live: RwLock<Arc<Live>>,
+    pub(crate) auth: AuthMode,
+    /// Key pair and session-server client, in `online` mode.
+    pub(crate) online: Option<Arc<OnlineAuth>>,
+    /// Bad input from players (10 lines per 10 s).
+    pub(crate) bad_input_log: LogLimiter,
+    /// Caps reached and accept failures (one line per 10 s).
+    pub(crate) limit_log: LogLimiter,
+    /// Session-server failures in online mode (one line per 10 s).
+    pub(crate) session_server_log: LogLimiter,
+    /// `max_connections`.
+    pub(crate) conn_limit: Arc<ConnLimit>,
+    /// `max_handshaking`.
+    pub(crate) handshaking: Arc<HandshakeSlots>,
+    /// Session ids, for the logs.
+    pub(crate) next_id: AtomicU64,
+    /// Every metric (`[metrics]` serves them; they are counted either way).
+    pub(crate) metrics: Arc<Metrics>,
+    /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
+    pub(crate) draining: AtomicBool,
+    /// The `[rate_limits]` table (its settings are in [`Live`]).
+    pub(crate) rate: RateLimiter,
+}
+
+impl ProxyState {
+    pub(crate) fn new(settings: &Settings, online: Option<Arc<OnlineAuth>>, metrics: Arc<Metrics>) -> Self {
+        let limits = &settings.limits;
+        Self {
+            auth: settings.auth.mode,
+            online,
+            bad_input_log: LogLimiter::new(10, Duration::from_secs(10)),
+            limit_log: LogLimiter::new(1, Duration::from_secs(10)),
+            session_server_log: LogLimiter::new(1, Duration::from_secs(10)),
+            conn_limit: ConnLimit::new(limits.max_connections),
+            handshaking: HandshakeSlots::new(limits.max_handshaking),
+            next_id: AtomicU64::new(1),
+            draining: AtomicBool::new(false),
+            rate: RateLimiter::new(),
+            live: RwLock::new(Arc::new(Live::new(settings, &metrics, None))),
+            metrics,
+        }
+    }
+
+    /// The current live configuration.
+    pub(crate) fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the live configuration (a reload): sessions started from now on use `live`, the caps follow
+    /// its limits at once.
+    pub(crate) fn replace_live(&self, live: Live) {
+        self.conn_limit.set_max(live.limits.max_connections);
+        self.handshaking.set_max(live.limits.max_handshaking);
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
+    }
+
     /// Open player connections (every stage).
     pub(crate) fn open_connections(&self) -> usize {
-        self.limits.max_connections - self.conn_limit.available_permits()
+        self.conn_limit.open()
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use prometheus::IntCounter;
 use rustls::crypto::aws_lc_rs::{self, cipher_suite};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -15,6 +16,8 @@ use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::metrics::Metrics;
 
 /// How often certificate and key files are checked for changes.
 pub(crate) const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(10);
@@ -129,12 +132,14 @@ pub(crate) struct ReloadingCert {
     key_path: PathBuf,
     current: RwLock<Arc<CertifiedKey>>,
     stamps: RwLock<(Stamp, Stamp)>,
-    pub(crate) reloads: std::sync::atomic::AtomicU64,
-    pub(crate) reload_failures: std::sync::atomic::AtomicU64,
+    /// `moonbridge_tls_certificate_reloads_total{result="ok"}`.
+    reloads: IntCounter,
+    /// `moonbridge_tls_certificate_reloads_total{result="kept_previous"}`.
+    reload_failures: IntCounter,
 }
 
 impl ReloadingCert {
-    fn load(cert_path: &Path, key_path: &Path) -> Result<Self, TlsError> {
+    fn load(cert_path: &Path, key_path: &Path, metrics: &Metrics) -> Result<Self, TlsError> {
         let stamps = (stamp(cert_path), stamp(key_path));
         let key = load_certified_key(cert_path, key_path)?;
         Ok(Self {
@@ -142,8 +147,8 @@ impl ReloadingCert {
             key_path: key_path.into(),
             current: RwLock::new(Arc::new(key)),
             stamps: RwLock::new(stamps),
-            reloads: Default::default(),
-            reload_failures: Default::default(),
+            reloads: metrics.tls_reloads_ok.clone(),
+            reload_failures: metrics.tls_reloads_kept.clone(),
         })
     }
 
@@ -160,11 +165,11 @@ impl ReloadingCert {
         match load_certified_key(&self.cert_path, &self.key_path) {
             Ok(key) => {
                 *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
-                self.reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.reloads.inc();
                 info!("reloaded TLS certificate {}", self.cert_path.display());
             }
             Err(e) => {
-                self.reload_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.reload_failures.inc();
                 warn!("TLS certificate not reloaded, keeping the previous one: {e}");
             }
         }
@@ -184,9 +189,9 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
-    /// Builds the server configuration from the listener's PEM files.
-    pub(crate) fn new(cert: &Path, key: &Path) -> Result<Self, TlsError> {
-        let resolver = Arc::new(ReloadingCert::load(cert, key)?);
+    /// Builds the server configuration from the listener's PEM files (reloads are counted in `metrics`).
+    pub(crate) fn new(cert: &Path, key: &Path, metrics: &Metrics) -> Result<Self, TlsError> {
+        let resolver = Arc::new(ReloadingCert::load(cert, key, metrics)?);
         let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
             .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
             .map_err(|e| TlsError::Pair { cert: cert.into(), key: key.into(), reason: e.to_string() })?

@@ -38,7 +38,7 @@ fn version_and_help() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for needle in ["--config <FILE>", "--check-config <FILE>", "--version", "RUST_LOG", "25577"] {
+    for needle in ["--config <FILE>", "--check-config <FILE>", "--version", "RUST_LOG", "25577", "SIGHUP reloads"] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
 }
@@ -123,15 +123,21 @@ fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
     assert!(line.contains("listening ws 0.0.0.0:8080 path=/mc ping=30s"), "{line}");
     std::net::TcpStream::connect("127.0.0.1:25577").expect("default tcp listener accepts");
     std::net::TcpStream::connect("127.0.0.1:8080").expect("default ws listener accepts");
+    sigterm_stops_it(&mut child, &rx);
+}
+
+/// Sends SIGTERM and checks that the process says so and exits with 0 within 15 s.
+fn sigterm_stops_it(child: &mut std::process::Child, rx: &mpsc::Receiver<String>) {
     let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
     assert!(status.success());
-    wait_line(&rx, "SIGTERM received", Duration::from_secs(10));
+    wait_line(rx, "SIGTERM received", Duration::from_secs(10));
     let deadline = Instant::now() + Duration::from_secs(15);
     let code = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s.code();
         }
         assert!(Instant::now() < deadline, "moonbridge did not exit after SIGTERM");
+        // Polling a child process's exit status (there is no wait with a timeout in std).
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(code, Some(0));
@@ -159,4 +165,39 @@ fn an_invalid_config_stops_startup_with_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("backend[0].name"), "{err}");
+}
+
+#[test]
+fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
+    let base = "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"a\"\naddress = \"127.0.0.1:25565\"\n";
+    let file = write_config("reload.toml", base);
+    let (mut child, rx) = spawn(&["--config", file.path.to_str().unwrap()]);
+    wait_line(&rx, "listening tcp", Duration::from_secs(20));
+    let hup = |child: &std::process::Child| {
+        assert!(Command::new("kill").arg("-HUP").arg(child.id().to_string()).status().unwrap().success());
+    };
+    // An invalid file: refused, with the key.
+    std::fs::write(&file.path, format!("{base}[limits]\nlogin_timeout_seconds = 0\n")).unwrap();
+    hup(&child);
+    let line = wait_line(&rx, "SIGHUP: reload of", Duration::from_secs(10));
+    assert!(
+        line.contains("refused, the running configuration stays") && line.contains("limits.login_timeout_seconds"),
+        "{line}"
+    );
+    // A listener change: refused, it needs a restart.
+    std::fs::write(&file.path, base.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
+    hup(&child);
+    let line = wait_line(&rx, "SIGHUP: reload of", Duration::from_secs(10));
+    assert!(line.contains("[[listener]] changed, which needs a restart"), "{line}");
+    // A new backend and route: applied.
+    std::fs::write(
+        &file.path,
+        format!("{base}\n[[backend]]\nname = \"b\"\naddress = \"127.0.0.1:25566\"\n\n[routing.hosts]\n\"b.example.com\" = \"b\"\n"),
+    )
+    .unwrap();
+    hup(&child);
+    let line = wait_line(&rx, "SIGHUP: reloaded", Duration::from_secs(10));
+    assert!(line.contains("2 backend(s) (1 unchanged), 1 host route(s), default backend a"), "{line}");
+    // Still serving; SIGTERM still stops it cleanly.
+    sigterm_stops_it(&mut child, &rx);
 }

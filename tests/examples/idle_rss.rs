@@ -70,7 +70,8 @@ async fn main() {
         &config,
         format!(
             "[[listener]]\ntransport = \"{transport}\"\nbind = \"127.0.0.1:{port}\"\n{tls}\
-             [[backend]]\nname = \"idle\"\naddress = \"{backend_addr}\"\n[limits]\nmax_connections = 100000\n"
+             [[backend]]\nname = \"idle\"\naddress = \"{backend_addr}\"\n[limits]\nmax_connections = 100000\n\
+             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n"
         ),
     )
     .unwrap();

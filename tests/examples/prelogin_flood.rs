@@ -76,7 +76,8 @@ async fn main() {
         &config,
         format!(
             "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:{port}\"\n\n[[backend]]\nname = \"b\"\naddress = \"{backend_addr}\"\n\n\
-             [limits]\nhandshake_timeout_seconds = 60\nmax_connections = {}\n",
+             [limits]\nhandshake_timeout_seconds = 60\nmax_connections = {}\n\
+             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n",
             connections * 2 + 100
         ),
     )

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use moonbridge_proxy::config::Transport;
+use moonbridge_proxy::config::{RateLimitsConfig, Transport};
 use moonbridge_proxy::{Config, Server, StatsHandle};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -17,6 +17,8 @@ pub fn raise_fd_limit() {
 /// The proxy running in this process.
 pub struct Proxy {
     pub addrs: Vec<(Transport, SocketAddr)>,
+    /// The `[metrics]` listener, when configured.
+    pub metrics: Option<SocketAddr>,
     pub stats: StatsHandle,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -29,14 +31,22 @@ impl Proxy {
         Self::start_config(&config).await
     }
 
+    /// Every test connection comes from a loopback address, so the per-address rate limits are turned off
+    /// unless the test configures `[rate_limits]` itself.
     pub async fn start_config(config: &Config) -> Self {
-        let server = Server::bind(config).await.expect("proxy binds");
+        let mut config = config.clone();
+        if config.rate_limits == RateLimitsConfig::default() {
+            config.rate_limits.connections_per_second = 0;
+            config.rate_limits.logins_per_minute = 0;
+        }
+        let server = Server::bind(&config).await.expect("proxy binds");
         let addrs = server.local_addrs();
+        let metrics = server.metrics_addr();
         let stats = server.stats_handle();
         let stop = CancellationToken::new();
         let s = stop.clone();
         let task = tokio::spawn(async move { server.run(s.cancelled_owned()).await });
-        Self { addrs, stats, stop, task }
+        Self { addrs, metrics, stats, stop, task }
     }
 
     /// The address of the first listener of `transport`.

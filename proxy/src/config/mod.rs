@@ -50,6 +50,82 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[limits]`: connection caps and deadlines.
     pub limits: LimitsConfig,
+    /// `[metrics]`: the operations HTTP listener (Prometheus metrics, health checks). Off by default.
+    pub metrics: MetricsConfig,
+    /// `[status]`: server-list answers (the status cache and the offline answer).
+    pub status: StatusConfig,
+    /// `[rate_limits]`: per-address token buckets for connections and logins.
+    pub rate_limits: RateLimitsConfig,
+}
+
+/// `[rate_limits]`: token buckets per player address (the real address, after a PROXY header or a trusted
+/// real-IP header; IPv6 grouped by `ipv6_prefix`). The defaults leave a household of players behind one NAT
+/// far from any limit. A rate of 0 turns that limit off.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RateLimitsConfig {
+    /// `connections_per_second`: new connections per address per second, refilled continuously. Default 10.
+    pub connections_per_second: u32,
+    /// `connection_burst`: connections an address may open at once before the rate applies. Default 30.
+    pub connection_burst: u32,
+    /// `logins_per_minute`: logins (Login Start) per address per minute. Default 30.
+    pub logins_per_minute: u32,
+    /// `login_burst`: logins an address may make at once before the rate applies. Default 10.
+    pub login_burst: u32,
+    /// `ipv6_prefix`: IPv6 addresses are counted per prefix of this many bits (a home usually gets a /64).
+    /// Default 64, 0 to 128.
+    pub ipv6_prefix: u8,
+    /// `max_tracked_addresses`: addresses (or prefixes) tracked at once; the table never grows past it.
+    /// Default 65536 (about 4 MiB), 1024 to 10,000,000.
+    pub max_tracked_addresses: usize,
+}
+
+impl Default for RateLimitsConfig {
+    fn default() -> Self {
+        Self {
+            connections_per_second: 10,
+            connection_burst: 30,
+            logins_per_minute: 30,
+            login_burst: 10,
+            ipv6_prefix: 64,
+            max_tracked_addresses: 65_536,
+        }
+    }
+}
+
+/// Default `[status] cache_seconds`.
+pub const DEFAULT_STATUS_CACHE_SECONDS: u64 = 5;
+
+/// `[status]`: how the proxy answers server-list pings (1.7 status and legacy `0xFE`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct StatusConfig {
+    /// `cache_seconds`: a backend's Status Response is fetched at most once per this many seconds and served
+    /// to every ping meanwhile (a failed fetch is remembered as long, so a down backend is not hammered
+    /// either). `0` fetches for every ping. Default 5 seconds, at most 3600.
+    pub cache_seconds: u64,
+    /// `offline_message`: the server-list text when the backend cannot be reached, for example
+    /// `"Server is restarting"`. Default: `"Server NAME is unreachable"`. At most 256 characters.
+    pub offline_message: Option<String>,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self { cache_seconds: DEFAULT_STATUS_CACHE_SECONDS, offline_message: None }
+    }
+}
+
+/// `[metrics]`: an HTTP/1.1 listener for operators, serving `GET /metrics` (the Prometheus text format),
+/// `GET /healthz` and `GET /readyz` (see `docs/operations.md`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct MetricsConfig {
+    /// `bind`: `IP:port` of the listener, such as `"127.0.0.1:9477"`. Default: none (no listener). Put it on a
+    /// private address: the endpoints have no authentication.
+    pub bind: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -68,6 +144,9 @@ impl Default for Config {
             routing: RoutingConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            metrics: MetricsConfig::default(),
+            status: StatusConfig::default(),
+            rate_limits: RateLimitsConfig::default(),
         }
     }
 }
@@ -156,6 +235,10 @@ pub struct ListenerConfig {
     /// `real_ip_header` (ws/wss): `"CF-Connecting-IP"` (default), `"X-Forwarded-For"` or `"X-Real-IP"`.
     #[serde(default)]
     pub real_ip_header: Option<RealIpHeader>,
+    /// `health_path` (ws/wss): a request path answered with `200 OK` and no upgrade, for a CDN's or load
+    /// balancer's health check (for example `"/healthz"`). Default: none.
+    #[serde(default)]
+    pub health_path: Option<String>,
 }
 
 impl ListenerConfig {
@@ -171,6 +254,7 @@ impl ListenerConfig {
             ping_interval_seconds: None,
             trusted_proxies: Vec::new(),
             real_ip_header: None,
+            health_path: None,
         }
     }
 }

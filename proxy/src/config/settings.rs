@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, RealIpHeader,
-    Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, MetricsConfig,
+    RateLimitsConfig, RealIpHeader, StatusConfig, Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -25,6 +25,12 @@ pub struct Settings {
     pub auth: AuthConfig,
     /// `[limits]`.
     pub limits: LimitsConfig,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
+    /// `[status]`.
+    pub status: StatusConfig,
+    /// `[rate_limits]`.
+    pub rate_limits: RateLimitsConfig,
 }
 
 /// One listener.
@@ -76,6 +82,8 @@ pub struct WsSettings {
     pub trusted: TrustedProxies,
     /// The header carrying the player's address from a trusted peer.
     pub real_ip_header: RealIpHeader,
+    /// A path answered with `200 OK` without an upgrade (health checks), if any.
+    pub health_path: Option<String>,
 }
 
 /// A `wss` listener's certificate chain and key files (PEM).
@@ -192,6 +200,32 @@ impl Config {
                 }
             }
         }
+        if let Some(bind) = self.metrics.bind {
+            if bind.port() != 0 && binds.contains(&bind) {
+                push("metrics.bind".into(), format!("{bind} is used by a [[listener]]"));
+            }
+        }
+        if self.status.cache_seconds > 3600 {
+            push("status.cache_seconds".into(), "must be at most 3600 seconds".into());
+        }
+        if self.status.offline_message.as_ref().is_some_and(|m| m.chars().count() > 256) {
+            push("status.offline_message".into(), "must be at most 256 characters".into());
+        }
+        let r = &self.rate_limits;
+        for (key, rate, burst) in [
+            ("rate_limits.connection_burst", r.connections_per_second, r.connection_burst),
+            ("rate_limits.login_burst", r.logins_per_minute, r.login_burst),
+        ] {
+            if rate > 0 && burst == 0 {
+                push(key.into(), "must be at least 1 while its rate is on".into());
+            }
+        }
+        if r.ipv6_prefix > 128 {
+            push("rate_limits.ipv6_prefix".into(), "must be between 0 and 128".into());
+        }
+        if !(1024..=10_000_000).contains(&r.max_tracked_addresses) {
+            push("rate_limits.max_tracked_addresses".into(), "must be between 1024 and 10000000".into());
+        }
         check_limits(&self.limits, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
@@ -217,6 +251,9 @@ impl Config {
             routes: RouteTable { hosts, default_backend },
             auth: self.auth.clone(),
             limits: self.limits.clone(),
+            metrics: self.metrics.clone(),
+            status: self.status.clone(),
+            rate_limits: self.rate_limits.clone(),
         })
     }
 }
@@ -236,6 +273,7 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
             (l.path.is_some(), "path"),
             (l.ping_interval_seconds.is_some(), "ping_interval_seconds"),
             (l.real_ip_header.is_some(), "real_ip_header"),
+            (l.health_path.is_some(), "health_path"),
         ] {
             if set {
                 problem(k, only("ws and wss"));
@@ -276,6 +314,13 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
     if !path.starts_with('/') || path.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
         problem("path", format!("\"{path}\" must start with / and hold no spaces, ? or #"));
     }
+    if let Some(h) = &l.health_path {
+        if !h.starts_with('/') || h.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
+            problem("health_path", format!("\"{h}\" must start with / and hold no spaces, ? or #"));
+        } else if *h == path {
+            problem("health_path", format!("\"{h}\" is the WebSocket path; choose another"));
+        }
+    }
     let ping = l.ping_interval_seconds.unwrap_or(DEFAULT_PING_INTERVAL_SECONDS);
     if ping > 3600 {
         problem("ping_interval_seconds", "must be at most 3600 seconds".into());
@@ -295,6 +340,7 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
         ping_interval: (ping > 0).then(|| Duration::from_secs(ping)),
         trusted: trusted.clone(),
         real_ip_header: l.real_ip_header.unwrap_or_default(),
+        health_path: l.health_path.clone(),
     };
     Some(match l.transport {
         Transport::Tcp => {

@@ -22,8 +22,11 @@ use std::time::Duration;
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
 use moonbridge_protocol::packets::{chat_text, Packet, PlayDisconnect};
 use moonbridge_protocol::FrameScanner;
+use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+
+use crate::metrics::BackendMetrics;
 
 pub(crate) mod tcp;
 pub(crate) mod ws;
@@ -74,7 +77,8 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) shutdown: &'a CancellationToken,
     /// Clientbound frame boundaries, when the clientbound stream is plaintext Play.
     pub(crate) scanner: Option<FrameScanner>,
-    /// Bytes already counted in each direction (handshake, Login Start, first answer).
+    /// Bytes already counted in each direction (handshake, Login Start, first answer; already in the
+    /// metrics too).
     pub(crate) up: u64,
     pub(crate) down: u64,
     /// `limits.write_stall_timeout_seconds`.
@@ -82,6 +86,8 @@ pub(crate) struct RelayStart<'a> {
     /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext). Boxed: the AES key
     /// schedules are about 1.5 KiB, which would otherwise size every session's task.
     pub(crate) cipher: Option<Box<ClientCipher>>,
+    /// The backend's series: bytes each way are added per batch (one relaxed atomic add).
+    pub(crate) metrics: &'a BackendMetrics,
 }
 
 /// What the relay stage reports.
@@ -113,6 +119,8 @@ pub(crate) struct Direction {
     pub(crate) stall: Duration,
     /// Online mode's cipher for this direction.
     transform: Option<Transform>,
+    /// `moonbridge_relayed_bytes_total` of this direction and backend.
+    counter: IntCounter,
 }
 
 impl Direction {
@@ -123,14 +131,18 @@ impl Direction {
             Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
             None => (None, None),
         };
-        let direction = |bytes, scanner, transform| Self {
+        let direction = |bytes, scanner, transform, counter: &IntCounter| Self {
             bytes,
             pending: Vec::new(),
             scanner,
             stall: start.write_stall,
             transform,
+            counter: counter.clone(),
         };
-        (direction(start.up, None, decrypt), direction(start.down, start.scanner, encrypt))
+        (
+            direction(start.up, None, decrypt, &start.metrics.to_backend),
+            direction(start.down, start.scanner, encrypt, &start.metrics.to_player),
+        )
     }
 
     /// Everything that happens to a batch in flight, in place: decrypt (serverbound), count and scan the
@@ -140,6 +152,7 @@ impl Direction {
             d.apply(data);
         }
         self.bytes += data.len() as u64;
+        self.counter.inc_by(data.len() as u64);
         if let Some(s) = &mut self.scanner {
             if s.scan(data).is_err() {
                 // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
@@ -367,6 +380,7 @@ mod tests {
     fn a_direction_counts_scans_and_ciphers_in_place() {
         let secret = [7u8; SHARED_SECRET_LEN];
         let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         let start = RelayStart {
             shutdown: &shutdown,
             scanner: Some(FrameScanner::new()),
@@ -374,6 +388,7 @@ mod tests {
             down: 20,
             write_stall: Duration::from_secs(1),
             cipher: Some(Box::new(ClientCipher::new(&secret))),
+            metrics: &metrics,
         };
         let (mut up, mut down) = Direction::pair(start);
         // Clientbound: two whole frames, scanned as plaintext, then encrypted.

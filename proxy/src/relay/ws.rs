@@ -25,8 +25,6 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -34,6 +32,8 @@ use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerD
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::metrics::WsMetrics;
 
 use super::{
     discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerGone, PlayerSink,
@@ -44,18 +44,11 @@ use super::{
 /// and the read buffer is kept per connection, so it stays small; larger messages arrive over several reads.
 pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
 
-/// WebSocket messages received from and sent to players, over every listener.
-#[derive(Debug, Default)]
-pub(crate) struct MessageCounters {
-    pub(crate) received: AtomicU64,
-    pub(crate) sent: AtomicU64,
-}
-
 /// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
 pub(crate) struct WsLink<S> {
     stream: S,
     dec: ServerDecoder,
-    counters: Arc<MessageCounters>,
+    counters: WsMetrics,
     /// The keepalive schedule (none when `ping_interval_seconds` is 0) and its one timer, kept across stages.
     keepalive: Option<Keepalive>,
     tick: Pin<Box<tokio::time::Sleep>>,
@@ -94,7 +87,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         ping_interval: Option<Duration>,
         write_stall: Duration,
         max_message_bytes: usize,
-        counters: Arc<MessageCounters>,
+        counters: WsMetrics,
     ) -> Self {
         let mut dec = ServerDecoder::new(max_message_bytes);
         dec.queue_slice(leftover);
@@ -137,7 +130,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 Ok(Some(Event::Data(d))) => data.extend_from_slice(&d),
                 Ok(Some(Event::MessageEnd)) => {
                     self.messages_in += 1;
-                    self.counters.received.fetch_add(1, Ordering::Relaxed);
+                    self.counters.messages_in.inc();
                 }
                 Ok(Some(Event::Ping(p))) => pongs.extend_from_slice(&wsframe::frame(OP_PONG, &p)),
                 Ok(Some(Event::Pong)) => {}
@@ -190,7 +183,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// Sends stream bytes as one Binary message.
     pub(crate) async fn send_binary(&mut self, data: &[u8]) -> io::Result<()> {
         self.messages_out += 1;
-        self.counters.sent.fetch_add(1, Ordering::Relaxed);
+        self.counters.messages_out.inc();
         let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
         let mut msg = Vec::with_capacity(n + data.len());
         msg.extend_from_slice(h.get(..n).unwrap_or_default());
@@ -312,8 +305,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         self.tick.as_mut().reset(tick_deadline(Some(k)));
         match action {
             KeepaliveAction::None => Ok(()),
-            KeepaliveAction::Ping => self.write_frame(&wsframe::frame(OP_PING, &[])).await,
+            KeepaliveAction::Ping => {
+                self.counters.pings_sent.inc();
+                self.write_frame(&wsframe::frame(OP_PING, &[])).await
+            }
             KeepaliveAction::Dead => {
+                self.counters.silent_closed.inc();
                 self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
                 Err(io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"))
             }
@@ -441,7 +438,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         break RelayEnd::Closed(Side::Backend);
                     }
                     self.messages_out += 1;
-                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    self.counters.messages_out.inc();
                     if let Err(e) = self.write_frame(&data.0).await {
                         break RelayEnd::Error(Side::Player, e);
                     }

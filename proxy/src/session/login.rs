@@ -17,11 +17,16 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use super::online::{authenticate, encryptor};
-use super::{Finish, Player, Session, Summary};
+use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
 use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
+use crate::metrics::Stage;
+use crate::rate::Bucket;
 use crate::relay::{RelayStart, SHUTDOWN_REASON};
+
+/// Told to a player whose address logs in faster than `[rate_limits]` allow.
+const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
 
 /// Bytes read of the backend's first answer before the relay starts, in bytes.
 const FIRST_ANSWER_READ: usize = 16 * 1024;
@@ -100,10 +105,21 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let mut summary = Summary::new("");
     summary.player = Some(login.name.clone());
     let state = Arc::clone(s.state);
+    let live = Arc::clone(s.live);
+    if !state.rate.allow(&live.rate_limits, s.info.client.ip(), Bucket::Login) {
+        if let Some(suppressed) = state.limit_log.allow() {
+            warn!(client = %s.info.client.ip(), suppressed, "rate_limits.logins_per_minute reached: refusing login");
+        }
+        login_disconnect(s.player, TOO_MANY_LOGINS, None, Finish::Normal).await;
+        summary.reason = "rate limited: too many logins from this address".into();
+        summary.outcome = Some("rate_limited");
+        return summary;
+    }
     let host = HostField::parse(&handshake.server_address);
-    let Some(backend) = state.route(&host.routing_key()) else {
+    let Some(backend) = live.route(&host.routing_key()) else {
         login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
+        summary.outcome = Some("unknown_host");
         return summary;
     };
     summary.backend = Some(backend.name.clone());
@@ -121,6 +137,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
                     s.player.finish(f.finish).await;
                 }
                 summary.reason = format!("online mode: {}", f.reason);
+                summary.outcome = Some(f.outcome());
                 return summary;
             }
         },
@@ -136,6 +153,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
             .await;
         summary.reason = "forwarded handshake too long".into();
+        summary.outcome = Some("bad_handshake");
         return summary;
     }
     opening.extend_from_slice(&login_raw);
@@ -145,9 +163,9 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let unreachable = format!("Server {} is unreachable", backend.name);
     // Connect, send the opening, and wait for the backend's first answer (Login Success, Encryption Request or
     // Login Disconnect) while the player is watched: kept alive, and the wait abandoned if the player leaves.
-    let login_timeout = state.limits.login_timeout();
+    let login_timeout = live.limits.login_timeout();
     let client = s.info.client;
-    let connect_timeout = state.limits.backend_connect_timeout();
+    let connect_timeout = live.limits.backend_connect_timeout();
     let wait = async {
         let mut stream = backend.connect(client, connect_timeout).await.map_err(BackendWait::Connect)?;
         stream.write_all(&opening).await.map_err(BackendWait::Write)?;
@@ -162,6 +180,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         () = s.shutdown.cancelled() => {
             login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
             summary.reason = "proxy shutdown".into();
+            summary.outcome = Some("shutdown");
             return summary;
         }
     };
@@ -171,11 +190,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             warn!(backend = %backend.name, "{e}");
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = e.to_string();
+            summary.outcome = Some("backend_unreachable");
             return summary;
         }
         Ok(Err(BackendWait::Write(e))) => {
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = format!("backend write failed: {e}");
+            summary.outcome = Some("backend_unreachable");
             return summary;
         }
         Err(gone) => {
@@ -183,6 +204,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             let finish = Finish::after(&gone);
             s.player.finish(finish).await;
             summary.reason = format!("{gone} (while waiting for the backend)");
+            summary.outcome = Some(if matches!(gone, PlayerGone::Fault(_)) { "protocol_error" } else { "player_left" });
             return summary;
         }
     };
@@ -191,11 +213,16 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         Ok(Ok(_)) => Some((
             format!("Server {} closed the connection during login", backend.name),
             "backend closed during login".to_string(),
+            "backend_closed",
         )),
-        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"))),
+        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"), "backend_unreachable")),
         Err(_) => {
-            warn!(backend = %backend.name, "backend did not answer the login within {}s", state.limits.login_timeout_seconds);
-            Some((format!("Server {} did not answer the login in time", backend.name), "backend login timeout".into()))
+            warn!(backend = %backend.name, "backend did not answer the login within {}s", live.limits.login_timeout_seconds);
+            Some((
+                format!("Server {} did not answer the login in time", backend.name),
+                "backend login timeout".into(),
+                "backend_timeout",
+            ))
         }
     };
     let first_id = peek_packet_id(&first);
@@ -206,13 +233,15 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             Some((
                 format!("Server {} is misconfigured (online mode behind an online-mode proxy)", backend.name),
                 "backend is in online mode".into(),
+                "backend_misconfigured",
             ))
         }
         _ => None,
     });
-    if let Some((message, reason)) = failed {
+    if let Some((message, reason, outcome)) = failed {
         login_disconnect(s.player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
         summary.reason = reason;
+        summary.outcome = Some(outcome);
         return summary;
     }
     if let Some(profile) = &verified {
@@ -231,14 +260,31 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     if let Some(e) = encryptor(&mut cipher) {
         e.apply(&mut first);
     }
+    // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
+    // Success.
+    if matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID) {
+        // The backend turned the player away (whitelist, ban, full): relayed as it is, counted as refused.
+        summary.outcome = Some("backend_refused");
+    } else {
+        s.stage.set(Stage::Play);
+        // Counted now, not when the session ends: a login succeeded when play begins.
+        state.metrics.login(match state.auth {
+            AuthMode::Passthrough => "passthrough_ok",
+            AuthMode::Offline => "offline_ok",
+            AuthMode::Online => "online_ok",
+        });
+    }
+    backend.metrics.to_backend.inc_by(up);
+    backend.metrics.to_player.inc_by(down);
     if let Err(e) = s.player.send(&first).await {
         summary.reason = format!("player write failed: {e}");
         return summary;
     }
     drop(first);
-    let write_stall = state.limits.write_stall_timeout();
-    let report =
-        s.player.relay(stream, RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher }).await;
+    let write_stall = live.limits.write_stall_timeout();
+    let metrics = &backend.metrics;
+    let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics };
+    let report = s.player.relay(stream, start).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();

@@ -10,8 +10,9 @@
 //!    contacted), then the **backend**: connect (`backend_connect_timeout_seconds`), send the handshake (with
 //!    forwarding applied), Login Start and every byte that followed, in one write; wait for the backend's first
 //!    answer (`login_timeout_seconds`). Failures become a Login Disconnect with a clear reason.
-//! 3. [`status`] — server-list **status** exchanges and **legacy pings**, relayed to the backend or answered
-//!    by the proxy when it is unreachable.
+//! 3. [`status`] — server-list **status** exchanges, answered by the proxy with the backend's Status Response
+//!    (cached for `[status] cache_seconds`), and **legacy pings**, relayed with their answer cached; the
+//!    offline message when the backend is unreachable.
 //! 4. **Relay** bytes both ways ([`crate::relay`]).
 //!
 //! The transport is behind [`Player`]; a stage works on a [`Session`] (the player, who it is, the proxy
@@ -28,9 +29,10 @@ use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::HandshakeSlot;
+use crate::metrics::StageGauge;
 pub(crate) use crate::relay::PlayerGone;
 use crate::relay::{RelayReport, RelayStart};
-use crate::state::ProxyState;
+use crate::state::{Live, ProxyState};
 
 mod login;
 mod online;
@@ -91,6 +93,9 @@ impl Finish {
 pub(crate) struct ConnInfo {
     /// The player's real address (TCP peer, or the one a trusted proxy vouched for).
     pub(crate) client: SocketAddr,
+    /// Its address opened connections faster than `[rate_limits]` allow: it is told so (a Login Disconnect
+    /// for a login) once its handshake is read, and closed.
+    pub(crate) rate_limited: bool,
 }
 
 /// What every stage works with.
@@ -98,7 +103,11 @@ pub(crate) struct Session<'a, P> {
     pub(crate) player: &'a mut P,
     pub(crate) info: &'a ConnInfo,
     pub(crate) state: &'a Arc<ProxyState>,
+    /// The configuration this session runs on (taken when it started; a reload affects later sessions).
+    pub(crate) live: &'a Arc<Live>,
     pub(crate) shutdown: &'a CancellationToken,
+    /// The connection's place in `moonbridge_sessions`.
+    pub(crate) stage: &'a StageGauge,
 }
 
 /// The summary logged when a session ends.
@@ -108,11 +117,14 @@ pub(crate) struct Summary {
     pub(crate) up: u64,
     pub(crate) down: u64,
     pub(crate) reason: String,
+    /// For a login that failed: the `outcome` label of `moonbridge_logins_total` (counted when the session
+    /// ends; a successful login is counted when play begins).
+    pub(crate) outcome: Option<&'static str>,
 }
 
 impl Summary {
     pub(crate) fn new(reason: impl Into<String>) -> Self {
-        Self { player: None, backend: None, up: 0, down: 0, reason: reason.into() }
+        Self { player: None, backend: None, up: 0, down: 0, reason: reason.into(), outcome: None }
     }
 }
 

@@ -48,6 +48,18 @@ impl AuthFailure {
         Self { message, cipher: None, finish, reason: reason.into() }
     }
 
+    /// The `outcome` label of `moonbridge_logins_total` for this failure (`online_` and what went wrong).
+    pub(super) fn outcome(&self) -> &'static str {
+        match self.message {
+            None => "online_player_left",
+            Some(m) if m == SHUTDOWN_REASON => "shutdown",
+            Some(m) if m == TOOK_TOO_LONG => "online_encryption_timeout",
+            Some(m) if m == NOT_VERIFIED => "online_not_verified",
+            Some(m) if m == AUTH_SERVERS_DOWN => "online_session_server_unavailable",
+            Some(_) => "online_bad_encryption_response",
+        }
+    }
+
     fn encrypted(mut self, cipher: Box<ClientCipher>) -> Self {
         self.cipher = Some(cipher);
         self
@@ -82,9 +94,9 @@ pub(super) async fn authenticate<P: Player>(
     // The player's Encryption Response, within the login deadline.
     let mut dec = FrameDecoder::new(MAX_ENCRYPTION_RESPONSE_FRAME_LEN);
     dec.queue_bytes(rest);
-    let login_timeout = state.limits.login_timeout_seconds;
+    let login_timeout = s.live.limits.login_timeout_seconds;
     let frame = tokio::select! {
-        r = timeout(state.limits.login_timeout(), next_frame(&mut *player, &mut dec)) => r,
+        r = timeout(s.live.limits.login_timeout(), next_frame(&mut *player, &mut dec)) => r,
         () = slot.evicted() => {
             return Err(AuthFailure::new(
                 None,

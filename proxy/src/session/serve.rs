@@ -4,28 +4,50 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
+
+/// Told to a player whose address opens connections faster than `[rate_limits]` allow.
+pub(crate) const TOO_MANY_CONNECTIONS: &str =
+    "Too many connections from your address; please wait a moment and try again";
 
 use super::{login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
 use crate::limits::HandshakeSlot;
-use crate::state::ProxyState;
+use crate::metrics::{Stage, StageGauge};
+use crate::state::{Live, ProxyState};
 
-/// Runs a whole session and logs its end. `deadline` ends the handshake stage (it started at accept, so the
-/// transport setup before it counted too).
-pub(crate) async fn serve<P: Player>(
-    mut player: P,
-    info: ConnInfo,
-    state: Arc<ProxyState>,
-    slot: HandshakeSlot,
-    shutdown: CancellationToken,
-    deadline: tokio::time::Instant,
-) {
+/// What an accepted connection brings to its session besides the player.
+pub(crate) struct Accepted {
+    pub(crate) info: ConnInfo,
+    pub(crate) state: Arc<ProxyState>,
+    /// The configuration snapshot taken at accept.
+    pub(crate) live: Arc<Live>,
+    pub(crate) slot: HandshakeSlot,
+    pub(crate) shutdown: CancellationToken,
+    /// Ends the handshake stage (it started at accept, so the transport setup before it counted too).
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) stage: StageGauge,
+}
+
+/// Runs a whole session and logs its end.
+pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
+    let Accepted { info, state, live, slot, shutdown, deadline, stage } = accepted;
     let started = Instant::now();
     let summary = {
-        let session = Session { player: &mut player, info: &info, state: &state, shutdown: &shutdown };
+        let session = Session {
+            player: &mut player,
+            info: &info,
+            state: &state,
+            live: &live,
+            shutdown: &shutdown,
+            stage: &stage,
+        };
         run(session, slot, deadline).await
     };
+    drop(stage);
+    if let Some(outcome) = summary.outcome {
+        state.metrics.login(outcome);
+    }
     let secs = started.elapsed().as_secs_f64();
     let (messages_in, messages_out) = match player.message_counts() {
         Some((i, o)) => (i.to_string(), o.to_string()),
@@ -46,8 +68,18 @@ pub(crate) async fn serve<P: Player>(
 }
 
 async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
-    let limit = s.state.limits.handshake_timeout_seconds;
-    let opening = match within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await {
+    let limit = s.live.limits.handshake_timeout_seconds;
+    let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;
+    let metrics = &s.state.metrics;
+    match &opening {
+        Ok(Ok(_)) | Err(HandshakeCut::Shutdown) => {}
+        Ok(Err(opening::OpeningError::Closed)) => metrics.handshake_failed("closed"),
+        Ok(Err(opening::OpeningError::BadLoginStart { .. })) => metrics.handshake_failed("bad_login_start"),
+        Ok(Err(_)) => metrics.handshake_failed("bad_frame"),
+        Err(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
+        Err(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
+    }
+    let opening = match opening {
         Ok(Ok(o)) => o,
         Ok(Err(opening::OpeningError::Closed)) => return Summary::new("closed during handshake"),
         Ok(Err(opening::OpeningError::BadLoginStart { tell, detail })) => {
@@ -80,18 +112,33 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
             });
         }
     };
+    if s.info.rate_limited {
+        s.state.metrics.refused("rate_limit");
+        if let Some(suppressed) = s.state.limit_log.allow() {
+            warn!(client = %s.info.client.ip(), suppressed, "rate_limits.connections_per_second reached: refusing connection");
+        }
+        if matches!(opening, opening::Opening::Login { .. }) {
+            login::login_disconnect(&mut *s.player, TOO_MANY_CONNECTIONS, None, Finish::Normal).await;
+        } else {
+            s.player.finish(Finish::Normal).await;
+        }
+        return Summary::new("rate limited: too many connections from this address");
+    }
     match opening {
         opening::Opening::Legacy { ping, raw } => {
             drop(slot);
+            s.stage.set(Stage::Status);
             Box::pin(status::legacy_ping(s, ping, raw, deadline)).await
         }
         opening::Opening::Status { handshake, rest } => {
             drop(slot);
+            s.stage.set(Stage::Status);
             Box::pin(status::status(s, handshake, rest)).await
         }
         // Online mode keeps the handshake slot until the Encryption Response is in: an unauthenticated
         // connection counts against `max_handshaking` until then.
         opening::Opening::Login { handshake, login, login_raw, rest } => {
+            s.stage.set(Stage::Login);
             login::login(s, login::LoginRequest { handshake, login, login_raw, rest }, slot).await
         }
     }

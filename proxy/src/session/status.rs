@@ -1,19 +1,22 @@
-//! Server-list pings: the 1.7 status exchange (Status Request/Response, Ping/Pong) and legacy `0xFE` pings,
-//! relayed to a backend, or answered by the proxy when the backend cannot be reached.
+//! Server-list pings: the 1.7 status exchange (Status Request/Response, Ping/Pong), answered by the proxy
+//! with the backend's cached Status Response, and legacy `0xFE` pings, relayed to the default backend with
+//! its answer cached; both answered with the offline message when the backend cannot be reached.
 
 use bytes::BytesMut;
 use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::legacy::{self, LegacyPing, LegacyStatus};
 use moonbridge_protocol::packets::{Handshake, Packet, StatusPing, StatusRequest, StatusResponse, PROTOCOL_VERSION};
 use moonbridge_protocol::FrameDecoder;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at};
 use tracing::debug;
 
 use super::opening::{next_frame, OpeningError};
 use super::{Finish, Player, Session, Summary};
-use crate::relay::RelayStart;
-use crate::state::ProxyState;
+use crate::backend::{Backend, CachedLegacy, CachedStatus};
+use crate::state::Live;
 
 /// Largest legacy answer read from a backend (the `0xFF` text length is a `u16` of UTF-16 units).
 const MAX_LEGACY_ANSWER_BYTES: usize = 3 + 2 * 65_535;
@@ -28,79 +31,126 @@ fn fallback_status_json(message: &str) -> String {
     .to_string()
 }
 
-/// A server-list status exchange, relayed to the routed backend (or answered here when it is unreachable).
+/// Largest Status Response frame read from a backend, in bytes: the JSON string's limit (32,767 characters,
+/// at most 3 bytes each in UTF-8) with its length prefixes and packet id. A favicon within the protocol's limit
+/// passes intact.
+const MAX_STATUS_FRAME: usize = 3 * 32_767 + 8;
+
+/// Longest status fetch from a backend (connect and exchange): 3 seconds, or less when
+/// `backend_connect_timeout_seconds` / `login_timeout_seconds` are shorter. A ping that finds a fetch under
+/// way waits at most this long (plus a second) for it, then gets the offline answer: a hung backend costs a
+/// server-list ping a few seconds, never `login_timeout_seconds`.
+const STATUS_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the server list shows for `backend` when it cannot be reached: `[status] offline_message`, or
+/// "Server NAME is unreachable".
+fn offline_message(live: &Live, backend: &Backend) -> String {
+    live.status.offline_message.clone().unwrap_or_else(|| format!("Server {} is unreachable", backend.name))
+}
+
+/// A server-list status exchange: the proxy answers the player's Status Request with the routed backend's
+/// Status Response (cached for `[status] cache_seconds`, fetched with the player's handshake when stale) or,
+/// when the backend cannot be reached, with the offline message; it answers Ping with Pong itself.
 pub(super) async fn status<P: Player>(s: Session<'_, P>, handshake: Handshake, rest: BytesMut) -> Summary {
-    let (player, info, state, shutdown) = (s.player, s.info, s.state, s.shutdown);
+    let (player, info, live) = (s.player, s.info, s.live);
     let host = HostField::parse(&handshake.server_address);
-    let Some(backend) = state.route(&host.routing_key()) else {
+    let Some(backend) = live.route(&host.routing_key()) else {
         let msg = format!("Unknown server address {}", host.hostname);
-        answer_status_locally(player, state, &msg, rest).await;
+        answer_status(player, live, &fallback_status_json(&msg), rest).await;
         return Summary::new(format!("status: no route for host {:?}", host.hostname));
     };
     let mut summary = Summary::new("");
     summary.backend = Some(backend.name.clone());
-    let stream = match backend.connect(info.client, state.limits.backend_connect_timeout()).await {
-        Ok(s) => s,
+    let (json, how) = backend_status(backend, &handshake, info.client, live).await;
+    let json = match json {
+        Ok(json) => {
+            summary.reason = format!("status answered ({how})");
+            json
+        }
         Err(e) => {
             debug!(backend = %backend.name, "status: {e}");
-            answer_status_locally(player, state, &format!("Server {} is unreachable", backend.name), rest).await;
-            summary.reason = format!("status answered by proxy: {e}");
-            return summary;
+            summary.reason = format!("status answered by proxy ({how}): {e}");
+            fallback_status_json(&offline_message(live, backend))
         }
     };
-    let mut opening = BytesMut::new();
-    if handshake.encode_frame(&mut opening).is_err() {
-        summary.reason = "status handshake could not be re-encoded".into();
-        return summary;
-    }
-    opening.extend_from_slice(&rest);
-    let up = opening.len() as u64;
-    let mut stream = stream;
-    if let Err(e) = stream.write_all(&opening).await {
-        summary.reason = format!("backend write failed: {e}");
-        return summary;
-    }
-    // A status exchange is short: the whole of it gets `login_timeout_seconds`.
-    let report = match timeout(
-        state.limits.login_timeout(),
-        player.relay(
-            stream,
-            RelayStart {
-                shutdown,
-                scanner: None,
-                up,
-                down: 0,
-                write_stall: state.limits.write_stall_timeout(),
-                cipher: None,
-            },
-        ),
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(_) => {
-            player.finish(Finish::Normal).await;
-            summary.reason = "status exchange timeout".into();
-            return summary;
-        }
-    };
-    summary.up = report.up;
-    summary.down = report.down;
-    summary.reason = format!("status: {}", report.end);
+    answer_status(player, live, &json, rest).await;
     summary
 }
 
-/// Answers Status Request and Ping itself, then closes.
-async fn answer_status_locally<P: Player>(player: &mut P, state: &ProxyState, message: &str, rest: BytesMut) {
+/// The backend's Status Response JSON, from the cache or fetched now, and which of the two.
+async fn backend_status(
+    backend: &Backend,
+    handshake: &Handshake,
+    client: SocketAddr,
+    live: &Live,
+) -> (Result<String, String>, &'static str) {
+    let ttl = Duration::from_secs(live.status.cache_seconds);
+    if ttl.is_zero() {
+        return (fetch_status(backend, handshake, client, live).await, "fetched");
+    }
+    // One fetch at a time per backend: pings that arrive meanwhile wait for it (bounded) and share its answer.
+    let Ok(mut cached) = timeout(STATUS_FETCH_TIMEOUT + Duration::from_secs(1), backend.status.lock()).await else {
+        return (Err("a status fetch from this backend is taking too long".into()), "waited");
+    };
+    if let Some(c) = cached.as_ref().filter(|c| c.at.elapsed() < ttl) {
+        return (c.json.clone(), "cached");
+    }
+    let json = fetch_status(backend, handshake, client, live).await;
+    *cached = Some(CachedStatus { at: Instant::now(), json: json.clone() });
+    (json, "fetched")
+}
+
+/// One status exchange with the backend: the player's handshake and a Status Request, then its Status
+/// Response (within `login_timeout_seconds`); no Ping is sent.
+async fn fetch_status(
+    backend: &Backend,
+    handshake: &Handshake,
+    client: SocketAddr,
+    live: &Live,
+) -> Result<String, String> {
+    let connect_timeout = live.limits.backend_connect_timeout().min(STATUS_FETCH_TIMEOUT);
+    let mut stream = backend.connect(client, connect_timeout).await.map_err(|e| e.to_string())?;
+    let mut out = BytesMut::new();
+    // Always as a 1.7.10 client asks (protocol 5), whatever the pinging client said: the answer is shared.
+    let handshake = Handshake { protocol_version: PROTOCOL_VERSION, ..handshake.clone() };
+    handshake.encode_frame(&mut out).map_err(|e| format!("status handshake: {e}"))?;
+    StatusRequest.encode_frame(&mut out).map_err(|e| format!("status request: {e}"))?;
+    backend.metrics.to_backend.inc_by(out.len() as u64);
+    let exchange = async {
+        stream.write_all(&out).await.map_err(|e| format!("backend write failed: {e}"))?;
+        let mut dec = FrameDecoder::new(MAX_STATUS_FRAME);
+        loop {
+            if let Some(frame) = dec.try_next_frame().map_err(|e| format!("bad status answer: {e}"))? {
+                let response: StatusResponse = frame.decode().map_err(|e| format!("bad Status Response: {e}"))?;
+                return Ok(response.json);
+            }
+            let mut buf = BytesMut::with_capacity(8 * 1024);
+            match stream.read_buf(&mut buf).await {
+                Ok(0) => return Err("backend closed before its Status Response".to_string()),
+                Ok(n) => backend.metrics.to_player.inc_by(n as u64),
+                Err(e) => return Err(format!("backend read failed: {e}")),
+            }
+            dec.queue_bytes(buf);
+        }
+    };
+    let within = live.limits.login_timeout().min(STATUS_FETCH_TIMEOUT);
+    match timeout(within, exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no Status Response within {} ms", within.as_millis())),
+    }
+}
+
+/// Answers the player's Status Request with `json` and its Ping with Pong (within `handshake_timeout_seconds`),
+/// then closes.
+async fn answer_status<P: Player>(player: &mut P, live: &Live, json: &str, rest: BytesMut) {
     let mut dec = FrameDecoder::new(64);
     dec.queue_bytes(rest);
-    let json = fallback_status_json(message);
     let exchange = async {
         loop {
             let frame = next_frame(player, &mut dec).await?;
             let mut out = BytesMut::new();
             if frame.id == StatusRequest::ID {
-                let _ = StatusResponse { json: json.clone() }.encode_frame(&mut out);
+                let _ = StatusResponse { json: json.to_string() }.encode_frame(&mut out);
                 player.send(&out).await?;
             } else {
                 let ping: StatusPing = frame.decode()?;
@@ -110,8 +160,8 @@ async fn answer_status_locally<P: Player>(player: &mut P, state: &ProxyState, me
             }
         }
     };
-    let _ = timeout(state.limits.handshake_timeout(), exchange).await;
-    player.finish(Finish::BackendUnavailable).await;
+    let _ = timeout(live.limits.handshake_timeout(), exchange).await;
+    player.finish(Finish::Normal).await;
 }
 
 /// A legacy (pre-1.7) server-list ping, relayed to the default backend within the handshake deadline, or
@@ -122,19 +172,19 @@ pub(super) async fn legacy_ping<P: Player>(
     raw: BytesMut,
     deadline: tokio::time::Instant,
 ) -> Summary {
-    let (player, info, state) = (s.player, s.info, s.state);
-    let Some(backend) = state.default_backend() else {
+    let (player, info, live) = (s.player, s.info, s.live);
+    let Some(backend) = live.default_backend() else {
         player.finish(Finish::Normal).await;
         return Summary::new("legacy ping: no backend configured");
     };
-    let relayed = timeout_at(deadline, async {
-        let mut stream = backend.connect(info.client, state.limits.backend_connect_timeout()).await.ok()?;
+    let ask = async {
+        let mut stream = backend.connect(info.client, live.limits.backend_connect_timeout()).await.ok()?;
         stream.write_all(&raw).await.ok()?;
         let mut answer = BytesMut::with_capacity(512);
         loop {
             if let Ok(Some((_, n))) = legacy::decode_kick(&answer) {
                 answer.truncate(n);
-                return Some(answer);
+                return Some(answer.to_vec());
             }
             if answer.len() >= MAX_LEGACY_ANSWER_BYTES {
                 return None;
@@ -143,17 +193,34 @@ pub(super) async fn legacy_ping<P: Player>(
                 return None;
             }
         }
+    };
+    let relayed = timeout_at(deadline, async {
+        let ttl = Duration::from_secs(live.status.cache_seconds);
+        if ttl.is_zero() {
+            return ask.await;
+        }
+        // Cached per answer format, like the status: one exchange per interval, whoever asks.
+        let slot = usize::from(!matches!(ping, LegacyPing::V1_3));
+        let mut cached = backend.legacy.lock().await;
+        if let Some(c) = cached.get(slot).and_then(Option::as_ref).filter(|c| c.at.elapsed() < ttl) {
+            return c.answer.clone();
+        }
+        let answer = ask.await;
+        if let Some(c) = cached.get_mut(slot) {
+            *c = Some(CachedLegacy { at: Instant::now(), answer: answer.clone() });
+        }
+        answer
     })
     .await
     .ok()
     .flatten();
     let (answer, how) = match relayed {
-        Some(a) => (a.to_vec(), "legacy ping relayed"),
+        Some(a) => (a, "legacy ping answered with the backend's answer"),
         None => {
             let status = LegacyStatus {
                 protocol: 127,
                 version: "1.7.10".into(),
-                motd: format!("Server {} is unreachable", backend.name),
+                motd: offline_message(live, backend),
                 online: 0,
                 max: 0,
             };

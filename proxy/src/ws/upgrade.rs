@@ -2,8 +2,8 @@
 //!
 //! The upgrade is parsed here with `httparse` rather than by tungstenite's server handshake because the proxy
 //! must answer 404 for other paths and 426 for requests that are not upgrades, read forwarding headers, and
-//! keep the whole exchange under the connection's handshake deadline. Framing after the upgrade is
-//! tungstenite's ([`crate::relay::ws`]).
+//! keep the whole exchange under the connection's handshake deadline, and answer a configured `health_path`
+//! without upgrading. Framing after the upgrade is [`moonbridge_protocol::ws::frame`]'s ([`crate::relay::ws`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,6 +39,9 @@ pub(crate) enum UpgradeError {
     Version(String),
     #[error("missing Sec-WebSocket-Key")]
     MissingKey,
+    /// Not an error: a request for the listener's `health_path`, answered with 200 and closed.
+    #[error("health check answered")]
+    HealthCheck,
 }
 
 impl UpgradeError {
@@ -52,6 +55,9 @@ impl UpgradeError {
                 "HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
             }
             Self::Method(_) => "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Self::HealthCheck => {
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nCache-Control: no-store\r\nConnection: close\r\nContent-Length: 3\r\n\r\nok\n"
+            }
         })
     }
 }
@@ -170,6 +176,9 @@ fn check_request(
 ) -> Result<(String, Upgraded), UpgradeError> {
     let target = req.path.unwrap_or("");
     let path = target.split_once('?').map_or(target, |(p, _)| p);
+    if settings.health_path.as_deref() == Some(path) {
+        return Err(UpgradeError::HealthCheck);
+    }
     if path != settings.path {
         return Err(UpgradeError::WrongPath(path.chars().take(128).collect()));
     }

@@ -109,7 +109,9 @@ public final class TestPeers implements AutoCloseable {
                     + "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:" + p.wsPort + "\"\n"
                     + "[[listener]]\ntransport = \"ws\"\nbind = \"[::1]:" + p.ws6Port + "\"\n"
                     + "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:" + p.tcpPort + "\"\n"
-                    + "[[backend]]\nname = \"survival\"\naddress = \"127.0.0.1:" + backendPort + "\"\n";
+                    + "[[backend]]\nname = \"survival\"\naddress = \"127.0.0.1:" + backendPort + "\"\n"
+                    // Every test connection comes from the loopback address: no per-address rate limits.
+                    + "[rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n";
             Files.write(config, toml.getBytes(StandardCharsets.UTF_8));
             Process proxy = p.spawn(null, bin, "--config", config.toString());
             p.collect(proxy.getErrorStream());

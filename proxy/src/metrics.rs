@@ -1,0 +1,388 @@
+//! The proxy's Prometheus metrics (`docs/operations.md` lists each with its type, labels and meaning).
+//!
+//! Built on the `prometheus` crate (tikv/rust-prometheus) and exposed in the Prometheus text format 0.0.4 by
+//! [`crate::ops`]. Label values are a small fixed set (transport, stage, reason, outcome, backend name,
+//! direction, TLS version), so the number of series is bounded by the configuration, never by players.
+//! Hot paths hold resolved children (one relaxed atomic add per relay batch); label lookups happen at most once
+//! per connection.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::config::Transport;
+
+/// Buckets of `moonbridge_backend_connect_seconds`, in seconds: 0.5 ms to about 8 s, doubling.
+const CONNECT_BUCKETS: [f64; 15] =
+    [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192];
+
+/// The `reason` values of `moonbridge_connections_refused_total`, exposed at 0 from the start.
+const REFUSED_REASONS: [&str; 3] = ["max_connections", "untrusted_proxy_peer", "rate_limit"];
+/// The `reason` values of `moonbridge_handshake_failures_total`.
+const HANDSHAKE_FAILURES: [&str; 8] =
+    ["timeout", "evicted", "closed", "tls", "bad_upgrade", "bad_proxy_header", "bad_frame", "bad_login_start"];
+/// The `outcome` values of `moonbridge_logins_total`.
+const LOGIN_OUTCOMES: [&str; 19] = [
+    "passthrough_ok",
+    "offline_ok",
+    "online_ok",
+    "unknown_host",
+    "bad_handshake",
+    "backend_unreachable",
+    "backend_closed",
+    "backend_timeout",
+    "backend_misconfigured",
+    "backend_refused",
+    "player_left",
+    "protocol_error",
+    "shutdown",
+    "rate_limited",
+    "online_not_verified",
+    "online_session_server_unavailable",
+    "online_encryption_timeout",
+    "online_bad_encryption_response",
+    "online_player_left",
+];
+/// The `version` values of `moonbridge_tls_handshakes_total`.
+const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
+
+/// Every listener transport, in the order of [`Metrics::stages`].
+const TRANSPORTS: [Transport; 3] = [Transport::Tcp, Transport::Ws, Transport::Wss];
+
+/// Where a session is (the `stage` label of `moonbridge_sessions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Stage {
+    /// From accept to a complete handshake (and Login Start): PROXY header, TLS, HTTP upgrade included.
+    Handshake = 0,
+    /// A server-list status exchange or a legacy ping.
+    Status = 1,
+    /// Routing, online-mode authentication and the backend's login.
+    Login = 2,
+    /// Relaying between the player and the backend.
+    Play = 3,
+}
+
+impl Stage {
+    const ALL: [Stage; 4] = [Stage::Handshake, Stage::Status, Stage::Login, Stage::Play];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Handshake => "handshake",
+            Self::Status => "status",
+            Self::Login => "login",
+            Self::Play => "play",
+        }
+    }
+}
+
+/// One backend's series, resolved once.
+#[derive(Clone, Debug)]
+pub(crate) struct BackendMetrics {
+    /// Bytes from the player to the backend.
+    pub(crate) to_backend: IntCounter,
+    /// Bytes from the backend to the player.
+    pub(crate) to_player: IntCounter,
+    connect_seconds: Histogram,
+    connect_failures: IntCounter,
+}
+
+impl BackendMetrics {
+    /// Records one TCP connect attempt to this backend.
+    pub(crate) fn connected(&self, took: Duration, ok: bool) {
+        if ok {
+            self.connect_seconds.observe(took.as_secs_f64());
+        } else {
+            self.connect_failures.inc();
+        }
+    }
+}
+
+/// WebSocket counters the relay bumps.
+#[derive(Clone, Debug)]
+pub(crate) struct WsMetrics {
+    /// Binary messages received from players.
+    pub(crate) messages_in: IntCounter,
+    /// Binary messages sent to players.
+    pub(crate) messages_out: IntCounter,
+    /// Keepalive Pings sent.
+    pub(crate) pings_sent: IntCounter,
+    /// Players closed (1001) after three ping intervals without receiving anything.
+    pub(crate) silent_closed: IntCounter,
+}
+
+/// Every metric of one proxy instance, in its own registry.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    accepted: IntCounterVec,
+    refused: IntCounterVec,
+    /// `moonbridge_sessions` of each transport and [`Stage`], at `transport_index * 4 + stage`.
+    stages: Vec<IntGauge>,
+    /// An unregistered gauge [`StageGauge`] falls back to if an index were ever out of range.
+    stage_fallback: IntGauge,
+    handshake_failures: IntCounterVec,
+    logins: IntCounterVec,
+    bytes: IntCounterVec,
+    connect_seconds: HistogramVec,
+    connect_failures: IntCounterVec,
+    tls_handshakes: IntCounterVec,
+    pub(crate) tls_reloads_ok: IntCounter,
+    pub(crate) tls_reloads_kept: IntCounter,
+    pub(crate) ws: WsMetrics,
+}
+
+/// Registers `c` in `r` and returns it.
+fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> prometheus::Result<C> {
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
+    reg(r, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+impl Metrics {
+    /// Creates every metric, with the process collector (CPU, memory, file descriptors, threads).
+    ///
+    /// # Errors
+    /// Only for an invalid or duplicate metric definition (constants here, checked by a unit test).
+    pub(crate) fn new() -> prometheus::Result<Self> {
+        let r = Registry::new();
+        r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        let accepted = counter_vec(
+            &r,
+            "moonbridge_connections_accepted_total",
+            "Player connections accepted, by listener transport.",
+            &["transport"],
+        )?;
+        let refused = counter_vec(
+            &r,
+            "moonbridge_connections_refused_total",
+            "Player connections refused, by reason (max_connections, untrusted_proxy_peer, rate_limit).",
+            &["reason"],
+        )?;
+        let sessions = reg(
+            &r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "moonbridge_sessions",
+                    "Open player connections, by listener transport and stage (handshake, status, login, play).",
+                ),
+                &["transport", "stage"],
+            )?,
+        )?;
+        let stages = TRANSPORTS
+            .iter()
+            .flat_map(|t| Stage::ALL.map(|s| sessions.with_label_values(&[&t.to_string(), s.label()])))
+            .collect();
+        let handshake_failures = counter_vec(
+            &r,
+            "moonbridge_handshake_failures_total",
+            "Connections that ended before a complete handshake, by reason.",
+            &["reason"],
+        )?;
+        let logins = counter_vec(&r, "moonbridge_logins_total", "Login attempts, by outcome.", &["outcome"])?;
+        let bytes = counter_vec(
+            &r,
+            "moonbridge_relayed_bytes_total",
+            "Minecraft stream bytes relayed, by backend and direction (to_backend, to_player).",
+            &["backend", "direction"],
+        )?;
+        let connect_seconds = reg(
+            &r,
+            HistogramVec::new(
+                HistogramOpts::new("moonbridge_backend_connect_seconds", "Time to open a TCP connection to a backend.")
+                    .buckets(CONNECT_BUCKETS.to_vec()),
+                &["backend"],
+            )?,
+        )?;
+        let connect_failures = counter_vec(
+            &r,
+            "moonbridge_backend_connect_failures_total",
+            "Failed TCP connections to a backend (refused, unreachable, timed out).",
+            &["backend"],
+        )?;
+        let tls_handshakes = counter_vec(
+            &r,
+            "moonbridge_tls_handshakes_total",
+            "Completed TLS handshakes on wss listeners, by protocol version.",
+            &["version"],
+        )?;
+        let reloads = counter_vec(
+            &r,
+            "moonbridge_tls_certificate_reloads_total",
+            "Certificate reloads after the files changed, by result (ok, kept_previous).",
+            &["result"],
+        )?;
+        let ws = counter_vec(
+            &r,
+            "moonbridge_ws_messages_total",
+            "WebSocket Binary messages, by direction (from_player, to_player).",
+            &["direction"],
+        )?;
+        let pings = reg(&r, IntCounter::new("moonbridge_ws_pings_sent_total", "Keepalive Pings sent to players.")?)?;
+        let silent = reg(
+            &r,
+            IntCounter::new(
+                "moonbridge_ws_silent_peers_closed_total",
+                "WebSocket players closed (1001) after three ping intervals without receiving anything.",
+            )?,
+        )?;
+        // Known label values start at 0, so every series exists from the first scrape (rates and dashboards
+        // need no special case for "never happened").
+        for t in TRANSPORTS {
+            let _ = accepted.with_label_values(&[&t.to_string()]);
+        }
+        for (family, values) in [
+            (&refused, &REFUSED_REASONS[..]),
+            (&handshake_failures, &HANDSHAKE_FAILURES[..]),
+            (&logins, &LOGIN_OUTCOMES[..]),
+            (&tls_handshakes, &TLS_VERSIONS[..]),
+        ] {
+            for v in values {
+                let _ = family.with_label_values(&[v]);
+            }
+        }
+        Ok(Self {
+            accepted,
+            refused,
+            stages,
+            stage_fallback: IntGauge::new("moonbridge_unused", "-")?,
+            handshake_failures,
+            logins,
+            bytes,
+            connect_seconds,
+            connect_failures,
+            tls_handshakes,
+            tls_reloads_ok: reloads.with_label_values(&["ok"]),
+            tls_reloads_kept: reloads.with_label_values(&["kept_previous"]),
+            ws: WsMetrics {
+                messages_in: ws.with_label_values(&["from_player"]),
+                messages_out: ws.with_label_values(&["to_player"]),
+                pings_sent: pings,
+                silent_closed: silent,
+            },
+            registry: r,
+        })
+    }
+
+    /// The series of backend `name`.
+    pub(crate) fn backend(&self, name: &str) -> BackendMetrics {
+        BackendMetrics {
+            to_backend: self.bytes.with_label_values(&[name, "to_backend"]),
+            to_player: self.bytes.with_label_values(&[name, "to_player"]),
+            connect_seconds: self.connect_seconds.with_label_values(&[name]),
+            connect_failures: self.connect_failures.with_label_values(&[name]),
+        }
+    }
+
+    /// The accepted-connections counter of a listener transport.
+    pub(crate) fn accepted(&self, transport: Transport) -> IntCounter {
+        self.accepted.with_label_values(&[&transport.to_string()])
+    }
+
+    /// Counts a connection refused before any protocol.
+    pub(crate) fn refused(&self, reason: &str) {
+        self.refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a connection that ended in the handshake stage.
+    pub(crate) fn handshake_failed(&self, reason: &str) {
+        self.handshake_failures.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a login by outcome.
+    pub(crate) fn login(&self, outcome: &str) {
+        self.logins.with_label_values(&[outcome]).inc();
+    }
+
+    /// Counts a completed TLS handshake.
+    pub(crate) fn tls_handshake(&self, version: &str) {
+        self.tls_handshakes.with_label_values(&[version]).inc();
+    }
+
+    /// A new connection's stage gauge on a `transport` listener, starting in [`Stage::Handshake`].
+    pub(crate) fn stage(self: &Arc<Self>, transport: Transport) -> StageGauge {
+        let base = TRANSPORTS.iter().position(|t| *t == transport).unwrap_or(0) * Stage::ALL.len();
+        let g = StageGauge { metrics: Arc::clone(self), base, current: AtomicU8::new(Stage::Handshake as u8) };
+        g.gauge(Stage::Handshake as u8).inc();
+        g
+    }
+
+    /// The exposition in the Prometheus text format 0.0.4.
+    pub(crate) fn render(&self) -> String {
+        let mut out = Vec::with_capacity(16 * 1024);
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// A connection's place in `moonbridge_sessions`: counted in one stage at a time, and in none once dropped.
+#[derive(Debug)]
+pub(crate) struct StageGauge {
+    metrics: Arc<Metrics>,
+    /// The first of its transport's gauges in [`Metrics::stages`].
+    base: usize,
+    current: AtomicU8,
+}
+
+impl StageGauge {
+    fn gauge(&self, stage: u8) -> &IntGauge {
+        // The index is always in range (transport position × 4 + a stage below 4); the fallback is unused.
+        self.metrics.stages.get(self.base + usize::from(stage)).unwrap_or(&self.metrics.stage_fallback)
+    }
+
+    /// Moves the connection to `stage`.
+    pub(crate) fn set(&self, stage: Stage) {
+        let old = self.current.swap(stage as u8, Ordering::Relaxed);
+        if old != stage as u8 {
+            self.gauge(old).dec();
+            self.gauge(stage as u8).inc();
+        }
+    }
+}
+
+impl Drop for StageGauge {
+    fn drop(&mut self) {
+        self.gauge(self.current.load(Ordering::Relaxed)).dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_registers_and_renders() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let b = m.backend("survival");
+        b.connected(Duration::from_millis(3), true);
+        b.connected(Duration::from_millis(3), false);
+        b.to_backend.inc_by(10);
+        m.login("passthrough_ok");
+        let stage = m.stage(Transport::Ws);
+        stage.set(Stage::Play);
+        let text = m.render();
+        for line in [
+            "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 1",
+            "moonbridge_sessions{stage=\"handshake\",transport=\"ws\"} 0",
+            "moonbridge_relayed_bytes_total{backend=\"survival\",direction=\"to_backend\"} 10",
+            "moonbridge_backend_connect_failures_total{backend=\"survival\"} 1",
+            "moonbridge_backend_connect_seconds_count{backend=\"survival\"} 1",
+            "moonbridge_logins_total{outcome=\"passthrough_ok\"} 1",
+            "moonbridge_connections_accepted_total{transport=\"wss\"} 0",
+            "moonbridge_ws_pings_sent_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in:\n{text}");
+        }
+        assert!(text.contains("process_open_fds "), "process metrics: {text}");
+        drop(stage);
+        assert!(m.render().lines().any(|l| l == "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 0"));
+    }
+}

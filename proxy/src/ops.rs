@@ -1,0 +1,164 @@
+//! The operations listener (`[metrics] bind`): Prometheus metrics and health checks over HTTP/1.1.
+//!
+//! - `GET /metrics`: every metric in the Prometheus text format 0.0.4 ([`crate::metrics`]).
+//! - `GET /healthz`: `200 ok` while the process serves (liveness).
+//! - `GET /readyz`: `200 ready` when the proxy should receive players, else `503` with one line per reason
+//!   (readiness). The rule: every player listener is bound (true once the listener runs), shutdown has not
+//!   begun, and at least one backend answered its latest TCP connect (so one backend down does not take every
+//!   replica out of a load balancer; its players still get the server list's offline message). The body names
+//!   every unreachable backend either way. A backend's latest connect is a player's, or one the check makes
+//!   itself (closed without a byte, within [`PROBE_TIMEOUT`] at most) when the latest failed or is older than
+//!   [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as soon as
+//!   it does.
+//!
+//! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
+//! must arrive within [`REQUEST_TIMEOUT`] and fit in [`MAX_REQUEST_HEAD`]; at most [`MAX_OPS_CONNECTIONS`]
+//! are served at once, and a connection over that is answered `503 busy` at once instead of waiting (idle
+//! clients cannot make the probes time out).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::state::ProxyState;
+
+/// A backend whose latest connect is older than this is probed by `/readyz`, in seconds: 10.
+pub(crate) const READY_PROBE_AFTER: Duration = Duration::from_secs(10);
+/// Time allowed for a request head to arrive: 2 seconds.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest readiness probe of one backend: 3 seconds (or `backend_connect_timeout_seconds` when shorter).
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest request head read, in bytes: 8 KiB.
+pub(crate) const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Requests served at once.
+pub(crate) const MAX_OPS_CONNECTIONS: usize = 256;
+
+/// Serves the operations endpoints on `listener` until `stop` is cancelled.
+pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_OPS_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = stop.cancelled() => return,
+        };
+        let Ok((stream, peer)) = accepted else {
+            // Out of descriptors, most likely: the player listeners log that; wait and try again.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            // Busy: say so at once (without reading) rather than keep a probe waiting.
+            let _ = stream.try_write(&response(503, "Service Unavailable", "text/plain", "busy\n"));
+            continue;
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state)).await {
+                debug!(%peer, "operations request abandoned: {e}");
+            }
+        });
+    }
+}
+
+/// Reads one request head and answers it.
+async fn answer(mut stream: TcpStream, state: &ProxyState) {
+    let Some((method, path)) = read_request(&mut stream).await else {
+        let _ = stream.write_all(&response(400, "Bad Request", "text/plain", "bad request\n")).await;
+        return;
+    };
+    let reply = match (method.as_str(), path.as_str()) {
+        ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
+        ("GET", "/healthz") => response(200, "OK", "text/plain", "ok\n"),
+        ("GET", "/readyz") => {
+            let (reasons, unreachable) = readiness(state).await;
+            let details: String = unreachable.iter().map(|u| format!("{u}\n")).collect();
+            if reasons.is_empty() {
+                response(200, "OK", "text/plain", &format!("ready\n{details}"))
+            } else {
+                response(503, "Service Unavailable", "text/plain", &format!("{}\n{details}", reasons.join("\n")))
+            }
+        }
+        (_, "/metrics" | "/healthz" | "/readyz") => response(405, "Method Not Allowed", "text/plain", "GET only\n"),
+        _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz or /readyz\n"),
+    };
+    let _ = stream.write_all(&reply).await;
+    let _ = stream.shutdown().await;
+}
+
+/// The method and path of a request head, read within [`REQUEST_TIMEOUT`] and [`MAX_REQUEST_HEAD`].
+async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
+    let mut buf = Vec::with_capacity(1024);
+    let read = async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(chunk.get(..n)?);
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf) {
+                Ok(httparse::Status::Complete(_)) => {
+                    let path = req.path?.split('?').next()?.to_string();
+                    return Some((req.method?.to_string(), path));
+                }
+                Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => {}
+                _ => return None,
+            }
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, read).await.ok().flatten()
+}
+
+/// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way).
+async fn readiness(state: &ProxyState) -> (Vec<String>, Vec<String>) {
+    let mut reasons = Vec::new();
+    if state.draining.load(Ordering::Relaxed) {
+        reasons.push("shutting down".to_string());
+    }
+    let live = state.live();
+    let timeout = live.limits.backend_connect_timeout().min(PROBE_TIMEOUT);
+    let stale =
+        |b: &crate::backend::Backend| b.reach().is_none_or(|r| r.error.is_some() || r.at.elapsed() > READY_PROBE_AFTER);
+    // Concurrently: a handful of backends, each within the connect timeout.
+    let mut probes = tokio::task::JoinSet::new();
+    for b in live.backends().iter().filter(|b| stale(b)) {
+        let b = b.clone();
+        probes.spawn(async move { b.probe(timeout).await });
+    }
+    while probes.join_next().await.is_some() {}
+    let mut unreachable = Vec::new();
+    for b in live.backends() {
+        match b.reach() {
+            Some(r) if r.error.is_none() => {}
+            Some(r) => unreachable.push(format!(
+                "backend {}: {} ({}s ago)",
+                b.name,
+                r.error.unwrap_or_default(),
+                Instant::now().saturating_duration_since(r.at).as_secs()
+            )),
+            None => unreachable.push(format!("backend {}: not probed", b.name)),
+        }
+    }
+    if unreachable.len() == live.backends().len() {
+        reasons.push("no backend is reachable".to_string());
+    }
+    (reasons, unreachable)
+}
+
+/// A whole HTTP/1.1 response with `Connection: close`.
+fn response(code: u16, reason: &str, content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}

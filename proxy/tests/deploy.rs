@@ -1,0 +1,139 @@
+//! The deployment files in `deploy/` cannot drift from the binary: the configuration passes `--check-config`,
+//! every flag they pass exists in `--help`, the binary and configuration paths, ports, probe paths and stop
+//! timeouts agree across the systemd unit, the container file and the Kubernetes manifests, and
+//! `systemd-analyze verify` accepts the unit without a warning.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use moonbridge_proxy::config::ListenerConfig;
+use moonbridge_proxy::Config;
+
+const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
+/// Where the unit and the image put the binary and the configuration.
+const INSTALLED_BIN: &str = "/usr/local/bin/moonbridge";
+const INSTALLED_CONFIG: &str = "/etc/moonbridge/moonbridge.toml";
+
+fn deploy(name: &str) -> (PathBuf, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (path, text)
+}
+
+/// The numbers after `key:` on the lines of a YAML file (enough for these flat manifests).
+fn yaml_numbers(yaml: &str, key: &str) -> Vec<u64> {
+    yaml.lines().filter_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok()).collect()
+}
+
+fn config() -> Config {
+    Config::load(&deploy("moonbridge.toml").0).expect("deploy/moonbridge.toml is valid")
+}
+
+#[test]
+fn the_shipped_configuration_passes_check_config() {
+    let out = Command::new(BIN).arg("--check-config").arg(deploy("moonbridge.toml").0).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c = config();
+    assert!(c.metrics.bind.is_some(), "the probes need the metrics listener");
+}
+
+#[test]
+fn every_flag_in_the_deployment_files_exists() {
+    let help = String::from_utf8(Command::new(BIN).arg("--help").output().unwrap().stdout).unwrap();
+    for file in ["moonbridge.service", "Containerfile", "kubernetes.yaml"] {
+        let (_, text) = deploy(file);
+        // Commands that run the proxy (comments hold install commands with their own flags).
+        let flags: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(|l| {
+                l.split(|c: char| c.is_whitespace() || matches!(c, '"' | '[' | ']' | ','))
+                    .filter(|w| w.strip_prefix("--").is_some_and(|f| f.starts_with(|c: char| c.is_ascii_alphabetic())))
+            })
+            .collect();
+        assert!(!flags.is_empty() || file == "kubernetes.yaml", "{file} passes flags");
+        for f in flags {
+            // Build-tool flags in the container file's build stage are cargo's, not ours.
+            if file == "Containerfile" && ["--release", "--locked", "--bin", "--from=build"].contains(&f) {
+                continue;
+            }
+            assert!(help.contains(&format!("{f} ")), "{file}: {f} is not a moonbridge flag:\n{help}");
+        }
+    }
+}
+
+#[test]
+fn paths_ports_probes_and_stop_timeouts_agree() {
+    let c = config();
+    let (_, unit) = deploy("moonbridge.service");
+    let (_, image) = deploy("Containerfile");
+    let (_, k8s) = deploy("kubernetes.yaml");
+    let (_, kustomization) = deploy("kustomization.yaml");
+    // The binary and the configuration file, where each file expects them.
+    assert!(unit.contains(&format!("ExecStart={INSTALLED_BIN} --config {INSTALLED_CONFIG}")), "{unit}");
+    assert!(unit.contains(&format!("ExecStartPre={INSTALLED_BIN} --check-config {INSTALLED_CONFIG}")));
+    assert!(image.contains(&format!("/src/target/release/moonbridge {INSTALLED_BIN}")), "{image}");
+    assert!(image.contains(&format!("ENTRYPOINT [\"{INSTALLED_BIN}\"]")));
+    assert!(image.contains(&format!("CMD [\"--config\", \"{INSTALLED_CONFIG}\"]")));
+    assert!(image.contains(&format!("COPY deploy/moonbridge.toml {INSTALLED_CONFIG}")));
+    assert!(k8s.contains(&format!("args: [\"--config\", \"{INSTALLED_CONFIG}\"]")), "{k8s}");
+    let dir = Path::new(INSTALLED_CONFIG).parent().unwrap().to_str().unwrap();
+    assert!(k8s.contains(&format!("mountPath: {dir}")));
+    assert!(kustomization.contains("- moonbridge.toml") && kustomization.contains("name: moonbridge-config"));
+    assert!(k8s.contains("name: moonbridge-config"));
+
+    // Ports: every listener and the metrics listener are exposed by the image and the pod.
+    let ports: Vec<u16> =
+        c.listeners.iter().map(|l: &ListenerConfig| l.bind.port()).chain(c.metrics.bind.map(|b| b.port())).collect();
+    let exposed: Vec<u16> = image
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPOSE "))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let container_ports = yaml_numbers(&k8s, "containerPort");
+    for p in &ports {
+        assert!(exposed.contains(p), "EXPOSE lacks {p}");
+        assert!(container_ports.contains(&u64::from(*p)), "containerPort {p} missing");
+    }
+    // The probes use the metrics port and the endpoints the proxy serves.
+    let metrics_port = c.metrics.bind.unwrap().port();
+    assert!(k8s.contains(&format!("name: metrics\n              containerPort: {metrics_port}")), "{k8s}");
+    assert!(k8s.contains(&format!("prometheus.io/port: \"{metrics_port}\"")));
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        let at = k8s.find(probe).unwrap_or_else(|| panic!("{probe} missing"));
+        assert!(k8s[at..].lines().take(4).any(|l| l.trim() == format!("path: {path}")), "{probe} → {path}");
+    }
+
+    // Stop: SIGTERM, and longer than the shutdown grace everywhere.
+    let grace = c.limits.shutdown_grace_seconds;
+    assert!(unit.contains("KillSignal=SIGTERM") && image.contains("STOPSIGNAL SIGTERM"));
+    let stop: u64 = unit.lines().find_map(|l| l.strip_prefix("TimeoutStopSec=")).unwrap().parse().unwrap();
+    assert!(stop > grace, "TimeoutStopSec {stop} <= shutdown_grace_seconds {grace}");
+    let termination = yaml_numbers(&k8s, "terminationGracePeriodSeconds");
+    assert!(termination.len() == 1 && termination[0] > grace, "terminationGracePeriodSeconds {termination:?}");
+}
+
+#[test]
+fn systemd_analyze_verifies_the_unit() {
+    // The unit as installed, with the binary and configuration paths pointing at this build.
+    let dir = moonbridge_test_certs::TestDir::new("moonbridge-unit").unwrap();
+    let config = dir.join("moonbridge.toml");
+    std::fs::copy(deploy("moonbridge.toml").0, &config).unwrap();
+    let unit =
+        deploy("moonbridge.service").1.replace(INSTALLED_BIN, BIN).replace(INSTALLED_CONFIG, config.to_str().unwrap());
+    let path = dir.join("moonbridge.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd) is installed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "systemd-analyze verify: {stderr}");
+    // Unknown or misspelt keys are only warnings for systemd: none allowed here.
+    assert!(stderr.trim().is_empty(), "systemd-analyze verify warned: {stderr}");
+}
