@@ -15,6 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+# A full run needs about 8 GB of free disk (target/, fuzz/target and the toolchains); say what there is, so that a run
+# that stops on "No space left on device" is explained at the top of its log.
+disk() { df -h --output=avail,target . 2>/dev/null | tail -n 1 | awk '{print "disk: " $1 " free on " $2}'; }
+disk
 
 APT_PACKAGES=(ca-certificates openssl wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd)
 missing=()
@@ -65,4 +69,5 @@ MOONBRIDGE_EXTRA_NATIVES="$PWD/target/wine/natives" java-shim/build.sh verify \
   "-Dmoonbridge.bin=$PWD/target/debug/moonbridge" "-Dmoonbridge.peers=$PWD/tests/peers" \
   "-Dmoonbridge.wine.dir=$PWD/target/wine" -Dmoonbridge.wine=required
 
+disk
 step "all tests passed"

@@ -111,6 +111,8 @@ struct Shared {
     stop: CancellationToken,
     templates: Vec<Vec<workload::Spec>>,
     ca: PathBuf,
+    /// When the run began: failures say how far into the run they happened.
+    began: Instant,
 }
 
 impl Shared {
@@ -311,8 +313,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// How a session's stream ended.
 enum End {
-    /// A WebSocket Close with this code, or a TCP FIN.
-    Clean(Option<u16>),
+    /// A WebSocket Close with this code and reason, or a TCP FIN.
+    Clean(Option<(u16, String)>),
     /// A reset or another I/O error.
     Broken(String),
 }
@@ -320,7 +322,7 @@ enum End {
 impl std::fmt::Display for End {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Clean(Some(code)) => write!(f, "WebSocket Close {code}"),
+            Self::Clean(Some((code, reason))) => write!(f, "WebSocket Close {code} {reason:?}"),
             Self::Clean(None) => f.write_str("FIN"),
             Self::Broken(e) => write!(f, "broken: {e}"),
         }
@@ -368,7 +370,11 @@ impl Conn {
                         buf.extend_from_slice(&b);
                         return Ok(());
                     }
-                    Some(Ok(Message::Close(f))) => return Err(End::Clean(Some(f.map_or(1005, |f| u16::from(f.code))))),
+                    Some(Ok(Message::Close(f))) => {
+                        return Err(End::Clean(Some(
+                            f.map_or((1005, String::new()), |f| (u16::from(f.code), f.reason.to_string())),
+                        )))
+                    }
                     Some(Ok(_)) => {}
                     // A FIN without a Close (a proxy that could not send one through a full socket buffer).
                     Some(Err(tokio_tungstenite::tungstenite::Error::Protocol(
@@ -488,12 +494,14 @@ async fn player(i: usize, proxies: [Listeners; 2], shared: Arc<Shared>) {
                     Some(_) if clean => {
                         shared.counters.hit_clean.fetch_add(1, Ordering::Relaxed);
                     }
-                    Some(fault) => shared
-                        .counters
-                        .fail(format!("player {name} ({transport:?}) hit by {fault} ended uncleanly: {how}")),
-                    None => shared
-                        .counters
-                        .fail(format!("player {name} ({transport:?}) ended with no fault to explain it: {how}")),
+                    Some(fault) => shared.counters.fail(format!(
+                        "player {name} ({transport:?}) hit by {fault} ended uncleanly at {:.1} s: {how}",
+                        at.duration_since(shared.began).as_secs_f64()
+                    )),
+                    None => shared.counters.fail(format!(
+                        "player {name} ({transport:?}) ended with no fault to explain it at {:.1} s: {how}",
+                        at.duration_since(shared.began).as_secs_f64()
+                    )),
                 }
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -786,6 +794,7 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
         stop: CancellationToken::new(),
         templates: workload::templates(),
         ca: cert.ca.clone(),
+        began: Instant::now(),
     });
     let backend = Backend::start(Arc::clone(&shared)).await?;
     let mut proxies = Vec::new();
@@ -815,12 +824,14 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
                 args.players * 2 + 100
             ),
         )?;
+        // The proxy's warnings go to a file beside its config (kept with MOONBRIDGE_KEEP_TEST_FILES=1).
+        let log = std::fs::File::create(dir.join(format!("proxy-{}.log", if online { "online" } else { "offline" })))?;
         let child = std::process::Command::new(&args.proxy_bin)
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(log)
             .spawn()
             .with_context(|| format!("cannot start {}", args.proxy_bin.display()))?;
         children.push(Child(child));
@@ -1013,6 +1024,15 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
         problems.push(format!("only {} logins for {} players", report.logins, args.players));
     }
     if !problems.is_empty() {
+        // The proxies' warnings, to explain what their players saw.
+        for side in ["offline", "online"] {
+            let log = std::fs::read_to_string(dir.join(format!("proxy-{side}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!("--- the {side} proxy's last warnings ({} lines in all) ---", lines.len());
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                eprintln!("{l}");
+            }
+        }
         bail!("soak failed:\n  {}", problems.join("\n  "));
     }
     Ok(())
