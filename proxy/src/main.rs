@@ -93,9 +93,11 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             settings.routes.hosts.len(),
             settings.auth.mode
         );
-        // SIGHUP is caught from here on (before binding), so a reload right after start cannot end the process.
+        // SIGHUP, SIGTERM and Ctrl-C are caught from here on (before binding): a signal right after start is
+        // handled, never the default action that would end the process.
         #[cfg(unix)]
         let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        let shutdown = shutdown_signal();
         let server = Server::bind(&config).await?;
         #[cfg(unix)]
         match hup {
@@ -104,7 +106,7 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             }
             Err(e) => warn!("cannot listen for SIGHUP, reloading is unavailable: {e}"),
         }
-        server.run(shutdown_signal()).await;
+        server.run(shutdown).await;
         anyhow::Ok(())
     });
     // Sessions have ended; do not wait for blocking work still in flight (a session-server call).
@@ -133,26 +135,37 @@ async fn reload_on_sighup(
     }
 }
 
-/// Completes on SIGTERM or Ctrl-C (SIGINT).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// Completes on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when this is called, not when the future
+/// is first polled, so a signal that arrives right after the listeners are announced is never lost (the default
+/// action would end the process without the graceful shutdown).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (int, term) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => info!("Ctrl-C received"),
-        () = term => info!("SIGTERM received"),
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(int) => info!("Ctrl-C received"),
+                () = wait(term) => info!("SIGTERM received"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            info!("Ctrl-C received");
+        }
     }
 }
