@@ -251,6 +251,8 @@ fn subtract(a: Stats, b: Stats) -> Stats {
         delay_flushes: a.delay_flushes - b.delay_flushes,
         size_flushes: a.size_flushes - b.size_flushes,
         pings_sent: a.pings_sent - b.pings_sent,
+        resumes: a.resumes - b.resumes,
+        last_resume_us: a.last_resume_us,
     }
 }
 

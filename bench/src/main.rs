@@ -97,6 +97,10 @@ struct Args {
     /// 1: one message per tick (end_tick after each round trip); 0: one message per packet (vanilla-like).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     client_coalesce: u8,
+    /// 1: the client library offers carriage v2 (`moonbridge.v2`: acknowledgements and retention for resume,
+    /// its default); 0: carriage v1 only (ws and wss).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    client_resume: u8,
     /// Print one JSON object per phase instead of text.
     #[arg(long)]
     json: bool,
@@ -482,7 +486,8 @@ fn main() -> anyhow::Result<()> {
         None
     };
     let coalesce = if args.client_coalesce == 1 { "tick" } else { "off" };
-    let mut options = serde_json::json!({ "coalesce": coalesce, "ping_interval_ms": 0 });
+    let mut options =
+        serde_json::json!({ "coalesce": coalesce, "ping_interval_ms": 0, "resume": args.client_resume == 1 });
     if let Some((_, _, ca)) = &cert {
         options["ca_file"] = serde_json::json!(ca);
     }

@@ -22,21 +22,27 @@ use crate::target::{Scheme, Target};
 /// An established transport.
 pub(crate) enum Stream {
     Tcp(TcpStream),
-    Ws(Box<WebSocketStream<TcpStream>>),
-    Wss(Box<WebSocketStream<TlsStream<TcpStream>>>),
+    /// A WebSocket, and whether the server selected carriage v2 (`moonbridge.v2`).
+    Ws(Box<WebSocketStream<TcpStream>>, bool),
+    Wss(Box<WebSocketStream<TlsStream<TcpStream>>>, bool),
 }
 
 impl Stream {
     /// The negotiated TLS version (`"1.2"` or `"1.3"`) of a `wss://` connection.
     pub(crate) fn tls_version(&self) -> Option<&'static str> {
         match self {
-            Self::Wss(ws) => match ws.get_ref().get_ref().1.protocol_version() {
+            Self::Wss(ws, _) => match ws.get_ref().get_ref().1.protocol_version() {
                 Some(rustls::ProtocolVersion::TLSv1_3) => Some("1.3"),
                 Some(rustls::ProtocolVersion::TLSv1_2) => Some("1.2"),
                 _ => Some("?"),
             },
-            Self::Tcp(_) | Self::Ws(_) => None,
+            Self::Tcp(_) | Self::Ws(..) => None,
         }
+    }
+
+    /// True when the server selected carriage v2 (resumable sessions).
+    pub(crate) fn v2(&self) -> bool {
+        matches!(self, Self::Ws(_, true) | Self::Wss(_, true))
     }
 }
 
@@ -78,7 +84,8 @@ async fn connect(target: &Target, options: &Options, stage: &Cell<&'static str>)
         Scheme::Tcp => Ok(Stream::Tcp(tcp)),
         Scheme::Ws => {
             stage.set("WebSocket upgrade");
-            Ok(Stream::Ws(Box::new(upgrade(target, options, tcp).await?)))
+            let (ws, v2) = upgrade(target, options, tcp).await?;
+            Ok(Stream::Ws(Box::new(ws), v2))
         }
         Scheme::Wss => {
             stage.set("TLS handshake");
@@ -94,7 +101,8 @@ async fn connect(target: &Target, options: &Options, stage: &Cell<&'static str>)
                 .await
                 .map_err(|e| ClientError::Tls { server_name: name, reason: describe_tls_error(&e, options) })?;
             stage.set("WebSocket upgrade");
-            Ok(Stream::Wss(Box::new(upgrade(target, options, stream).await?)))
+            let (ws, v2) = upgrade(target, options, stream).await?;
+            Ok(Stream::Wss(Box::new(ws), v2))
         }
     }
 }
@@ -196,7 +204,8 @@ fn describe_tls_error(e: &io::Error, options: &Options) -> String {
     }
 }
 
-async fn upgrade<S>(target: &Target, options: &Options, stream: S) -> Result<WebSocketStream<S>, ClientError>
+/// The WebSocket upgrade; also whether the server selected `moonbridge.v2`.
+async fn upgrade<S>(target: &Target, options: &Options, stream: S) -> Result<(WebSocketStream<S>, bool), ClientError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -206,13 +215,20 @@ where
         .into_client_request()
         .map_err(|e| ClientError::InvalidUrl { url: target.url.clone(), reason: e.to_string() })?;
     if options.subprotocol {
-        let protocol = moonbridge_protocol::ws::SUBPROTOCOL
-            .parse()
-            .map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
+        // Carriage v2 first when resume is on: a proxy that knows it picks it, others pick v1.
+        let offer = if options.resume {
+            format!("{}, {}", moonbridge_protocol::ws::v2::SUBPROTOCOL_V2, moonbridge_protocol::ws::SUBPROTOCOL)
+        } else {
+            moonbridge_protocol::ws::SUBPROTOCOL.to_string()
+        };
+        let protocol = offer.parse().map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
         request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
     }
     match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config())).await {
-        Ok((ws, _response)) => Ok(ws),
+        Ok((ws, response)) => {
+            let selected = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
+            Ok((ws, selected.is_some_and(|p| p.trim() == moonbridge_protocol::ws::v2::SUBPROTOCOL_V2)))
+        }
         Err(WsError::Http(resp)) => Err(ClientError::UpgradeRefused { status: resp.status().as_u16() }),
         Err(e) => Err(ClientError::Upgrade(e.to_string())),
     }

@@ -152,6 +152,16 @@ pub enum ClientError {
     /// An I/O error on an established connection (or a thread that cannot start). Ends the connection.
     #[error("I/O error: {0}")]
     Io(String),
+    /// A carriage v2 connection was lost and could not be resumed: the proxy refused (close 4001–4004: it no
+    /// longer holds the session, another instance holds it, the bytes needed are gone, the token was used)
+    /// or its resume window passed. Ends the connection.
+    #[error("connection lost ({cause}) and could not be resumed: {reason}")]
+    ResumeFailed {
+        /// How the connection was lost.
+        cause: String,
+        /// Why it could not be resumed.
+        reason: String,
+    },
 }
 
 impl ClientError {
@@ -166,7 +176,7 @@ impl ClientError {
             }
             Self::Tls { .. } => MbResult::MB_ERR_TLS,
             Self::UpgradeRefused { .. } | Self::Upgrade(_) => MbResult::MB_ERR_HANDSHAKE,
-            Self::ClosedByPeer { .. } | Self::Closed => MbResult::MB_ERR_CLOSED,
+            Self::ClosedByPeer { .. } | Self::Closed | Self::ResumeFailed { .. } => MbResult::MB_ERR_CLOSED,
             Self::Dead(_) | Self::WriteStall(_) => MbResult::MB_ERR_TIMEOUT,
             Self::SendBufferFull { .. } | Self::Protocol(_) | Self::Io(_) => MbResult::MB_ERR_IO,
         }
@@ -198,6 +208,7 @@ impl ClientError {
                 | Self::WriteStall(_)
                 | Self::Protocol(_)
                 | Self::Io(_)
+                | Self::ResumeFailed { .. }
         )
     }
 }

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, ResumeToken, Retained};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use moonbridge_protocol::FrameScanner;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
@@ -65,8 +67,7 @@ pub(crate) fn start(
                         let _ = tx.send(Ok(stream.tls_version()));
                         let end = match stream {
                             Stream::Tcp(s) => run_tcp(s, &shared).await,
-                            Stream::Ws(ws) => run_ws(*ws, &shared).await,
-                            Stream::Wss(ws) => run_ws(*ws, &shared).await,
+                            ws => run_ws_session(ws, &target, &shared).await,
                         };
                         shared.finish(end);
                     }
@@ -257,7 +258,216 @@ fn closing_flag(shared: &Shared) -> bool {
     lock(&shared.out).closing
 }
 
-async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, shared: &Shared) -> ClientError {
+/// How a WebSocket connection of a session ended.
+enum WsEnd {
+    /// The session is over (an orderly close, a refusal, bad input, `close`).
+    End(ClientError),
+    /// The connection was lost without a Minecraft disconnect: a carriage v2 session may resume.
+    Lost(ClientError),
+}
+
+/// Sorts an error of an established WebSocket: the transport was lost (may resume), or the peer broke the
+/// protocol (ends).
+fn ws_loss(e: WsError) -> WsEnd {
+    match e {
+        WsError::Io(_)
+        | WsError::ConnectionClosed
+        | WsError::AlreadyClosed
+        | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => WsEnd::Lost(ws_error(e)),
+        e => WsEnd::End(ws_error(e)),
+    }
+}
+
+/// A write failed: lost, unless the game asked to close (then the session is over).
+fn write_loss(e: ClientError) -> WsEnd {
+    match e {
+        ClientError::Closed => WsEnd::End(e),
+        e => WsEnd::Lost(e),
+    }
+}
+
+/// Carriage v2 state of a session, kept across its WebSocket connections (`docs/carriage.md`).
+struct Resume {
+    /// The token of the next resume, once the proxy sent `session`.
+    token: Option<ResumeToken>,
+    /// How long the proxy waits for a resume after a drop.
+    window: Duration,
+    /// Stream bytes received from the proxy in all.
+    received: u64,
+    /// What was sent and the proxy has not acknowledged.
+    retained: Retained,
+    acks: AckSchedule,
+}
+
+impl Resume {
+    fn new() -> Self {
+        Self {
+            token: None,
+            window: Duration::ZERO,
+            received: 0,
+            retained: Retained::starting_at(0),
+            acks: AckSchedule::new(0),
+        }
+    }
+
+    /// Bytes sent in all.
+    fn sent(&self) -> u64 {
+        self.retained.end()
+    }
+}
+
+/// Runs a WebSocket session: its connections one after another while a carriage v2 session resumes after
+/// drops (new TCP, TLS and upgrade each time, within the proxy's window, with backoff).
+async fn run_ws_session(first: Stream, target: &Target, shared: &Shared) -> ClientError {
+    let mut resume = Resume::new();
+    let mut stream = first;
+    loop {
+        let v2 = stream.v2();
+        let end = match stream {
+            Stream::Ws(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume)).await,
+            Stream::Wss(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume)).await,
+            Stream::Tcp(s) => return run_tcp(s, shared).await,
+        };
+        let cause = match end {
+            WsEnd::End(e) => return e,
+            WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
+            WsEnd::Lost(e) => e,
+        };
+        stream = match reconnect(target, shared, &mut resume, &cause).await {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+    }
+}
+
+/// Why one resume attempt did not work.
+enum Attempt {
+    /// The proxy refused (4001–4004, or no v2 any more): give up.
+    Refused(String),
+    /// Connecting or the exchange failed: try again while the window lasts.
+    Failed(String),
+}
+
+/// Reconnects and resumes within the window, with backoff (50 ms doubling to 1 s between attempts).
+async fn reconnect(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+    cause: &ClientError,
+) -> Result<Stream, ClientError> {
+    let deadline = Instant::now() + resume.window;
+    let failed = |reason: String| ClientError::ResumeFailed { cause: cause.to_string(), reason };
+    let mut backoff = Duration::from_millis(50);
+    let mut last = String::from("no attempt finished");
+    loop {
+        if closing_flag(shared) {
+            return Err(ClientError::Closed);
+        }
+        let now = Instant::now();
+        let Some(left) = deadline.checked_duration_since(now).filter(|d| !d.is_zero()) else {
+            return Err(failed(format!(
+                "not resumed within the proxy's {} s window (last attempt: {last})",
+                resume.window.as_secs()
+            )));
+        };
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(left, attempt(target, shared, resume)) => r,
+            () = close_expired(shared) => return Err(ClientError::Closed),
+        };
+        match attempt {
+            Ok(Ok(stream)) => {
+                bump(&shared.counters.resumes, 1);
+                shared
+                    .counters
+                    .last_resume_us
+                    .store(now.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+                return Ok(stream);
+            }
+            Ok(Err(Attempt::Refused(reason))) => return Err(failed(reason)),
+            Ok(Err(Attempt::Failed(reason))) => last = reason,
+            Err(_) => last = "timed out".into(),
+        }
+        let pause = backoff.min(deadline.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = close_expired(shared) => return Err(ClientError::Closed),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// One resume attempt: connect, `resume`, then the proxy's `resumed` and the replay of what it lacks.
+async fn attempt(target: &Target, shared: &Shared, resume: &mut Resume) -> Result<Stream, Attempt> {
+    let mut stream = establish(target, &shared.options).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+    if !stream.v2() {
+        return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
+    }
+    match &mut stream {
+        Stream::Ws(ws, _) => resume_on(ws, shared, resume).await?,
+        Stream::Wss(ws, _) => resume_on(ws, shared, resume).await?,
+        Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
+    }
+    Ok(stream)
+}
+
+/// The resume exchange on a new WebSocket (`docs/carriage.md`).
+async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    shared: &Shared,
+    resume: &mut Resume,
+) -> Result<(), Attempt> {
+    let failed = |e: WsError| Attempt::Failed(e.to_string());
+    let token = resume.token.ok_or_else(|| Attempt::Refused("no resume token".into()))?;
+    let request = Control::Resume { token, received: resume.received, sent: resume.sent() };
+    ws.send(Message::Text(request.encode().into())).await.map_err(failed)?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => match Control::parse(t.as_bytes()) {
+                Ok(Control::Resumed { received, token }) => {
+                    let replay = resume
+                        .retained
+                        .resume_from(received)
+                        .map_err(|e| Attempt::Refused(format!("the proxy's count is wrong: {e}")))?;
+                    resume.token = Some(token);
+                    for batch in replay {
+                        let mut rest = batch.clone();
+                        while !rest.is_empty() {
+                            let chunk = rest.split_to(rest.len().min(MAX_WS_MESSAGE_BYTES));
+                            bump(&shared.counters.messages_out, 1);
+                            ws.feed(Message::Binary(chunk)).await.map_err(failed)?;
+                        }
+                    }
+                    ws.flush().await.map_err(failed)?;
+                    return Ok(());
+                }
+                _ => return Err(Attempt::Refused("unexpected answer to the resume request".into())),
+            },
+            Some(Ok(Message::Close(frame))) => {
+                let code = frame.as_ref().map(|f| u16::from(f.code));
+                return Err(match code {
+                    Some(c) if v2::is_resume_refusal(c) => {
+                        Attempt::Refused(format!("{} (close {c})", v2::refusal_text(c)))
+                    }
+                    Some(c) => Attempt::Refused(format!("the proxy closed with {c}")),
+                    None => Attempt::Failed("closed".into()),
+                });
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(failed(e)),
+            None => return Err(Attempt::Failed("connection closed".into())),
+        }
+    }
+}
+
+/// Bytes of sent data kept for a resume before the library stops taking batches until the proxy's `ack`
+/// (it acknowledges every 64 KiB, so this is only reached when the proxy stops reading).
+pub(crate) const MAX_RETAINED_BYTES: usize = 4 * 1024 * 1024;
+
+async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
+    mut ws: WebSocketStream<S>,
+    shared: &Shared,
+    mut resume: Option<&mut Resume>,
+) -> WsEnd {
     let mut scanners = Scanners::new();
     let mut keepalive = shared.options.ping_interval().map(|i| Keepalive::new(i, Instant::now()));
     // One timer for the whole connection, re-armed at each keepalive tick (not a new timer per wake-up).
@@ -283,12 +493,19 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
                     KeepaliveAction::Ping => {
                         bump(&shared.counters.pings_sent, 1);
                         if let Err(e) = write_or_abandon(shared, ws.send(Message::Ping(Bytes::new()))).await {
-                            return e;
+                            return write_loss(e);
                         }
                     }
                     KeepaliveAction::Dead => {
-                        let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_GOING_AWAY, "no traffic")))).await;
-                        return ClientError::Dead(shared.options.ping_interval_ms * 3);
+                        let _ = tokio::time::timeout(Duration::from_millis(100), ws.close(Some(close_frame(carriage::CLOSE_GOING_AWAY, "no traffic")))).await;
+                        return WsEnd::Lost(ClientError::Dead(shared.options.ping_interval_ms * 3));
+                    }
+                }
+                if let Some(r) = resume.as_deref_mut() {
+                    if let Some(n) = r.acks.on_tick(r.received) {
+                        if let Err(e) = write_or_abandon(shared, ws.send(Message::Text(Control::Ack(n).encode().into()))).await {
+                            return write_loss(e);
+                        }
                     }
                 }
                 continue;
@@ -303,35 +520,73 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
                         bump(&shared.counters.bytes_in, b.len() as u64);
                         Scanners::count(&mut scanners.inb, &b, &shared.counters.frames_in);
                         shared.deliver(&b);
+                        if let Some(r) = resume.as_deref_mut() {
+                            r.received += b.len() as u64;
+                            if let Some(n) = r.acks.on_data(r.received) {
+                                if let Err(e) = write_or_abandon(shared, ws.send(Message::Text(Control::Ack(n).encode().into()))).await {
+                                    return write_loss(e);
+                                }
+                            }
+                        }
+                        continue;
                     }
                     Some(Ok(Message::Ping(_))) => {
                         // tungstenite queued the Pong: send it now, whatever the game thread is doing.
                         if let Err(e) = write_or_abandon(shared, ws.flush()).await {
-                            return e;
+                            return write_loss(e);
                         }
                         if let Some(k) = &mut keepalive {
                             k.on_write();
                         }
+                        continue;
                     }
-                    Some(Ok(Message::Pong(_) | Message::Frame(_))) => {}
-                    Some(Ok(Message::Text(_))) => {
-                        let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_UNSUPPORTED_DATA, "text message")))).await;
-                        return ClientError::Protocol("the server sent a text message".into());
+                    Some(Ok(Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Text(t))) => {
+                        let control = resume.as_deref_mut().map(|r| (Control::parse(t.as_bytes()), r));
+                        match control {
+                            Some((Ok(Control::Session { token, window_seconds }), r)) => {
+                                r.token = Some(token);
+                                r.window = Duration::from_secs(window_seconds);
+                                continue;
+                            }
+                            // An acknowledgement frees retained bytes: batches may leave again.
+                            Some((Ok(Control::Ack(n)), r)) => {
+                                if let Err(e) = r.retained.ack(n) {
+                                    let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_PROTOCOL_ERROR, "bad ack")))).await;
+                                    return WsEnd::End(ClientError::Protocol(format!("the server's ack is wrong: {e}")));
+                                }
+                                Wake::Space
+                            }
+                            _ => {
+                                let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_UNSUPPORTED_DATA, "text message")))).await;
+                                return WsEnd::End(ClientError::Protocol("the server sent an unexpected text message".into()));
+                            }
+                        }
                     }
                     Some(Ok(Message::Close(frame))) => {
                         let _ = write_or_abandon(shared, ws.flush()).await;
                         let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
-                        return ClientError::ClosedByPeer { code, reason };
+                        let e = ClientError::ClosedByPeer { code, reason };
+                        // 1001: the proxy's side went away (a CDN edge restarting, or it found us silent).
+                        return if code == Some(carriage::CLOSE_GOING_AWAY) { WsEnd::Lost(e) } else { WsEnd::End(e) };
                     }
-                    Some(Err(e)) => return ws_error(e),
-                    None => return ClientError::ClosedByPeer { code: None, reason: String::new() },
+                    Some(Err(e)) => return ws_loss(e),
+                    None => return WsEnd::Lost(ClientError::ClosedByPeer { code: None, reason: String::new() }),
                 }
-                continue;
             }
         };
         let aged = aged_cutoff(&wake, shared);
-        let (batches, closing) = shared.take_ready(closing_flag(shared), aged);
+        // Sent bytes are kept until acknowledged; at the bound, batches wait for the proxy's ack.
+        let full = resume.as_deref().is_some_and(|r| r.retained.len() >= MAX_RETAINED_BYTES);
+        let (batches, closing) =
+            if full { (Vec::new(), closing_flag(shared)) } else { shared.take_ready(closing_flag(shared), aged) };
         if !batches.is_empty() {
+            // Every batch taken is retained before any is written: if a write fails, the rest is replayed.
+            if let Some(r) = resume.as_deref_mut() {
+                for b in &batches {
+                    r.retained.push(b.clone());
+                }
+            }
             let mut written = 0;
             for b in &batches {
                 Scanners::count(&mut scanners.out, b, &shared.counters.frames_out);
@@ -340,14 +595,16 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
                     let chunk = rest.split_to(rest.len().min(MAX_WS_MESSAGE_BYTES));
                     bump(&shared.counters.messages_out, 1);
                     if let Err(e) = write_or_abandon(shared, ws.feed(Message::Binary(chunk))).await {
-                        return e;
+                        shared.written(batches.iter().map(Bytes::len).sum());
+                        return write_loss(e);
                     }
                 }
                 written += b.len();
                 bump(&shared.counters.bytes_out, b.len() as u64);
             }
             if let Err(e) = write_or_abandon(shared, ws.flush()).await {
-                return e;
+                shared.written(written);
+                return write_loss(e);
             }
             if let Some(k) = &mut keepalive {
                 k.on_write();
@@ -357,7 +614,7 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocketStream<S>, s
         if closing {
             let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_NORMAL, "")))).await;
             let _ = tokio::time::timeout(CLOSE_LINGER, async { while let Some(Ok(_)) = ws.next().await {} }).await;
-            return ClientError::Closed;
+            return WsEnd::End(ClientError::Closed);
         }
     }
 }

@@ -57,6 +57,10 @@ pub struct Options {
     /// `subprotocol`: offer the `moonbridge.v1` subprotocol in the WebSocket upgrade. Default `true`; set
     /// `false` for plain WebSocket-to-TCP bridges that do not echo it (the upgrade would fail otherwise).
     pub subprotocol: bool,
+    /// `resume`: offer carriage v2 (`moonbridge.v2`, ahead of `moonbridge.v1`) so a dropped WebSocket is
+    /// resumed on a new one within the proxy's window, invisibly to the game. Needs `subprotocol`. Default
+    /// `true`.
+    pub resume: bool,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             connect_timeout_ms: 10_000,
             ping_interval_ms: 30_000,
             subprotocol: true,
+            resume: true,
         }
     }
 }
@@ -147,14 +152,14 @@ mod tests {
         let o = Options::from_json(Some(
             r#"{"coalesce":"off","max_delay_ms":10,"max_batch_bytes":1000,"max_pending_bytes":5000,
                 "tls_versions":["1.2"],"ca_file":"/tmp/ca.pem","server_name":"mc.example.com",
-                "connect_timeout_ms":500,"ping_interval_ms":0,"subprotocol":false}"#,
+                "connect_timeout_ms":500,"ping_interval_ms":0,"subprotocol":false,"resume":false}"#,
         ))
         .unwrap();
         assert_eq!(o.coalesce, Coalesce::Off);
         assert_eq!(o.tls_versions, [TlsVersion::V1_2]);
         assert_eq!(o.ping_interval(), None);
         assert_eq!(o.server_name.as_deref(), Some("mc.example.com"));
-        assert!(!o.subprotocol);
+        assert!(!o.subprotocol && !o.resume);
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct Stats {
     pub size_flushes: u64,
     /// WebSocket Pings sent by the keepalive.
     pub pings_sent: u64,
+    /// Carriage v2 resumes after a dropped connection.
+    pub resumes: u64,
+    /// The last resume's time from the start of its successful attempt (DNS, TCP connect) to the proxy's
+    /// answer being read and the replay written, in microseconds.
+    pub last_resume_us: u64,
 }
 
 /// The live counters behind [`Stats`].
@@ -58,6 +63,8 @@ pub(crate) struct Counters {
     pub(crate) delay_flushes: AtomicU64,
     pub(crate) size_flushes: AtomicU64,
     pub(crate) pings_sent: AtomicU64,
+    pub(crate) resumes: AtomicU64,
+    pub(crate) last_resume_us: AtomicU64,
 }
 
 impl Counters {
@@ -75,6 +82,8 @@ impl Counters {
             delay_flushes: g(&self.delay_flushes),
             size_flushes: g(&self.size_flushes),
             pings_sent: g(&self.pings_sent),
+            resumes: g(&self.resumes),
+            last_resume_us: g(&self.last_resume_us),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Arbitrary bytes as what a WebSocket client sends (RFC 6455 framing, server side), split at arbitrary points:
 //! the decoder never panics, hands out no more payload than it was given, and the payload it hands out, fed to
-//! the Minecraft frame decoder as the carriage does, never panics either.
+//! the Minecraft frame decoder as the carriage does, never panics either. With an odd first byte the decoder
+//! accepts carriage v2 control messages (short Text), which are parsed (and re-encoded when valid: the text
+//! form round-trips).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,6 +13,9 @@ use moonbridge_protocol::FrameDecoder;
 fuzz_target!(|data: &[u8]| {
     let Some((&split, rest)) = data.split_first() else { return };
     let mut ws = ServerDecoder::new(usize::from(split) * 97 + 1);
+    if split % 2 == 1 {
+        ws.accept_text(moonbridge_protocol::ws::v2::MAX_CONTROL_LEN);
+    }
     let mut mc = FrameDecoder::new(MAX_HANDSHAKE_FRAME_LEN);
     let mut payload = 0usize;
     for chunk in rest.chunks(usize::from(split % 23) + 1) {
@@ -25,6 +30,12 @@ fuzz_target!(|data: &[u8]| {
                 Ok(Some(Event::Close(c))) => {
                     assert!(moonbridge_protocol::ws::frame::is_valid_close_code(c.reply_code()));
                     return;
+                }
+                Ok(Some(Event::Text(t))) => {
+                    assert!(t.len() <= moonbridge_protocol::ws::v2::MAX_CONTROL_LEN);
+                    if let Ok(c) = moonbridge_protocol::ws::v2::Control::parse(&t) {
+                        assert_eq!(moonbridge_protocol::ws::v2::Control::parse(c.encode().as_bytes()), Ok(c));
+                    }
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => break,

@@ -48,6 +48,9 @@ const LOGIN_OUTCOMES: [&str; 19] = [
     "online_bad_encryption_response",
     "online_player_left",
 ];
+/// The `outcome` values of `moonbridge_resumes_total` (carriage v2).
+const RESUME_OUTCOMES: [&str; 6] =
+    ["resumed", "refused_unknown", "refused_other_instance", "refused_out_of_range", "refused_used", "expired"];
 /// The `version` values of `moonbridge_tls_handshakes_total`.
 const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 
@@ -132,6 +135,7 @@ pub(crate) struct Metrics {
     connect_seconds: HistogramVec,
     connect_failures: IntCounterVec,
     tls_handshakes: IntCounterVec,
+    resumes: IntCounterVec,
     pub(crate) tls_reloads_ok: IntCounter,
     pub(crate) tls_reloads_kept: IntCounter,
     pub(crate) ws: WsMetrics,
@@ -214,6 +218,12 @@ impl Metrics {
             "Completed TLS handshakes on wss listeners, by protocol version.",
             &["version"],
         )?;
+        let resumes = counter_vec(
+            &r,
+            "moonbridge_resumes_total",
+            "Carriage v2 resumes after a dropped WebSocket, by outcome (resumed, refused_*, expired).",
+            &["outcome"],
+        )?;
         let reloads = counter_vec(
             &r,
             "moonbridge_tls_certificate_reloads_total",
@@ -244,6 +254,7 @@ impl Metrics {
             (&handshake_failures, &HANDSHAKE_FAILURES[..]),
             (&logins, &LOGIN_OUTCOMES[..]),
             (&tls_handshakes, &TLS_VERSIONS[..]),
+            (&resumes, &RESUME_OUTCOMES[..]),
         ] {
             for v in values {
                 let _ = family.with_label_values(&[v]);
@@ -260,6 +271,7 @@ impl Metrics {
             connect_seconds,
             connect_failures,
             tls_handshakes,
+            resumes,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
             tls_reloads_kept: reloads.with_label_values(&["kept_previous"]),
             ws: WsMetrics {
@@ -295,6 +307,11 @@ impl Metrics {
     /// Counts a connection that ended in the handshake stage.
     pub(crate) fn handshake_failed(&self, reason: &str) {
         self.handshake_failures.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts a resume attempt (or a session whose window passed) by outcome.
+    pub(crate) fn resume(&self, outcome: &str) {
+        self.resumes.with_label_values(&[outcome]).inc();
     }
 
     /// Counts a login by outcome.

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use moonbridge_protocol::ws as carriage;
 use prometheus::IntCounter;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,11 +21,13 @@ use crate::config::{AuthMode, Config, Forwarding, Listener, ListenerKind, Settin
 use crate::limits::HandshakeSlot;
 use crate::metrics::{Metrics, StageGauge};
 use crate::rate::Bucket;
+use crate::relay::resume::ResumeTable;
 use crate::relay::ws::WsLink;
+use crate::relay::ws_resume::hand_off;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
-use crate::ws::upgrade::{accept_upgrade, UpgradeError};
+use crate::ws::upgrade::{accept_upgrade, UpgradeError, Upgraded};
 
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -424,6 +428,31 @@ enum SetupError {
     Tls(io::Error),
     #[error("WebSocket upgrade refused: {0}")]
     Upgrade(#[from] UpgradeError),
+    /// The connection carried a carriage v2 resume request (handed to its session, or refused).
+    #[error("resume request: {0}")]
+    Resume(&'static str),
+}
+
+/// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
+/// refused with its close code) and this connection's own setup ends; anything else starts a new session.
+async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut link: WsLink<S>,
+    up: Upgraded,
+    table: &ResumeTable,
+    metrics: &Metrics,
+) -> Result<(WsLink<S>, SocketAddr), SetupError> {
+    if up.v2 {
+        link.enable_v2();
+        match link.first_control().await {
+            Ok(None) => {}
+            Ok(Some(control)) => return Err(SetupError::Resume(hand_off(link, control, table, metrics).await)),
+            Err(_) => {
+                link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                return Err(SetupError::Resume("bad_request"));
+            }
+        }
+    }
+    Ok((link, up.client))
 }
 
 impl Conn {
@@ -435,6 +464,8 @@ impl Conn {
         let write_stall = live.limits.write_stall_timeout();
         let counters = self.state.metrics.ws.clone();
         let metrics = Arc::clone(&self.state.metrics);
+        let resume = Arc::clone(&self.state.resume);
+        let v2_allowed = live.limits.resume_window().is_some();
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -445,9 +476,9 @@ impl Conn {
             Accept::Ws(ws) => {
                 let setup = async move {
                     let mut stream = stream;
-                    let up = accept_upgrade(&mut stream, ws, peer).await?;
+                    let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
-                    Ok((link, up.client))
+                    resume_or_session(link, up, &resume, &metrics).await
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }
@@ -468,9 +499,9 @@ impl Conn {
                             "TLS established"
                         );
                     }
-                    let up = accept_upgrade(&mut stream, ws, peer).await?;
+                    let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
-                    Ok((link, up.client))
+                    resume_or_session(link, up, &resume, &metrics).await
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }
@@ -489,6 +520,7 @@ impl Conn {
                 session::serve::serve(player, accepted).await;
             }
             Err(SetupError::Upgrade(UpgradeError::HealthCheck)) => {}
+            Err(SetupError::Resume(outcome)) if outcome != "bad_request" => {}
             Err(reason) => {
                 let metrics = &self.state.metrics;
                 match &reason {
@@ -502,6 +534,7 @@ impl Conn {
                         metrics.handshake_failed("closed")
                     }
                     SetupError::Upgrade(_) => metrics.handshake_failed("bad_upgrade"),
+                    SetupError::Resume(_) => metrics.handshake_failed("bad_frame"),
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");

@@ -13,6 +13,7 @@ use crate::config::{AuthMode, LimitsConfig, RateLimitsConfig, Settings, StatusCo
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
 use crate::rate::RateLimiter;
+use crate::relay::resume::ResumeTable;
 
 /// What a reload (SIGHUP) replaces as a whole. A session takes one snapshot when it starts and keeps it, so
 /// it never sees half of an old configuration and half of a new one.
@@ -94,6 +95,8 @@ pub(crate) struct ProxyState {
     pub(crate) draining: AtomicBool,
     /// The `[rate_limits]` table (its settings are in [`Live`]).
     pub(crate) rate: RateLimiter,
+    /// Carriage v2: this instance's resumable sessions.
+    pub(crate) resume: Arc<ResumeTable>,
 }
 
 impl ProxyState {
@@ -110,6 +113,7 @@ impl ProxyState {
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
             rate: RateLimiter::new(),
+            resume: Arc::new(ResumeTable::new()),
             live: RwLock::new(Arc::new(Live::new(settings, &metrics, None))),
             metrics,
         }

@@ -18,20 +18,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use moonbridge_tests::{hs_ls, login_success, masked_frame, raise_fd_limit, raw_upgrade, read_server_frame, TestDir};
+use moonbridge_tests::{
+    hs_ls, login_success, masked_frame, raise_fd_limit, raw_upgrade, read_server_frame, rss_kib, spawn_proxy_process,
+    TestDir,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const MESSAGE: u64 = 4_000_000;
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
 
 /// A masked Binary frame header declaring `len` bytes, with a zero mask (the payload goes as is).
 fn header(len: u64) -> Vec<u8> {
@@ -82,17 +78,8 @@ async fn main() {
         ),
     )
     .unwrap();
-    let mut proxy = std::process::Command::new(&bin)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    while TcpStream::connect(addr).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut proxy = spawn_proxy_process(&bin, &config, addr).await;
     let pid = proxy.id();
     let login_alone = player_login(addr).await;
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -9,7 +9,8 @@
 // property or bungeeguard-token differ from what is expected (event "forwarding_mismatch").
 // Per player: Join Game, then burstCount plugin messages (S3F, channel MB|Burst) of burstSize bytes
 // (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>"; the chat
-// message "bye" makes the backend disconnect the player instead.
+// message "bye" makes the backend disconnect the player instead, and "big <count> <size>" makes it send
+// <count> plugin messages (channel MB|Big) of burstPayload(1000 + k, size) before the echo.
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
@@ -66,6 +67,12 @@ server.on('login', (client) => {
     emit({ event: 'chat', username: client.username, message: p.message })
     // "bye" asks the backend to end the session (a server-side close).
     if (p.message === 'bye') return client.end('Bye from the backend')
+    const big = /^big (\d+) (\d+)$/.exec(p.message)
+    if (big) {
+      for (let k = 0; k < Number(big[1]); k++) {
+        client.write('custom_payload', { channel: 'MB|Big', data: burstPayload(1000 + k, Number(big[2])) })
+      }
+    }
     client.write('chat', { message: JSON.stringify({ text: 'echo:' + p.message }) })
   })
   client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))

@@ -17,6 +17,8 @@ use tokio::time::timeout;
 pub struct RawConn {
     pub received: Vec<u8>,
     pub closed: bool,
+    /// Bytes for the connection to send ([`RawBackend::send`]).
+    pub outbox: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
 }
 
 /// A backend made of bare sockets that records every byte it receives. `on_accept` decides what it sends.
@@ -43,14 +45,24 @@ impl RawBackend {
         let c = Arc::clone(&conns);
         let task = tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
-                let rec = Arc::new(Mutex::new(RawConn::default()));
+                let (tx, mut outbox) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+                let rec = Arc::new(Mutex::new(RawConn { outbox: Some(tx), ..RawConn::default() }));
                 c.lock().unwrap().push(Arc::clone(&rec));
                 let behaviour = behaviour.clone();
                 tokio::spawn(async move {
                     let mut replied = false;
                     let mut buf = vec![0u8; 65536];
                     loop {
-                        match s.read(&mut buf).await {
+                        let read = tokio::select! {
+                            r = s.read(&mut buf) => r,
+                            Some(out) = outbox.recv() => {
+                                if s.write_all(&out).await.is_err() {
+                                    break;
+                                }
+                                continue;
+                            }
+                        };
+                        match read {
                             Ok(0) | Err(_) => break,
                             Ok(n) => {
                                 let total = {
@@ -124,6 +136,12 @@ impl RawBackend {
         })
         .await;
         assert!(r.is_ok(), "backend connection {i} still open after {within:?}");
+    }
+
+    /// Makes the `i`-th connection send `bytes` (it must exist).
+    pub async fn send(&self, i: usize, bytes: &[u8]) {
+        let tx = self.conns.lock().unwrap()[i].lock().unwrap().outbox.clone().unwrap();
+        tx.send(bytes.to_vec()).unwrap();
     }
 
     pub fn accepted(&self) -> usize {

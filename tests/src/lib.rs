@@ -22,6 +22,7 @@
 use std::time::Duration;
 
 pub mod backend;
+pub mod cutter;
 pub mod dns;
 pub mod idle;
 /// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
@@ -33,6 +34,7 @@ pub mod proxy;
 pub mod ws;
 
 pub use backend::*;
+pub use cutter::{CutKind, Cutter};
 pub use idle::IdleCutter;
 pub use moonbridge_client_scenarios::{login_handshake, login_start, BURST_CHANNEL};
 pub use moonbridge_test_certs::{self_signed, KeyType, San, TestCert, TestDir};

@@ -92,3 +92,30 @@ pub fn ws_listener(extra: &str) -> String {
 pub fn backend_section(addr: SocketAddr, extra: &str) -> String {
     format!("[[backend]]\nname = \"survival\"\naddress = \"{addr}\"\n{extra}\n")
 }
+
+/// The resident set size (VmRSS) of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Starts the `moonbridge` binary `bin` as its own process with `config` (errors only on stderr, dropped) and
+/// waits until `listens_on` accepts connections (at most 20 s).
+pub async fn spawn_proxy_process(bin: &str, config: &std::path::Path, listens_on: SocketAddr) -> std::process::Child {
+    let child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "error")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    timeout(Duration::from_secs(20), async {
+        while tokio::net::TcpStream::connect(listens_on).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the proxy listens within 20 s");
+    child
+}

@@ -66,6 +66,9 @@ pub enum Event {
     Pong,
     /// A valid Close.
     Close(CloseReceived),
+    /// A whole Text message, when the decoder accepts them ([`ServerDecoder::accept_text`]: carriage v2
+    /// control messages).
+    Text(Bytes),
 }
 
 /// Why a client's frames are refused; each fault earns one close code ([`FrameFault::close_code`]).
@@ -90,7 +93,8 @@ pub enum FrameFault {
     /// A continuation frame with no message to continue, or a new message before the last one ended (§5.4).
     #[error("bad fragmentation")]
     BadFragmentation,
-    /// A Text message (the carriage carries Binary only).
+    /// A Text message where none is accepted (carriage v1 carries Binary only), or one that is fragmented or
+    /// longer than the accepted size (carriage v2).
     #[error("text message")]
     Text,
     /// A message longer than the limit, in bytes (known from a frame header).
@@ -159,12 +163,35 @@ pub struct ServerDecoder {
     /// Bytes of the open message so far (from the frame headers).
     message_len: u64,
     max_message: u64,
+    /// Largest Text message accepted whole, in bytes; 0 refuses Text.
+    max_text: usize,
 }
 
 impl ServerDecoder {
     /// A decoder that refuses messages longer than `max_message` bytes.
     pub fn new(max_message: usize) -> Self {
-        Self { buf: BytesMut::new(), frame: None, in_message: false, message_len: 0, max_message: max_message as u64 }
+        Self {
+            buf: BytesMut::new(),
+            frame: None,
+            in_message: false,
+            message_len: 0,
+            max_message: max_message as u64,
+            max_text: 0,
+        }
+    }
+
+    /// Accepts Text messages of one frame of at most `max` bytes (at most 125), returned whole as
+    /// [`Event::Text`]; other Text messages stay [`FrameFault::Text`].
+    pub fn accept_text(&mut self, max: usize) {
+        self.max_text = max.min(MAX_CONTROL_PAYLOAD);
+    }
+
+    /// The opcode of the next frame when its first byte is buffered and no frame is in progress.
+    pub fn next_opcode(&self) -> Option<u8> {
+        if self.frame.is_some() {
+            return None;
+        }
+        self.buf.first().map(|b| b & 0x0f)
     }
 
     /// Appends a copy of `bytes` read from the client.
@@ -232,8 +259,8 @@ impl ServerDecoder {
                 }
                 // A new data frame inside an unfinished message breaks fragmentation (§5.4) whatever its type.
                 OP_TEXT if self.in_message => return Err(FrameFault::BadFragmentation),
-                OP_TEXT => return Err(FrameFault::Text),
-                OP_CLOSE | OP_PING | OP_PONG => {
+                OP_TEXT if !header.fin || header.len > self.max_text as u64 => return Err(FrameFault::Text),
+                OP_CLOSE | OP_PING | OP_PONG | OP_TEXT => {
                     let len = header.len as usize; // at most 125, checked by parse_header
                     if self.buf.len() < header.header_len + len {
                         return Ok(None);
@@ -244,6 +271,7 @@ impl ServerDecoder {
                     return match header.opcode {
                         OP_PING => Ok(Some(Event::Ping(payload.freeze()))),
                         OP_PONG => Ok(Some(Event::Pong)),
+                        OP_TEXT => Ok(Some(Event::Text(payload.freeze()))),
                         _ => parse_close(&payload).map(|c| Some(Event::Close(c))),
                     };
                 }
@@ -436,6 +464,32 @@ mod tests {
         let text = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58];
         assert_eq!(events(&text, 1 << 20), Err(FrameFault::Text));
         assert_eq!(FrameFault::Text.close_code(), 1003);
+    }
+
+    #[test]
+    fn text_messages_when_accepted_are_whole_and_short() {
+        let key = [1, 2, 3, 4];
+        let mut dec = ServerDecoder::new(1 << 20);
+        dec.accept_text(125);
+        // "ack 5" as one Text frame, split before its last byte, then a Binary byte.
+        let text = client_frame(0x81, b"ack 5", key);
+        dec.queue_slice(&text[..text.len() - 1]);
+        assert_eq!(dec.next_opcode(), Some(OP_TEXT));
+        assert_eq!(dec.try_next(), Ok(None));
+        dec.queue_slice(&text[text.len() - 1..]);
+        dec.queue_slice(&client_frame(0x82, b"x", key));
+        assert_eq!(dec.try_next(), Ok(Some(Event::Text(Bytes::from_static(b"ack 5")))));
+        assert_eq!(dec.next_opcode(), Some(OP_BINARY));
+        assert_eq!(dec.try_next(), Ok(Some(data(b"x"))));
+        // Fragmented or over the accepted size: still refused (1003).
+        let mut dec = ServerDecoder::new(1 << 20);
+        dec.accept_text(10);
+        dec.queue_slice(&client_frame(0x01, b"ack", key));
+        assert_eq!(dec.try_next(), Err(FrameFault::Text));
+        let mut dec = ServerDecoder::new(1 << 20);
+        dec.accept_text(10);
+        dec.queue_slice(&client_frame(0x81, b"ack 123456789", key));
+        assert_eq!(dec.try_next(), Err(FrameFault::Text));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 pub mod frame;
+pub mod v2;
 
 /// The subprotocol a MoonBridge client may offer; the proxy echoes it when offered.
 pub const SUBPROTOCOL: &str = "moonbridge.v1";

@@ -396,6 +396,15 @@ pub struct LimitsConfig {
     /// `write_stall_timeout_seconds`: a player or backend whose socket accepts no byte for this long while the
     /// proxy has data for it is disconnected (it stopped reading). Default 60 seconds.
     pub write_stall_timeout_seconds: u64,
+    /// `resume_window_seconds`: how long a carriage v2 session whose WebSocket dropped (without a Minecraft
+    /// disconnect) keeps its backend connection, waiting for the client to resume. 0 disables resume (the
+    /// proxy then never selects `moonbridge.v2`). Default 15 seconds (under the 1.7.10 server's 30-second read
+    /// timeout).
+    pub resume_window_seconds: u64,
+    /// `resume_buffer_bytes`: per carriage v2 session, the most backend bytes kept for a resume (sent but not
+    /// acknowledged, plus what arrives while the player is away); when full, the proxy stops reading the
+    /// backend. Default 1048576 bytes (1 MiB).
+    pub resume_buffer_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -409,6 +418,8 @@ impl Default for LimitsConfig {
             max_ws_message_bytes: 4 * 1024 * 1024,
             shutdown_grace_seconds: 10,
             write_stall_timeout_seconds: 60,
+            resume_window_seconds: 15,
+            resume_buffer_bytes: 1024 * 1024,
         }
     }
 }
@@ -433,6 +444,10 @@ impl LimitsConfig {
     /// `write_stall_timeout_seconds` as a duration.
     pub fn write_stall_timeout(&self) -> Duration {
         Duration::from_secs(self.write_stall_timeout_seconds)
+    }
+    /// `resume_window_seconds` as a duration; `None` when resume is off.
+    pub fn resume_window(&self) -> Option<Duration> {
+        (self.resume_window_seconds > 0).then(|| Duration::from_secs(self.resume_window_seconds))
     }
 }
 

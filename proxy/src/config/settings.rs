@@ -351,6 +351,12 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
     })
 }
 
+/// Smallest `limits.resume_buffer_bytes`: four acknowledgement periods, so a connected player's acks keep
+/// the backend flowing.
+const RESUME_BUFFER_MIN: usize = 4 * moonbridge_protocol::ws::v2::ACK_EVERY_BYTES as usize;
+/// Largest `limits.resume_buffer_bytes` (1 GiB).
+const RESUME_BUFFER_MAX: usize = 1 << 30;
+
 fn check_limits(l: &LimitsConfig, push: &mut impl FnMut(String, String)) {
     for (key, value) in [
         ("limits.max_connections", l.max_connections as u64),
@@ -377,6 +383,15 @@ fn check_limits(l: &LimitsConfig, push: &mut impl FnMut(String, String)) {
         if value > 86_400 {
             push(key.into(), "must be at most 86400 seconds".into());
         }
+    }
+    if l.resume_window_seconds > 3600 {
+        push("limits.resume_window_seconds".into(), "must be at most 3600 seconds".into());
+    }
+    if !(RESUME_BUFFER_MIN..=RESUME_BUFFER_MAX).contains(&l.resume_buffer_bytes) {
+        push(
+            "limits.resume_buffer_bytes".into(),
+            format!("must be between {RESUME_BUFFER_MIN} and {RESUME_BUFFER_MAX} bytes"),
+        );
     }
     // A 2 MiB Minecraft frame plus its prefix must fit one message.
     let min_ws = moonbridge_protocol::ws::MAX_MESSAGE_FOR_ONE_FRAME;

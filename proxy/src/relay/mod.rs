@@ -28,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::BackendMetrics;
 
+pub(crate) mod resume;
 pub(crate) mod tcp;
 pub(crate) mod ws;
+pub(crate) mod ws_resume;
 
 /// Largest single read in the relay, in bytes (per direction, per batch).
 pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
@@ -88,6 +90,9 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) cipher: Option<Box<ClientCipher>>,
     /// The backend's series: bytes each way are added per batch (one relaxed atomic add).
     pub(crate) metrics: &'a BackendMetrics,
+    /// Carriage v2 resume, when it is on (`limits.resume_window_seconds` > 0); used by v2 WebSocket links only.
+    /// Boxed to keep every session's task small.
+    pub(crate) resume: Option<Box<resume::ResumeStart>>,
 }
 
 /// What the relay stage reports.
@@ -230,6 +235,8 @@ pub(crate) enum RelayEnd {
     Error(Side, io::Error),
     /// The proxy is shutting down.
     Shutdown,
+    /// Carriage v2: the player's connection was lost and no resume came within the window (seconds).
+    NotResumed { window: u64 },
 }
 
 impl std::fmt::Display for RelayEnd {
@@ -239,6 +246,7 @@ impl std::fmt::Display for RelayEnd {
             Self::HalfCloseTimeout(s) => write!(f, "{s} closed; other side did not finish in time"),
             Self::Error(s, e) => write!(f, "{s} error: {e}"),
             Self::Shutdown => f.write_str("proxy shutdown"),
+            Self::NotResumed { window } => write!(f, "player connection lost and not resumed within {window}s"),
         }
     }
 }
@@ -319,15 +327,17 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
     SCRATCH.with_borrow_mut(|buf| f(buf))
 }
 
-/// Reads one batch from the backend into the scratch buffer and passes it through `down` (counted, frames
-/// followed, encrypted in online mode), then hands it to `take` before the next read can reuse the buffer.
-/// `Ok(None)` when nothing was ready after all; `Ok(Some(r))` with `take(&[])` at EOF.
+/// Reads one batch (at most `max` bytes, at most [`RELAY_CHUNK`]) from the backend into the scratch buffer and
+/// passes it through `down` (counted, frames followed, encrypted in online mode), then hands it to `take` before
+/// the next read can reuse the buffer. `Ok(None)` when nothing was ready after all; `Ok(Some(r))` with
+/// `take(&[])` at EOF.
 pub(crate) fn read_batch<R>(
     from: &TcpStream,
     down: &mut Direction,
+    max: usize,
     take: impl FnOnce(&mut [u8]) -> R,
 ) -> io::Result<Option<R>> {
-    with_scratch(|buf| match read_clearing(from, buf) {
+    with_scratch(|buf| match read_clearing(from, buf.get_mut(..max.min(buf.len())).unwrap_or_default()) {
         Ok(n) => {
             let data = buf.get_mut(..n).unwrap_or_default();
             down.process(data);
@@ -389,6 +399,7 @@ mod tests {
             write_stall: Duration::from_secs(1),
             cipher: Some(Box::new(ClientCipher::new(&secret))),
             metrics: &metrics,
+            resume: None,
         };
         let (mut up, mut down) = Direction::pair(start);
         // Clientbound: two whole frames, scanned as plaintext, then encrypted.

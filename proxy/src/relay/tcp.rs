@@ -53,7 +53,7 @@ enum Batch {
 /// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
 fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<Batch, PumpError> {
     let mut pending = std::mem::take(&mut dir.pending);
-    let r = read_batch(from, dir, |data| {
+    let r = read_batch(from, dir, RELAY_CHUNK, |data| {
         if data.is_empty() {
             return Ok(Batch::Eof);
         }

@@ -28,7 +28,10 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PING, OP_PONG};
+use moonbridge_protocol::ws::frame::{
+    self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PING, OP_PONG, OP_TEXT,
+};
+use moonbridge_protocol::ws::v2::{self, Control};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -46,31 +49,41 @@ pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
 
 /// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
 pub(crate) struct WsLink<S> {
-    stream: S,
-    dec: ServerDecoder,
-    counters: WsMetrics,
+    pub(super) stream: S,
+    pub(super) dec: ServerDecoder,
+    pub(super) counters: WsMetrics,
     /// The keepalive schedule (none when `ping_interval_seconds` is 0) and its one timer, kept across stages.
-    keepalive: Option<Keepalive>,
-    tick: Pin<Box<tokio::time::Sleep>>,
+    pub(super) keepalive: Option<Keepalive>,
+    pub(super) tick: Pin<Box<tokio::time::Sleep>>,
     /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
     write_stall: Duration,
     /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
     broken: bool,
+    /// Carriage v2 was negotiated (`moonbridge.v2`): control messages (Text) are accepted.
+    pub(crate) v2: bool,
+    /// Stream bytes received from and sent to the player in Binary payloads (carriage v2 counts; carried
+    /// over to a resumed link).
+    pub(crate) stream_in: u64,
+    pub(crate) stream_out: u64,
+    /// The highest `ack` count the player sent and the relay has not applied yet (carriage v2).
+    pub(super) peer_ack: Option<u64>,
+    /// The code of the player's Close, when one arrived (1005 for a Close without a code).
+    pub(super) peer_close_code: Option<u16>,
     /// Stream bytes decoded but not yet taken by the session (sent ahead during the login stage).
-    early: BytesMut,
+    pub(super) early: BytesMut,
     /// The close code earned by bad input, sent when the session finishes.
     pub(crate) fault: Option<(u16, &'static str)>,
     /// The player's Close arrived (or its connection ended): nothing more will be read.
-    peer_closed: bool,
+    pub(super) peer_closed: bool,
     /// A Close was sent: no frame may follow it (RFC 6455 §5.5.1).
-    close_sent: bool,
+    pub(super) close_sent: bool,
     /// Binary messages received from and sent to this player.
     pub(crate) messages_in: u64,
     pub(crate) messages_out: u64,
 }
 
 /// What reading a batch of events turned up besides stream bytes.
-enum Turn {
+pub(super) enum Turn {
     /// Nothing that ends the connection.
     Continue,
     /// The player closed (Close answered) or its connection ended.
@@ -101,6 +114,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             tick,
             write_stall,
             broken: false,
+            v2: false,
+            stream_in: 0,
+            stream_out: 0,
+            peer_ack: None,
+            peer_close_code: None,
             early: BytesMut::new(),
             fault: None,
             peer_closed: false,
@@ -110,8 +128,51 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         }
     }
 
+    /// Turns on carriage v2: control messages (Text, at most [`v2::MAX_CONTROL_LEN`] bytes) are decoded.
+    pub(crate) fn enable_v2(&mut self) {
+        self.v2 = true;
+        self.dec.accept_text(v2::MAX_CONTROL_LEN);
+    }
+
+    /// On a v2 link before anything else: when the player's first message is a control message, reads and
+    /// parses it (a resume request); `Ok(None)` when the first message is something else (a new session).
+    /// Bad input earns its close code in [`WsLink::fault`] and is an error.
+    pub(crate) async fn first_control(&mut self) -> io::Result<Option<Control>> {
+        loop {
+            match self.dec.next_opcode() {
+                Some(OP_TEXT) => match self.dec.try_next() {
+                    Ok(Some(Event::Text(t))) => {
+                        return match Control::parse(&t) {
+                            Ok(c) => Ok(Some(c)),
+                            Err(e) => {
+                                self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "malformed control message"));
+                                Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                            }
+                        };
+                    }
+                    Ok(_) => {}
+                    Err(f) => {
+                        self.fault = Some((f.close_code(), f.close_reason()));
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, f.to_string()));
+                    }
+                },
+                Some(_) => return Ok(None),
+                None => {}
+            }
+            if self.fill_alive().await? == 0 {
+                self.peer_closed = true;
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Sends a carriage v2 control message (one Text frame).
+    pub(crate) async fn send_control(&mut self, c: &Control) -> io::Result<()> {
+        self.write_frame(&wsframe::frame(OP_TEXT, c.encode().as_bytes())).await
+    }
+
     /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
-    async fn fill(stream: &mut S, dec: &mut ServerDecoder) -> io::Result<usize> {
+    pub(super) async fn fill(stream: &mut S, dec: &mut ServerDecoder) -> io::Result<usize> {
         let buf = dec.buffer_mut();
         buf.reserve(WS_READ_CHUNK);
         (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await
@@ -119,7 +180,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Decodes what is buffered: stream bytes go to `data` (up to `limit` bytes in all; the rest stays
     /// buffered), Pings are answered, a Close is answered and ends the turn.
-    async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
+    pub(super) async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
         let mut pongs: Vec<u8> = Vec::new();
         let turn = loop {
             if data.len() >= limit {
@@ -127,7 +188,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             }
             match self.dec.try_next() {
                 Ok(None) => break Turn::Continue,
-                Ok(Some(Event::Data(d))) => data.extend_from_slice(&d),
+                Ok(Some(Event::Data(d))) => {
+                    self.stream_in += d.len() as u64;
+                    data.extend_from_slice(&d);
+                }
+                Ok(Some(Event::Text(t))) => match Control::parse(&t) {
+                    Ok(Control::Ack(n)) if self.v2 => self.peer_ack = Some(self.peer_ack.map_or(n, |a| a.max(n))),
+                    _ => {
+                        self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "unexpected control message"));
+                        break Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, "unexpected control message"));
+                    }
+                },
                 Ok(Some(Event::MessageEnd)) => {
                     self.messages_in += 1;
                     self.counters.messages_in.inc();
@@ -136,6 +207,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 Ok(Some(Event::Pong)) => {}
                 Ok(Some(Event::Close(c))) => {
                     self.peer_closed = true;
+                    self.peer_close_code = Some(match &c {
+                        wsframe::CloseReceived::NoCode => 1005,
+                        wsframe::CloseReceived::Code(code, _) => *code,
+                    });
                     let _ = self.write_frame(&pongs).await;
                     self.send_close(c.reply_code(), "").await;
                     return Turn::Closed;
@@ -151,14 +226,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         turn
     }
 
-    fn fault_turn(&mut self, f: &FrameFault) -> Turn {
+    pub(super) fn fault_turn(&mut self, f: &FrameFault) -> Turn {
         self.fault = Some((f.close_code(), f.close_reason()));
         Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, f.to_string()))
     }
 
     /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
     /// an earlier write failed or was cut off (its frame may be half on the wire).
-    async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(super) async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.close_sent || self.broken {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the WebSocket is closing"));
         }
@@ -182,6 +257,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Sends stream bytes as one Binary message.
     pub(crate) async fn send_binary(&mut self, data: &[u8]) -> io::Result<()> {
+        self.stream_out += data.len() as u64;
         self.messages_out += 1;
         self.counters.messages_out.inc();
         let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
@@ -192,7 +268,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     }
 
     /// Sends a Close (once) within [`LINGER`], unless the frame stream is already broken.
-    async fn send_close(&mut self, code: u16, reason: &str) {
+    pub(super) async fn send_close(&mut self, code: u16, reason: &str) {
         if !self.close_sent && !self.broken {
             let frame = wsframe::close_frame(code, reason);
             let _ = tokio::time::timeout(LINGER, self.write_frame(&frame)).await;
@@ -295,7 +371,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// after three intervals without receiving anything; re-arms the timer. While the proxy itself is not
     /// reading (`paused`), silence does not count against the player. A Ping that cannot be written, or a dead
     /// peer, is an error.
-    async fn keepalive_tick(&mut self, paused: bool) -> io::Result<()> {
+    pub(super) async fn keepalive_tick(&mut self, paused: bool) -> io::Result<()> {
         let Some(k) = &mut self.keepalive else { return Ok(()) };
         let now = Instant::now();
         if paused {
@@ -418,12 +494,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         break RelayEnd::Error(Side::Backend, e);
                     }
                     // One copy, out of the scratch buffer into the message (header in front).
-                    let data = match read_batch(backend, &mut down, |d| {
+                    let data = match read_batch(backend, &mut down, RELAY_CHUNK, |d| {
                         let (h, n) = wsframe::encode_header(OP_BINARY, d.len());
                         let mut msg = Vec::with_capacity(n + d.len());
                         msg.extend_from_slice(h.get(..n).unwrap_or_default());
                         msg.extend_from_slice(d);
-                        (msg, d.is_empty())
+                        (msg, d.len())
                     }) {
                         Ok(Some(d)) => d,
                         Ok(None) => continue,
@@ -432,12 +508,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                             break RelayEnd::Error(Side::Backend, e);
                         }
                     };
-                    if data.1 {
+                    if data.1 == 0 {
                         // Backend FIN: close 1000, then the TCP close.
                         self.close(carriage::CLOSE_NORMAL, "").await;
                         break RelayEnd::Closed(Side::Backend);
                     }
                     self.messages_out += 1;
+                    self.stream_out += data.1 as u64;
                     self.counters.messages_out.inc();
                     if let Err(e) = self.write_frame(&data.0).await {
                         break RelayEnd::Error(Side::Player, e);
@@ -471,6 +548,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
 
 /// When the keepalive timer fires next: at the schedule's next tick, or now when there is no keepalive (the
 /// timer's branch is disabled then).
-fn tick_deadline(keepalive: Option<&Keepalive>) -> tokio::time::Instant {
+pub(super) fn tick_deadline(keepalive: Option<&Keepalive>) -> tokio::time::Instant {
     keepalive.map_or_else(tokio::time::Instant::now, |k| tokio::time::Instant::from_std(k.next_tick()))
 }

@@ -23,6 +23,7 @@ use crate::config::{AuthMode, Forwarding};
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::rate::Bucket;
+use crate::relay::resume::ResumeStart;
 use crate::relay::{RelayStart, SHUTDOWN_REASON};
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
@@ -283,7 +284,15 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     drop(first);
     let write_stall = live.limits.write_stall_timeout();
     let metrics = &backend.metrics;
-    let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics };
+    let resume = live.limits.resume_window().map(|window| {
+        Box::new(ResumeStart {
+            table: Arc::clone(&s.state.resume),
+            window,
+            buffer: live.limits.resume_buffer_bytes,
+            metrics: Arc::clone(&s.state.metrics),
+        })
+    });
+    let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics, resume };
     let report = s.player.relay(stream, start).await;
     summary.up = report.up;
     summary.down = report.down;

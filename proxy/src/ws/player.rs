@@ -12,7 +12,7 @@ use crate::relay::ws::WsLink;
 use crate::relay::{PlayerGone, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsLink<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
     async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         self.read_stream(buf).await
     }
@@ -40,7 +40,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Player for WsLink<S> {
         Some((self.messages_in, self.messages_out))
     }
 
-    async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
-        WsLink::relay(self, &backend, start).await
+    async fn relay(&mut self, backend: TcpStream, mut start: RelayStart<'_>) -> RelayReport {
+        match start.resume.take() {
+            // Carriage v2 with resume on: the relay that survives a dropped connection.
+            Some(resume) if self.v2 => Box::pin(self.relay_resumable(&backend, start, *resume)).await,
+            _ => WsLink::relay(self, &backend, start).await,
+        }
     }
 }

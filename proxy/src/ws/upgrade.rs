@@ -8,7 +8,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use moonbridge_protocol::ws as carriage;
+use moonbridge_protocol::ws::{self as carriage, v2};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::{RealIpHeader, WsSettings};
@@ -69,6 +69,8 @@ pub(crate) struct Upgraded {
     pub(crate) client: SocketAddr,
     /// Bytes the client sent after the request head (the start of the WebSocket stream).
     pub(crate) leftover: Vec<u8>,
+    /// Carriage v2 (`moonbridge.v2`) was selected.
+    pub(crate) v2: bool,
 }
 
 fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
@@ -107,8 +109,9 @@ pub(crate) async fn accept_upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
     peer: SocketAddr,
+    v2_allowed: bool,
 ) -> Result<Upgraded, UpgradeError> {
-    let result = read_and_check(stream, settings, peer).await;
+    let result = read_and_check(stream, settings, peer, v2_allowed).await;
     match result {
         Ok((response, upgraded)) => {
             stream.write_all(response.as_bytes()).await?;
@@ -130,6 +133,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
     peer: SocketAddr,
+    v2_allowed: bool,
 ) -> Result<(String, Upgraded), UpgradeError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -139,7 +143,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
             return Err(UpgradeError::Closed);
         }
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        if let Some(done) = parse_upgrade(&buf, settings, peer)? {
+        if let Some(done) = parse_upgrade(&buf, settings, peer, v2_allowed)? {
             return Ok(done);
         }
     }
@@ -147,6 +151,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
 
 /// Parses and checks an upgrade request from the bytes read so far (sans-IO): `Ok(None)` while the head is
 /// incomplete (and under [`MAX_REQUEST_HEAD`]), else the `101` response to send and the upgraded connection.
+/// `v2_allowed`: resume is on (`limits.resume_window_seconds` > 0), so `moonbridge.v2` is selected when offered.
 ///
 /// # Errors
 /// [`UpgradeError`] for a head that is too large, malformed or not a valid WebSocket upgrade for `settings`.
@@ -154,13 +159,14 @@ pub(crate) fn parse_upgrade(
     buf: &[u8],
     settings: &WsSettings,
     peer: SocketAddr,
+    v2_allowed: bool,
 ) -> Result<Option<(String, Upgraded)>, UpgradeError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(buf) {
         Ok(httparse::Status::Complete(head_len)) => {
             let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
-            check_request(&req, settings, peer, leftover).map(Some)
+            check_request(&req, settings, peer, leftover, v2_allowed).map(Some)
         }
         Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => Ok(None),
         Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(UpgradeError::TooLarge),
@@ -173,6 +179,7 @@ fn check_request(
     settings: &WsSettings,
     peer: SocketAddr,
     leftover: Vec<u8>,
+    v2_allowed: bool,
 ) -> Result<(String, Upgraded), UpgradeError> {
     let target = req.path.unwrap_or("");
     let path = target.split_once('?').map_or(target, |(p, _)| p);
@@ -194,20 +201,27 @@ fn check_request(
     }
     let key = header(req, "Sec-WebSocket-Key").ok_or(UpgradeError::MissingKey)?;
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let subprotocol = has_token(header(req, "Sec-WebSocket-Protocol"), carriage::SUBPROTOCOL);
+    // The highest version offered that this proxy speaks (v2 only while resume is on).
+    let offered = header(req, "Sec-WebSocket-Protocol");
+    let v2 = v2_allowed && has_token(offered, v2::SUBPROTOCOL_V2);
+    let subprotocol = if v2 {
+        Some(v2::SUBPROTOCOL_V2)
+    } else {
+        has_token(offered, carriage::SUBPROTOCOL).then_some(carriage::SUBPROTOCOL)
+    };
     let value = real_ip_header_value(req, settings.real_ip_header);
     let ip = real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, value.as_deref());
     let mut response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
     );
-    if subprotocol {
+    if let Some(p) = subprotocol {
         response.push_str("Sec-WebSocket-Protocol: ");
-        response.push_str(carriage::SUBPROTOCOL);
+        response.push_str(p);
         response.push_str("\r\n");
     }
     response.push_str("\r\n");
     let client = SocketAddr::new(ip, if ip == peer.ip().to_canonical() { peer.port() } else { 0 });
-    Ok((response, Upgraded { client, leftover }))
+    Ok((response, Upgraded { client, leftover, v2 }))
 }
 
 #[cfg(test)]

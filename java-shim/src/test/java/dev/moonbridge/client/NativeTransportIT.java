@@ -111,6 +111,133 @@ class NativeTransportIT {
         }
     }
 
+    /**
+     * Carriage v2 (docs/carriage.md): a TCP reset between the library and the proxy in the middle of the 2.1 MB
+     * login burst is resumed on a new connection; the game side sees every burst byte once, in order, and the
+     * chat after it; the backend sees one login.
+     */
+    @Test
+    void aCutConnectionIsResumedWithoutLosingAByte() throws Exception {
+        try (ResetRelay relay = new ResetRelay(peers.wsPort, 700_000)) {
+            String url = "ws://127.0.0.1:" + relay.port() + "/mc";
+            try (NativeTransport t = NativeTransport.open(url, "{\"ping_interval_ms\":1000}")) {
+                Mc mc = new Mc(t);
+                mc.login("JavaResumer", false);
+                assertEquals(0x02, mc.next().id, "Login Success");
+                int burst = 0;
+                String echo = null;
+                while (echo == null) {
+                    Mc.Frame f = mc.next();
+                    if (f.id == 0x00) {
+                        mc.send(0x00, f.body);
+                        t.endTick();
+                    } else if (f.id == 0x3f) {
+                        Mc.Reader r = new Mc.Reader(f.body);
+                        if (!r.string().equals("MB|Burst")) {
+                            continue;
+                        }
+                        assertArrayEquals(Mc.burstPayload(burst, 30000), r.i16Bytes(), "burst message " + burst);
+                        burst++;
+                        if (burst == 70) {
+                            mc.send(0x01, Mc.string("after the cut"));
+                            t.endTick();
+                        }
+                    } else if (f.id == 0x02 && burst == 70) {
+                        echo = new Mc.Reader(f.body).string();
+                    }
+                }
+                assertEquals("{\"text\":\"echo:after the cut\"}", echo);
+            }
+            assertTrue(relay.cut, "the relay cut the connection");
+            assertEquals(2, relay.accepted, "one new connection for the resume");
+        }
+        String login = peers.waitBackendLine("JavaResumer", 10);
+        assertTrue(login.contains("\"login\""), login);
+        String chat = peers.waitBackendLine("after the cut", 10);
+        assertTrue(chat.contains("\"chat\""), chat);
+    }
+
+    /**
+     * A TCP relay to {@code 127.0.0.1:target} that resets both sockets of its first connection (SO_LINGER 0)
+     * once {@code cutAfter} bytes went towards the client; later connections are relayed whole.
+     */
+    static final class ResetRelay implements AutoCloseable {
+        private final ServerSocket server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+        private final int target;
+        private final long cutAfter;
+        volatile boolean cut;
+        volatile int accepted;
+
+        ResetRelay(int target, long cutAfter) throws IOException {
+            this.target = target;
+            this.cutAfter = cutAfter;
+            Thread t = new Thread(this::acceptLoop, "reset-relay");
+            t.setDaemon(true);
+            t.start();
+        }
+
+        int port() {
+            return server.getLocalPort();
+        }
+
+        private void acceptLoop() {
+            try {
+                while (true) {
+                    Socket client = server.accept();
+                    Socket upstream = new Socket(InetAddress.getLoopbackAddress(), target);
+                    client.setTcpNoDelay(true);
+                    upstream.setTcpNoDelay(true);
+                    boolean first = accepted++ == 0;
+                    pump(client, upstream, -1);
+                    pump(upstream, client, first ? cutAfter : -1);
+                }
+            } catch (IOException closed) {
+                // the relay was closed
+            }
+        }
+
+        private void pump(Socket from, Socket to, long limit) {
+            Thread t = new Thread(() -> {
+                byte[] buf = new byte[65536];
+                long total = 0;
+                try {
+                    InputStream in = from.getInputStream();
+                    OutputStream out = to.getOutputStream();
+                    int n;
+                    while ((n = in.read(buf)) > 0) {
+                        if (limit >= 0 && total + n >= limit) {
+                            out.write(buf, 0, (int) (limit - total));
+                            out.flush();
+                            cut = true;
+                            for (Socket s : new Socket[] {from, to}) {
+                                s.setSoLinger(true, 0);
+                                s.close();
+                            }
+                            return;
+                        }
+                        out.write(buf, 0, n);
+                        total += n;
+                    }
+                } catch (IOException e) {
+                    // the other pump ended the pair
+                }
+                try {
+                    from.close();
+                    to.close();
+                } catch (IOException ignored) {
+                    // already closed
+                }
+            }, "reset-relay-pump");
+            t.setDaemon(true);
+            t.start();
+        }
+
+        @Override
+        public void close() throws IOException {
+            server.close();
+        }
+    }
+
     @Test
     void directBuffersWorkToo() throws Exception {
         String options = "{\"ca_file\":" + Mc.json(peers.ca.toString()) + "}";

@@ -1,0 +1,206 @@
+//! Carriage v2 resume (`docs/carriage.md`): the table of this instance's resumable sessions.
+//!
+//! A session in play on carriage v2 registers a fresh 128-bit secret here, with the channel its relay listens
+//! on. A resume request (a new WebSocket whose first message is `resume <token> <received> <sent>`) takes the
+//! entry out of the table and hands its new link to the session, which checks the count, replays and goes on.
+//! Tokens are used once: the answer names the next one. An entry leaves the table when it is used or when its
+//! session ends (window passed, Minecraft disconnect, shutdown), so the table holds one entry per session in
+//! play, and up to [`RETIRED_KEPT`] used secrets are remembered to tell a replayed token (4004) from an
+//! unknown one (4001).
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use moonbridge_protocol::ws::v2::{
+    ResumeToken, CLOSE_RESUME_OTHER_INSTANCE, CLOSE_RESUME_UNKNOWN, CLOSE_RESUME_USED, INSTANCE_LEN, SECRET_LEN,
+};
+use rand_core::{OsRng, RngCore};
+use tokio::sync::mpsc;
+
+/// Used secrets remembered to answer a replayed token with 4004 (older ones get 4001), in secrets.
+pub(crate) const RETIRED_KEPT: usize = 4096;
+
+/// A new link for a session, handed over by the connection that carried the resume request.
+pub(crate) struct Handoff<L> {
+    /// The player's new WebSocket.
+    pub(crate) link: L,
+    /// Stream bytes the player has received from the proxy (its `resume` count).
+    pub(crate) received: u64,
+    /// Stream bytes the player has sent in all.
+    pub(crate) sent: u64,
+    /// When the resume request arrived (the resume's latency is measured from here).
+    pub(crate) at: Instant,
+}
+
+/// The sending half a session's relay listens on.
+pub(crate) type HandoffTx<L> = mpsc::Sender<Handoff<L>>;
+
+/// What a v2 relay needs besides [`crate::relay::RelayStart`].
+pub(crate) struct ResumeStart {
+    pub(crate) table: Arc<ResumeTable>,
+    /// `limits.resume_window_seconds`.
+    pub(crate) window: Duration,
+    /// `limits.resume_buffer_bytes`.
+    pub(crate) buffer: usize,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// The resumable sessions of this proxy instance.
+pub(crate) struct ResumeTable {
+    instance: [u8; INSTANCE_LEN],
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Secret → the session's `HandoffTx<L>` (boxed: one table serves every link type).
+    live: HashMap<[u8; SECRET_LEN], Box<dyn Any + Send>>,
+    retired: HashSet<[u8; SECRET_LEN]>,
+    retired_order: VecDeque<[u8; SECRET_LEN]>,
+}
+
+/// Why a resume request is refused: the close code and its reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) code: u16,
+    /// The `outcome` label of `moonbridge_resumes_total`.
+    pub(crate) outcome: &'static str,
+    /// The close reason.
+    pub(crate) reason: &'static str,
+}
+
+impl Refusal {
+    pub(crate) const UNKNOWN: Self =
+        Self { code: CLOSE_RESUME_UNKNOWN, outcome: "refused_unknown", reason: "unknown session" };
+    pub(crate) const OTHER_INSTANCE: Self = Self {
+        code: CLOSE_RESUME_OTHER_INSTANCE,
+        outcome: "refused_other_instance",
+        reason: "session held by another proxy instance",
+    };
+    pub(crate) const OUT_OF_RANGE: Self = Self {
+        code: moonbridge_protocol::ws::v2::CLOSE_RESUME_OUT_OF_RANGE,
+        outcome: "refused_out_of_range",
+        reason: "count outside the retained bytes",
+    };
+    pub(crate) const USED: Self =
+        Self { code: CLOSE_RESUME_USED, outcome: "refused_used", reason: "token already used" };
+}
+
+/// A session's entry in the table; dropping it removes the entry (if still there).
+pub(crate) struct Registration {
+    table: Arc<ResumeTable>,
+    pub(crate) token: ResumeToken,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.table.lock().live.remove(&self.token.secret);
+    }
+}
+
+impl std::fmt::Debug for ResumeTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResumeTable").field("sessions", &self.lock().live.len()).finish_non_exhaustive()
+    }
+}
+
+impl ResumeTable {
+    /// A table for a new instance (a random instance id).
+    pub(crate) fn new() -> Self {
+        let mut instance = [0u8; INSTANCE_LEN];
+        OsRng.fill_bytes(&mut instance);
+        Self { instance, inner: Mutex::new(Inner::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a session reachable through `tx` under a fresh token.
+    pub(crate) fn register<L: Send + 'static>(self: &Arc<Self>, tx: HandoffTx<L>) -> Registration {
+        let mut secret = [0u8; SECRET_LEN];
+        OsRng.fill_bytes(&mut secret);
+        self.lock().live.insert(secret, Box::new(tx));
+        Registration { table: Arc::clone(self), token: ResumeToken { instance: self.instance, secret } }
+    }
+
+    /// Takes the session of `token` for a resume: its channel, or why not. The token is used up either way
+    /// once found.
+    pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<HandoffTx<L>, Refusal> {
+        if token.instance != self.instance {
+            return Err(Refusal::OTHER_INSTANCE);
+        }
+        let mut inner = self.lock();
+        let Some(entry) = inner.live.remove(&token.secret) else {
+            return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN });
+        };
+        if inner.retired_order.len() >= RETIRED_KEPT {
+            if let Some(old) = inner.retired_order.pop_front() {
+                inner.retired.remove(&old);
+            }
+        }
+        inner.retired.insert(token.secret);
+        inner.retired_order.push_back(token.secret);
+        // A session on another link type (a ws session resumed through a wss listener) cannot take this link.
+        entry.downcast::<HandoffTx<L>>().map(|b| *b).map_err(|_| Refusal::UNKNOWN)
+    }
+
+    /// Sessions registered now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().live.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_used_once_and_name_their_instance() {
+        let table = Arc::new(ResumeTable::new());
+        let (tx, _rx) = mpsc::channel::<Handoff<u8>>(1);
+        let reg = table.register(tx.clone());
+        let token = reg.token;
+        assert_eq!(table.len(), 1);
+        assert!(table.take::<u8>(&token).is_ok());
+        assert_eq!(table.take::<u8>(&token).err(), Some(Refusal::USED));
+        let forged = ResumeToken { secret: [7; SECRET_LEN], ..token };
+        assert_eq!(table.take::<u8>(&forged).err(), Some(Refusal::UNKNOWN));
+        let other = ResumeToken { instance: [0; INSTANCE_LEN], ..token };
+        let other =
+            if other.instance == token.instance { ResumeToken { instance: [1; INSTANCE_LEN], ..token } } else { other };
+        assert_eq!(table.take::<u8>(&other).err(), Some(Refusal::OTHER_INSTANCE));
+        // The wrong link type is refused as unknown; an ended session's token is unknown, not used.
+        let reg2 = table.register(tx.clone());
+        assert_eq!(table.take::<u16>(&reg2.token).err(), Some(Refusal::UNKNOWN));
+        let reg3 = table.register(tx);
+        let t3 = reg3.token;
+        drop(reg3);
+        assert_eq!(table.len(), 0);
+        assert_eq!(table.take::<u8>(&t3).err(), Some(Refusal::UNKNOWN));
+        drop(reg);
+    }
+
+    #[test]
+    fn the_retired_set_is_bounded() {
+        let table = Arc::new(ResumeTable::new());
+        let (tx, _rx) = mpsc::channel::<Handoff<u8>>(1);
+        let first = table.register(tx.clone()).token;
+        // Registration dropped at once: take it before that to retire it.
+        let reg = table.register(tx.clone());
+        let used = reg.token;
+        assert!(table.take::<u8>(&used).is_ok());
+        for _ in 0..RETIRED_KEPT {
+            let r = table.register(tx.clone());
+            let t = r.token;
+            assert!(table.take::<u8>(&t).is_ok());
+        }
+        assert_eq!(table.lock().retired.len(), RETIRED_KEPT);
+        // The oldest used token has been forgotten: unknown now.
+        assert_eq!(table.take::<u8>(&used).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take::<u8>(&first).err(), Some(Refusal::UNKNOWN));
+    }
+}

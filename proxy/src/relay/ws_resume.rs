@@ -1,0 +1,443 @@
+//! The WebSocket relay of carriage v2 (`docs/carriage.md`): the v1 relay ([`super::ws`]) plus resume.
+//!
+//! - When play begins the player gets `session <token> <window>` and an `ack` of what the proxy has received.
+//! - Every backend batch is sent as one Binary message and also kept in [`Retained`] until the player's `ack`
+//!   covers it; the proxy acknowledges what it receives every [`v2::ACK_EVERY_BYTES`] and at keepalive ticks.
+//!   Backend reads pause while `resume_buffer_bytes` are retained.
+//! - A link lost without a Minecraft disconnect (EOF, reset, a Close 1001, a failed write, no traffic for three
+//!   ping intervals) parks the session: the backend connection stays, what it sends is retained (reads pause
+//!   when the buffer is full), and the session waits `resume_window_seconds` for a resume. When the window
+//!   passes, the backend connection is closed and the reason logged.
+//! - A resume hands the session a new link ([`Handoff`]): the count is checked against what is retained (4003
+//!   otherwise), the proxy answers `resumed <count> <next token>`, sends again what the player has not received,
+//!   and the relay goes on. A resume while the old link still looks alive takes over: the old link gets 4005.
+//! - A Close with another code, a backend FIN, bad input and shutdown end the session as in v1.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use moonbridge_protocol::ws::frame::{self as wsframe, OP_BINARY};
+use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
+use moonbridge_protocol::ws::{self as carriage};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::resume::{Handoff, Refusal, Registration, ResumeStart, ResumeTable};
+use super::ws::{Turn, WsLink};
+use super::{
+    discard_until_eof, inject_shutdown, read_batch, write_all, Direction, RelayEnd, RelayReport, RelayStart, Side,
+    LINGER, RELAY_CHUNK,
+};
+use crate::metrics::Metrics;
+
+/// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
+const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
+
+/// How a connected stretch of the relay ended.
+enum Step<L> {
+    /// The session is over.
+    End(RelayEnd),
+    /// The player's link was lost without a Minecraft disconnect (the cause, for the log).
+    Lost(String),
+    /// A resume arrived while the link still looked alive.
+    TakenOver(Handoff<L>),
+}
+
+/// What the relay keeps across links.
+struct Resumable<L> {
+    retained: Retained,
+    acks: AckSchedule,
+    /// The backend sent FIN while the player was away: replay, then end.
+    backend_eof: bool,
+    registration: Registration,
+    tx: mpsc::Sender<Handoff<L>>,
+    rx: mpsc::Receiver<Handoff<L>>,
+    table: Arc<ResumeTable>,
+    metrics: Arc<Metrics>,
+    window: Duration,
+    buffer: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
+    /// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
+    pub(crate) async fn relay_resumable(
+        &mut self,
+        backend: &TcpStream,
+        start: RelayStart<'_>,
+        resume: ResumeStart,
+    ) -> RelayReport {
+        let shutdown = start.shutdown;
+        let (mut up, mut down) = Direction::pair(start);
+        let (tx, rx) = mpsc::channel(1);
+        let registration = resume.table.register(tx.clone());
+        // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
+        let mut batch = self.early.split();
+        let pending = if self.peer_closed {
+            Turn::Closed
+        } else {
+            let limit = batch.len() + RELAY_CHUNK;
+            self.decode(&mut batch, limit).await
+        };
+        let mut r = Resumable {
+            retained: Retained::starting_at(self.stream_out),
+            acks: AckSchedule::new(self.stream_in),
+            backend_eof: false,
+            registration,
+            tx,
+            rx,
+            table: resume.table,
+            metrics: resume.metrics,
+            window: resume.window,
+            buffer: resume.buffer,
+        };
+        let end = self.run(backend, &mut up, &mut down, shutdown, &mut r, batch, pending).await;
+        RelayReport { up: up.bytes, down: down.bytes, end }
+    }
+
+    /// The whole v2 relay: connected stretches, parking and resumes.
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &mut self,
+        backend: &TcpStream,
+        up: &mut Direction,
+        down: &mut Direction,
+        shutdown: &CancellationToken,
+        r: &mut Resumable<Self>,
+        batch: BytesMut,
+        pending: Turn,
+    ) -> RelayEnd {
+        let session = Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() };
+        r.acks = AckSchedule::new(self.stream_in);
+        // Without its token the player cannot resume: a failure here ends the session at once.
+        let announced = match self.send_control(&session).await {
+            Ok(()) => self.send_control(&Control::Ack(self.stream_in)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = announced {
+            let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
+            return RelayEnd::Error(Side::Player, e);
+        }
+        let mut step = self.connected(backend, up, down, shutdown, r, batch, pending).await;
+        loop {
+            let (handoff, cause, lost_at) = match step {
+                Step::End(end) => return end,
+                Step::TakenOver(h) => {
+                    // The old link still looked alive: tell it, without waiting for it.
+                    (h, "taken over by a new connection".to_string(), Instant::now())
+                }
+                Step::Lost(cause) => {
+                    let lost_at = Instant::now();
+                    if !self.peer_closed {
+                        let _ = tokio::time::timeout(LOST_LINK_CLOSE, self.stream.shutdown()).await;
+                    }
+                    match self.park(backend, down, shutdown, r).await {
+                        Ok(h) => (h, cause, lost_at),
+                        Err(end) => {
+                            if matches!(end, RelayEnd::NotResumed { .. }) {
+                                r.metrics.resume("expired");
+                                info!(cause = %cause, window_s = r.window.as_secs(), retained = r.retained.len(), "player not back within the resume window: closing the backend connection");
+                            }
+                            return end;
+                        }
+                    }
+                }
+            };
+            step = match self.adopt(handoff, r, &cause, lost_at).await {
+                Ok(()) if r.backend_eof => {
+                    self.close(carriage::CLOSE_NORMAL, "").await;
+                    return RelayEnd::Closed(Side::Backend);
+                }
+                Ok(()) => self.connected(backend, up, down, shutdown, r, BytesMut::new(), Turn::Continue).await,
+                Err(AdoptError::Lost(cause)) => Step::Lost(cause),
+                Err(AdoptError::End(end)) => return end,
+            };
+        }
+    }
+
+    /// One connected stretch: the v1 relay loop with retention, acks and handoffs.
+    #[allow(clippy::too_many_arguments)]
+    async fn connected(
+        &mut self,
+        backend: &TcpStream,
+        up: &mut Direction,
+        down: &mut Direction,
+        shutdown: &CancellationToken,
+        r: &mut Resumable<Self>,
+        mut batch: BytesMut,
+        mut pending: Turn,
+    ) -> Step<Self> {
+        let stall = up.stall;
+        loop {
+            if !batch.is_empty() {
+                up.process(&mut batch);
+                if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
+                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                    return Step::End(RelayEnd::Error(Side::Backend, e));
+                }
+                batch.clear();
+            }
+            if let Some(n) = self.peer_ack.take() {
+                if let Err(e) = r.retained.ack(n) {
+                    self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "ack past the bytes sent"));
+                    pending = Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+                }
+            }
+            match std::mem::replace(&mut pending, Turn::Continue) {
+                Turn::Continue => {}
+                Turn::Closed if self.peer_close_code == Some(carriage::CLOSE_GOING_AWAY) => {
+                    // A CDN edge going away (or the client's network leaving): its Close was answered; wait.
+                    return Step::Lost("Close 1001 (going away)".into());
+                }
+                Turn::Closed => {
+                    let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
+                    discard_until_eof(backend, LINGER).await;
+                    let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
+                    return Step::End(RelayEnd::Closed(Side::Player));
+                }
+                Turn::Fault(e) if self.fault.is_none() => {
+                    // A Pong that could not be written: the link is lost, not broken by the player.
+                    return Step::Lost(format!("write failed: {e}"));
+                }
+                Turn::Fault(e) => {
+                    self.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                    return Step::End(RelayEnd::Error(Side::Player, e));
+                }
+            }
+            if let Some(n) = r.acks.on_data(self.stream_in) {
+                if let Err(e) = self.send_control(&Control::Ack(n)).await {
+                    return Step::Lost(format!("write failed: {e}"));
+                }
+            }
+            let room = r.retained.len() < r.buffer;
+            tokio::select! {
+                h = r.rx.recv() => {
+                    if let Some(h) = h {
+                        return Step::TakenOver(h);
+                    }
+                }
+                res = Self::fill(&mut self.stream, &mut self.dec) => {
+                    match res {
+                        Ok(0) => {
+                            self.peer_closed = true;
+                            return Step::Lost("connection closed (FIN)".into());
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.peer_closed = true;
+                            return Step::Lost(format!("connection lost: {e}"));
+                        }
+                    }
+                    if let Some(k) = &mut self.keepalive {
+                        k.on_receive(Instant::now());
+                    }
+                    pending = self.decode(&mut batch, RELAY_CHUNK).await;
+                }
+                res = backend.readable(), if room => {
+                    if let Err(e) = res {
+                        self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                        return Step::End(RelayEnd::Error(Side::Backend, e));
+                    }
+                    let room = r.buffer - r.retained.len();
+                    // One copy, out of the scratch buffer into the message; the retained chunk shares it.
+                    let msg = match read_batch(backend, down, room, |d| {
+                        let (h, n) = wsframe::encode_header(OP_BINARY, d.len());
+                        let mut msg = BytesMut::with_capacity(n + d.len());
+                        msg.extend_from_slice(h.get(..n).unwrap_or_default());
+                        msg.extend_from_slice(d);
+                        (msg.freeze(), n, d.len())
+                    }) {
+                        Ok(Some(m)) => m,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                            return Step::End(RelayEnd::Error(Side::Backend, e));
+                        }
+                    };
+                    if msg.2 == 0 {
+                        self.close(carriage::CLOSE_NORMAL, "").await;
+                        return Step::End(RelayEnd::Closed(Side::Backend));
+                    }
+                    r.retained.push(msg.0.slice(msg.1..));
+                    self.messages_out += 1;
+                    self.stream_out += msg.2 as u64;
+                    self.counters.messages_out.inc();
+                    // A handoff wins over a write to a link that stopped reading.
+                    tokio::select! {
+                        biased;
+                        res = self.write_frame(&msg.0) => {
+                            if let Err(e) = res {
+                                return Step::Lost(format!("write failed: {e}"));
+                            }
+                        }
+                        Some(h) = r.rx.recv() => return Step::TakenOver(h),
+                    }
+                }
+                () = self.tick.as_mut(), if self.keepalive.is_some() => {
+                    if let Err(e) = self.keepalive_tick(false).await {
+                        return Step::Lost(e.to_string());
+                    }
+                    if let Some(n) = r.acks.on_tick(self.stream_in) {
+                        if let Err(e) = self.send_control(&Control::Ack(n)).await {
+                            return Step::Lost(format!("write failed: {e}"));
+                        }
+                    }
+                }
+                () = shutdown.cancelled() => {
+                    inject_shutdown(self, down).await;
+                    self.close(carriage::CLOSE_GOING_AWAY, "proxy shutting down").await;
+                    return Step::End(RelayEnd::Shutdown);
+                }
+            }
+        }
+    }
+
+    /// Waits for a resume with no player: the backend's bytes are retained (reads pause when the buffer is
+    /// full), until a handoff, the window's end, or shutdown.
+    async fn park(
+        &mut self,
+        backend: &TcpStream,
+        down: &mut Direction,
+        shutdown: &CancellationToken,
+        r: &mut Resumable<Self>,
+    ) -> Result<Handoff<Self>, RelayEnd> {
+        let deadline = tokio::time::Instant::now() + r.window;
+        loop {
+            let room = r.retained.len() < r.buffer && !r.backend_eof;
+            tokio::select! {
+                h = r.rx.recv() => {
+                    if let Some(h) = h {
+                        return Ok(h);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
+                }
+                res = backend.readable(), if room => {
+                    if let Err(e) = res {
+                        return Err(RelayEnd::Error(Side::Backend, e));
+                    }
+                    let room = r.buffer - r.retained.len();
+                    let retained = &mut r.retained;
+                    match read_batch(backend, down, room, |d| {
+                        retained.push(Bytes::copy_from_slice(d));
+                        d.len()
+                    }) {
+                        Ok(Some(0)) => r.backend_eof = true,
+                        Ok(_) => {}
+                        Err(e) => return Err(RelayEnd::Error(Side::Backend, e)),
+                    }
+                }
+                () = shutdown.cancelled() => return Err(RelayEnd::Shutdown),
+            }
+        }
+    }
+
+    /// Continues the session on the handed-over link: checks the player's count, answers `resumed`, sends
+    /// again what the player has not received, and makes the new link this one (the old one is closed in the
+    /// background: 4005 if it was still open).
+    async fn adopt(
+        &mut self,
+        handoff: Handoff<Self>,
+        r: &mut Resumable<Self>,
+        cause: &str,
+        lost_at: Instant,
+    ) -> Result<(), AdoptError> {
+        let Handoff { mut link, received, sent, at } = handoff;
+        let (from, to) = (r.retained.start(), r.retained.end());
+        let replay = match r.retained.resume_from(received) {
+            Ok(b) if sent >= self.stream_in => b,
+            _ => {
+                r.metrics.resume(Refusal::OUT_OF_RANGE.outcome);
+                info!(
+                    received,
+                    sent,
+                    retained_from = from,
+                    retained_to = to,
+                    "resume refused: count outside what is retained"
+                );
+                link.close(Refusal::OUT_OF_RANGE.code, Refusal::OUT_OF_RANGE.reason).await;
+                let e = io::Error::new(io::ErrorKind::InvalidData, "resume count outside the retained bytes");
+                return Err(AdoptError::End(RelayEnd::Error(Side::Player, e)));
+            }
+        };
+        r.registration = r.table.register(r.tx.clone());
+        link.stream_in = self.stream_in;
+        link.stream_out = received;
+        link.messages_in += self.messages_in;
+        link.messages_out += self.messages_out;
+        let mut replayed_to_player = 0;
+        let mut outcome =
+            link.send_control(&Control::Resumed { received: self.stream_in, token: r.registration.token }).await;
+        for chunk in replay {
+            if outcome.is_err() {
+                break;
+            }
+            replayed_to_player += chunk.len();
+            outcome = link.send_binary(chunk).await;
+        }
+        let first_byte = at.elapsed();
+        std::mem::swap(self, &mut link);
+        let old = link;
+        if !old.peer_closed || !old.close_sent {
+            tokio::spawn(close_old(old));
+        }
+        if let Err(e) = outcome {
+            return Err(AdoptError::Lost(format!("resumed link lost during the replay: {e}")));
+        }
+        r.metrics.resume("resumed");
+        info!(
+            cause = %cause,
+            gap_ms = lost_at.elapsed().as_millis() as u64,
+            replayed_to_player,
+            replayed_from_player = sent - self.stream_in,
+            resume_us = first_byte.as_micros() as u64,
+            "session resumed"
+        );
+        Ok(())
+    }
+}
+
+/// Why [`WsLink::adopt`] did not continue the session.
+enum AdoptError {
+    Lost(String),
+    End(RelayEnd),
+}
+
+/// Closes a link a resume replaced: 4005 when it was still open, then its transport.
+async fn close_old<S: AsyncRead + AsyncWrite + Unpin + Send>(mut old: WsLink<S>) {
+    old.close(v2::CLOSE_TAKEN_OVER, "resumed on another connection").await;
+}
+
+/// A resume request arrived on `link` (its first message): hands the link to its session, or closes it with
+/// the refusal's code. Returns the outcome label for the log.
+pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut link: WsLink<S>,
+    control: Control,
+    table: &ResumeTable,
+    metrics: &Metrics,
+) -> &'static str {
+    let Control::Resume { token, received, sent } = control else {
+        link.close(carriage::CLOSE_PROTOCOL_ERROR, "expected a resume request").await;
+        return "bad_request";
+    };
+    let at = Instant::now();
+    let refusal = match table.take::<WsLink<S>>(&token) {
+        Ok(tx) => match tx.send(Handoff { link, received, sent, at }).await {
+            Ok(()) => return "handed_over",
+            Err(mpsc::error::SendError(h)) => {
+                link = h.link;
+                Refusal::UNKNOWN
+            }
+        },
+        Err(refusal) => refusal,
+    };
+    metrics.resume(refusal.outcome);
+    info!(token = ?token, code = refusal.code, "resume refused: {}", refusal.reason);
+    link.close(refusal.code, refusal.reason).await;
+    refusal.outcome
+}

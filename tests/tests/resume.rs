@@ -1,0 +1,404 @@
+//! Carriage v2 resume (`docs/carriage.md`): a player driven through the client library over `wss://` keeps
+//! its session through cuts between it and the proxy (a CDN-like [`Cutter`]: reset, FIN, Close 1001,
+//! silence), against a real node-minecraft-protocol 1.7.10 backend; refused resumes get their close codes and
+//! leak no backend connection; v1 and resume-off proxies behave as before.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_client::{ClientError, Connection, Options};
+use moonbridge_protocol::codec::{put_string, Reader};
+use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessage};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::{burst_payload, send_login, FrameReader};
+use moonbridge_tests::{
+    hs_ls, login_backend, node_backend, ws_connect, CutKind, Cutter, KeyType, Message, Proxy, TestCert, STEP,
+};
+use serde_json::json;
+use tokio::time::timeout;
+
+/// A proxy with one `wss` listener (keepalive every second) in front of `backend`; `limits` is appended to
+/// a `[limits]` table.
+async fn wss_proxy(backend: SocketAddr, cert: &TestCert, limits: &str) -> Proxy {
+    Proxy::start(&format!(
+        "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\npath = \"/mc\"\nping_interval_seconds = 1\n\
+         tls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n[limits]\n{limits}\n",
+        cert.cert.display(),
+        cert.key.display()
+    ))
+    .await
+}
+
+/// A proxy with one `ws` listener (path `/mc`) in front of `backend`; `extra` is appended (a `[limits]` table).
+async fn ws_proxy(backend: SocketAddr, extra: &str) -> Proxy {
+    Proxy::start(&format!(
+        "{}[[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n{extra}",
+        moonbridge_tests::ws_listener("path = \"/mc\"")
+    ))
+    .await
+}
+
+/// A raw WebSocket to the proxy's `ws` listener at `addr`, offering `offer` (none when empty).
+async fn ws_offering(addr: SocketAddr, offer: &str) -> (Ws, Option<String>) {
+    let url = format!("ws://127.0.0.1:{}/mc", addr.port());
+    let headers: Vec<(&str, &str)> = if offer.is_empty() { vec![] } else { vec![("Sec-WebSocket-Protocol", offer)] };
+    let (ws, resp) = ws_connect(addr, &url, &headers, None).await.unwrap();
+    let selected = resp.headers().get("Sec-WebSocket-Protocol").map(|v| v.to_str().unwrap().to_string());
+    (ws, selected)
+}
+
+type Ws = moonbridge_tests::WebSocketStream<Box<dyn moonbridge_tests::Io>>;
+
+fn client_options(cert: &TestCert) -> Options {
+    Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500 }).to_string())).unwrap()
+}
+
+fn chat_frame(message: &str) -> Vec<u8> {
+    let mut fields = Vec::new();
+    put_string(&mut fields, message, 100, "message").unwrap();
+    let mut out = Vec::new();
+    moonbridge_protocol::frame::encode_frame(&mut out, 0x01, &fields).unwrap();
+    out
+}
+
+/// What the player reads next that matters: Keep Alives are answered on the way.
+enum Seen {
+    Plugin(String, Vec<u8>),
+    Chat(String),
+    Other,
+}
+
+fn next(conn: &Connection, r: &mut FrameReader<'_>) -> Seen {
+    let f = r.next(Duration::from_secs(30));
+    match f.id {
+        0x00 => {
+            let ka: KeepAlive = f.decode().unwrap();
+            conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+            conn.end_tick().unwrap();
+            Seen::Other
+        }
+        0x02 => {
+            let json = Reader::new(&f.body).string(32767, "message").unwrap().to_string();
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            Seen::Chat(v["text"].as_str().unwrap_or_default().to_string())
+        }
+        0x3f => {
+            let p = PluginMessage::decode_fields(&mut Reader::new(&f.body)).unwrap();
+            Seen::Plugin(p.channel, p.data)
+        }
+        _ => Seen::Other,
+    }
+}
+
+/// Reads until the echo of `message`; every plugin message on `channel` on the way must be the next of
+/// `payloads` (checked byte for byte), and no other echo may come first.
+fn until_echo(conn: &Connection, r: &mut FrameReader<'_>, message: &str, channel: &str, payloads: &mut Vec<Vec<u8>>) {
+    loop {
+        match next(conn, r) {
+            Seen::Chat(text) => {
+                assert_eq!(text, format!("echo:{message}"), "echoes arrive once each, in order");
+                assert!(payloads.is_empty(), "{} {channel} messages missing", payloads.len());
+                return;
+            }
+            Seen::Plugin(c, data) if c == channel => {
+                assert!(!payloads.is_empty(), "an extra {channel} message");
+                let want = payloads.remove(0);
+                assert!(data == want, "{channel} message differs (len {} vs {})", data.len(), want.len());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The player's side of the cut test; returns the chat messages it sent, in order.
+fn player_through_cuts(url: &str, options: Options, cutter: &Cutter) -> (Vec<String>, u64) {
+    let conn = Connection::connect(url, options).unwrap();
+    let mut r = FrameReader::new(&conn);
+    send_login(&conn, "Resumer", false);
+    let success: LoginSuccess = r.next(STEP).decode().expect("Login Success");
+    assert_eq!(success.name, "Resumer");
+    // Cut 1: a reset in the middle of the 2.1 MB login burst (after 700 kB of it went towards the player).
+    cutter.cut_after(CutKind::Reset, 700_000);
+    let mut burst: Vec<Vec<u8>> = (0..70).map(|n| burst_payload(n, 30_000)).collect();
+    while !burst.is_empty() {
+        if let Seen::Plugin(c, data) = next(&conn, &mut r) {
+            if c == "MB|Burst" {
+                assert!(data == burst.remove(0), "burst message {} differs", 70 - burst.len() - 1);
+            }
+        }
+    }
+    let mut sent = Vec::new();
+    let schedule = [
+        (5, CutKind::Fin),
+        (10, CutKind::Close1001),
+        (15, CutKind::Silent),
+        (25, CutKind::Fin),
+        (30, CutKind::Close1001),
+        (35, CutKind::Silent),
+        (40, CutKind::Reset),
+        (45, CutKind::Close1001),
+    ];
+    for i in 0..50 {
+        if let Some((_, kind)) = schedule.iter().find(|(at, _)| *at == i) {
+            cutter.cut(*kind);
+        }
+        if i == 20 {
+            // Cut 6: a reset while the backend sends 1 MB (after 400 kB of it).
+            let message = "big 100 10000".to_string();
+            conn.send(&chat_frame(&message)).unwrap();
+            conn.end_tick().unwrap();
+            cutter.cut_after(CutKind::Reset, 400_000);
+            let mut big: Vec<Vec<u8>> = (0..100).map(|k| burst_payload(1000 + k, 10_000)).collect();
+            until_echo(&conn, &mut r, &message, "MB|Big", &mut big);
+            sent.push(message);
+        }
+        // Three ticks of chat per step: some leave while the connection is down and must be replayed.
+        let batch: Vec<String> = (0..3).map(|k| format!("m{i}.{k}")).collect();
+        for m in &batch {
+            conn.send(&chat_frame(m)).unwrap();
+            conn.end_tick().unwrap();
+        }
+        for m in &batch {
+            until_echo(&conn, &mut r, m, "-", &mut Vec::new());
+        }
+        sent.extend(batch);
+        // Each cut is carried out before the next is ordered (a Close 1001 waits for frame boundaries).
+        let ordered = 1 + schedule.iter().filter(|(at, _)| *at <= i).count() + usize::from(i >= 20);
+        let deadline = std::time::Instant::now() + STEP;
+        while cutter.cuts.load(std::sync::atomic::Ordering::SeqCst) < ordered {
+            assert!(std::time::Instant::now() < deadline, "cut {ordered} not carried out");
+            std::thread::yield_now();
+        }
+    }
+    let resumes = conn.stats().resumes;
+    conn.close();
+    (sent, resumes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_cuts_during_play_over_wss_lose_nothing() {
+    let cert = TestCert::generate("resume-cuts", KeyType::Ec).unwrap();
+    let (mut node, backend) = node_backend(json!({})).await;
+    let proxy = wss_proxy(backend, &cert, "").await;
+    let cutter = Arc::new(Cutter::start(proxy.addr(Transport::Wss), &cert).await);
+    let url = format!("wss://localhost:{}/mc", cutter.addr.port());
+    let options = client_options(&cert);
+    let c = Arc::clone(&cutter);
+    let (sent, resumes) =
+        timeout(Duration::from_secs(240), tokio::task::spawn_blocking(move || player_through_cuts(&url, options, &c)))
+            .await
+            .expect("the session ends in time")
+            .expect("the player's checks pass");
+    assert_eq!(cutter.cuts.load(std::sync::atomic::Ordering::SeqCst), 10, "every cut was carried out");
+    assert_eq!(resumes, 10, "the client resumed after each cut");
+    assert_eq!(
+        cutter.accepted.load(std::sync::atomic::Ordering::SeqCst),
+        11,
+        "one connection per resume, no fresh login"
+    );
+    // The backend's transcript: every chat exactly once, in order (a lost, repeated or reordered byte would
+    // also break node-minecraft-protocol's parsing: a client_error line).
+    let lines = node.next_lines(1 + sent.len(), STEP).await;
+    assert_eq!(lines[0]["event"], "login");
+    let got: Vec<&str> = lines[1..].iter().map(|l| l["message"].as_str().unwrap_or("?")).collect();
+    assert_eq!(got, sent.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(lines.iter().all(|l| l["event"] != "client_error"), "{lines:?}");
+    proxy.wait_connections(0, STEP).await;
+    proxy.shutdown().await;
+}
+
+/// Logs in over a raw v2 WebSocket and returns it with the `session` token and what the proxy has sent.
+async fn v2_session(addr: SocketAddr) -> (Ws, String, u64) {
+    let (mut ws, selected) = ws_offering(addr, "moonbridge.v2, moonbridge.v1").await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v2"));
+    ws.send(Message::Binary(hs_ls().into())).await.unwrap();
+    let mut received = 0u64;
+    loop {
+        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Binary(b) => received += b.len() as u64,
+            Message::Text(t) if t.starts_with("session ") => {
+                let token = t.split(' ').nth(1).unwrap().to_string();
+                assert_eq!(t.split(' ').nth(2), Some("15"), "the window is announced");
+                return (ws, token, received);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Opens a v2 WebSocket whose first message is `resume …` and returns the proxy's answer: the `resumed`
+/// text, or the close code.
+async fn try_resume(addr: SocketAddr, request: &str) -> Result<String, Option<u16>> {
+    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    ws.send(Message::Text(request.into())).await.unwrap();
+    loop {
+        match timeout(STEP, ws.next()).await.expect("an answer in time") {
+            Some(Ok(Message::Text(t))) => return Ok(t.to_string()),
+            Some(Ok(Message::Close(f))) => return Err(f.map(|f| u16::from(f.code))),
+            Some(Ok(_)) => {}
+            _ => return Err(None),
+        }
+    }
+}
+
+#[tokio::test]
+async fn refused_resumes_get_their_close_codes_and_leak_nothing() {
+    let backend = login_backend().await;
+    let proxy = ws_proxy(backend.addr, "").await;
+    let addr = proxy.addr(Transport::Ws);
+    let (ws, token, received) = v2_session(addr).await;
+    let (instance, secret) = token.split_once('.').unwrap();
+    // A forged secret on this instance: 4001. Another instance's token: 4002.
+    let forged = format!("resume {instance}.{} 0 0", "0".repeat(32));
+    assert_eq!(try_resume(addr, &forged).await, Err(Some(4001)));
+    let other = if instance == "0000000000000000" { "1111111111111111" } else { "0000000000000000" };
+    assert_eq!(try_resume(addr, &format!("resume {other}.{secret} {received} 18")).await, Err(Some(4002)));
+    // A malformed request: 1002.
+    assert_eq!(try_resume(addr, "resume nonsense").await, Err(Some(1002)));
+    // The player's connection drops; a resume with a count past what the proxy sent: 4003, and the session ends
+    // (its backend connection is closed).
+    drop(ws);
+    let beyond = format!("resume {token} {} 18", received + 5);
+    assert_eq!(try_resume(addr, &beyond).await, Err(Some(4003)));
+    backend.wait_closed(0, STEP).await;
+    // The token is used up: 4004.
+    assert_eq!(try_resume(addr, &format!("resume {token} {received} 18")).await, Err(Some(4004)));
+    proxy.wait_connections(0, STEP).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_resume_replays_what_the_player_missed_and_a_token_works_once() {
+    let backend = login_backend().await;
+    let proxy = ws_proxy(backend.addr, "").await;
+    let addr = proxy.addr(Transport::Ws);
+    let (ws, token, received) = v2_session(addr).await;
+    drop(ws);
+    // While the player is away the backend sends 200 kB: retained, then replayed after `resumed`.
+    let filler: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    backend.send(0, &filler).await;
+    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    let sent = hs_ls().len() as u64;
+    ws.send(Message::Text(format!("resume {token} {received} {}", sent + 5).into())).await.unwrap();
+    let answer = match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+        Message::Text(t) => t.to_string(),
+        other => panic!("expected resumed, got {other:?}"),
+    };
+    let fields: Vec<&str> = answer.split(' ').collect();
+    assert_eq!(fields[0], "resumed");
+    assert_eq!(fields[1], sent.to_string(), "the proxy has every byte of the handshake and Login Start");
+    assert_ne!(fields[2], token, "a new token for the next resume");
+    // The 5 bytes the proxy lacked are sent again, then the 200 kB arrive, in order and once.
+    ws.send(Message::Binary(vec![0x04, 0x00, 1, 2, 3].into())).await.unwrap();
+    let (replayed, _) = moonbridge_tests::ws_read_bytes(&mut ws, filler.len(), STEP).await;
+    assert!(replayed == filler, "replayed bytes differ");
+    let got = backend.wait_received(0, hs_ls().len() + 5, STEP).await;
+    assert_eq!(&got[got.len() - 5..], &[0x04, 0x00, 1, 2, 3]);
+    // The old token is spent.
+    assert_eq!(try_resume(addr, &format!("resume {token} {received} {sent}")).await, Err(Some(4004)));
+    drop(ws);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_window_passes_and_the_backend_connection_is_closed() {
+    let backend = login_backend().await;
+    let proxy = ws_proxy(backend.addr, "[limits]\nresume_window_seconds = 1\n").await;
+    let addr = proxy.addr(Transport::Ws);
+    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    ws.send(Message::Binary(hs_ls().into())).await.unwrap();
+    let token = loop {
+        if let Message::Text(t) = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            assert!(t.ends_with(" 1"), "{t}");
+            break t.split(' ').nth(1).unwrap().to_string();
+        }
+    };
+    drop(ws);
+    let t0 = std::time::Instant::now();
+    backend.wait_closed(0, STEP).await;
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(try_resume(addr, &format!("resume {token} 0 0")).await, Err(Some(4001)));
+    proxy.wait_connections(0, STEP).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_reports_a_refused_resume_and_a_passed_window() {
+    let cert = TestCert::generate("resume-refused", KeyType::Ec).unwrap();
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let proxy_a = wss_proxy(backend, &cert, "resume_window_seconds = 2").await;
+    let proxy_b = wss_proxy(backend, &cert, "resume_window_seconds = 2").await;
+    let cutter = Arc::new(Cutter::start(proxy_a.addr(Transport::Wss), &cert).await);
+    let url = format!("wss://localhost:{}/mc", cutter.addr.port());
+    // 1. The reconnect reaches another instance (or a restarted proxy): 4002, a clear error, no fresh login.
+    let (options, c, u) = (client_options(&cert), Arc::clone(&cutter), url.clone());
+    let b = proxy_b.addr(Transport::Wss);
+    let e = tokio::task::spawn_blocking(move || ended_after_cut(&u, options, &c, Some(b))).await.unwrap();
+    let text = e.to_string();
+    assert!(matches!(e, ClientError::ResumeFailed { .. }), "{e:?}");
+    assert!(text.contains("different proxy instance") && text.contains("4002"), "{text}");
+    // 2. Nothing answers any more: the 2 s window passes.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    cutter.retarget(proxy_a.addr(Transport::Wss));
+    let (options, c) = (client_options(&cert), Arc::clone(&cutter));
+    let e = tokio::task::spawn_blocking(move || ended_after_cut(&url, options, &c, Some(dead))).await.unwrap();
+    assert!(e.to_string().contains("not resumed within the proxy's 2 s window"), "{e}");
+    // Neither proxy keeps anything: A closed both backend connections when its window passed.
+    proxy_a.wait_connections(0, STEP).await;
+    proxy_b.wait_connections(0, STEP).await;
+    proxy_a.shutdown().await;
+    proxy_b.shutdown().await;
+}
+
+/// Logs in through the cutter, makes later connections go to `then` and cuts: the error the connection ends
+/// with (read through `recv`).
+fn ended_after_cut(url: &str, options: Options, cutter: &Cutter, then: Option<SocketAddr>) -> ClientError {
+    let conn = Connection::connect(url, options).unwrap();
+    let mut r = FrameReader::new(&conn);
+    send_login(&conn, "Refused", false);
+    let _: LoginSuccess = r.next(STEP).decode().unwrap();
+    // Join Game: play has begun, so the session is resumable.
+    while r.next(STEP).id != 0x01 {}
+    let mut buf = vec![0u8; 65536];
+    // The `session` message arrives with the first play bytes; give it a moment through a bounded read.
+    let _ = conn.recv(&mut buf, Some(Duration::from_millis(200)));
+    if let Some(t) = then {
+        cutter.retarget(t);
+    }
+    cutter.cut(CutKind::Reset);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the connection did not end");
+        match conn.recv(&mut buf, Some(Duration::from_secs(1))) {
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+    }
+}
+
+#[tokio::test]
+async fn v1_clients_and_a_proxy_with_resume_off_work_as_before() {
+    let backend = login_backend().await;
+    for (limits, offer, want) in [
+        ("", "moonbridge.v1", Some("moonbridge.v1")),
+        ("", "", None),
+        ("[limits]\nresume_window_seconds = 0\n", "moonbridge.v2, moonbridge.v1", Some("moonbridge.v1")),
+    ] {
+        let proxy = ws_proxy(backend.addr, limits).await;
+        let (mut ws, selected) = ws_offering(proxy.addr(Transport::Ws), offer).await;
+        assert_eq!(selected.as_deref(), want);
+        ws.send(Message::Binary(hs_ls().into())).await.unwrap();
+        // Only Binary messages arrive (no control messages), and a Text message is still answered with 1003.
+        let (bytes, _) = moonbridge_tests::ws_read_bytes(&mut ws, 5, STEP).await;
+        assert!(!bytes.is_empty());
+        ws.send(Message::Text("ack 1".into())).await.unwrap();
+        assert_eq!(moonbridge_tests::ws_close_code(&mut ws, STEP).await, Some(1003));
+        proxy.shutdown().await;
+    }
+}
