@@ -355,7 +355,7 @@ async fn reconnect(
     resume: &mut Resume,
     cause: &ClientError,
 ) -> Result<Stream, ClientError> {
-    let deadline = Instant::now() + resume.window;
+    let deadline = Instant::now().checked_add(resume.window).unwrap_or_else(Instant::now);
     let failed = |reason: String| ClientError::ResumeFailed { cause: cause.to_string(), reason };
     let mut backoff = Duration::from_millis(50);
     let mut last = String::from("no attempt finished");
@@ -429,6 +429,9 @@ async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
                         .resume_from(received)
                         .map_err(|e| Attempt::Refused(format!("the proxy's count is wrong: {e}")))?;
                     resume.token = Some(token);
+                    // Tells the proxy at once that the new token arrived (the old one is then spent).
+                    let ack = Control::Ack(resume.received).encode();
+                    ws.feed(Message::Text(ack.into())).await.map_err(failed)?;
                     for batch in replay {
                         let mut rest = batch.clone();
                         while !rest.is_empty() {
@@ -459,6 +462,13 @@ async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// The longest resume window the library waits for, whatever the proxy announces, in seconds.
+const MAX_RESUME_WINDOW_SECONDS: u64 = 3600;
+
+/// The longest keepalive interval on a carriage v2 connection: a silent drop is noticed within three of them
+/// (12 s), in time to resume before a 1.7.10 server's 30-second read timeout.
+const V2_MAX_PING_INTERVAL: Duration = Duration::from_secs(4);
+
 /// Bytes of sent data kept for a resume before the library stops taking batches until the proxy's `ack`
 /// (it acknowledges every 64 KiB, so this is only reached when the proxy stops reading).
 pub(crate) const MAX_RETAINED_BYTES: usize = 4 * 1024 * 1024;
@@ -469,7 +479,9 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
     mut resume: Option<&mut Resume>,
 ) -> WsEnd {
     let mut scanners = Scanners::new();
-    let mut keepalive = shared.options.ping_interval().map(|i| Keepalive::new(i, Instant::now()));
+    let interval =
+        shared.options.ping_interval().map(|i| if resume.is_some() { i.min(V2_MAX_PING_INTERVAL) } else { i });
+    let mut keepalive = interval.map(|i| Keepalive::new(i, Instant::now()));
     // One timer for the whole connection, re-armed at each keepalive tick (not a new timer per wake-up).
     let tick = tokio::time::sleep_until(tick_deadline(keepalive.as_ref()));
     tokio::pin!(tick);
@@ -498,7 +510,8 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                     KeepaliveAction::Dead => {
                         let _ = tokio::time::timeout(Duration::from_millis(100), ws.close(Some(close_frame(carriage::CLOSE_GOING_AWAY, "no traffic")))).await;
-                        return WsEnd::Lost(ClientError::Dead(shared.options.ping_interval_ms * 3));
+                        let silent = interval.map_or(0, |i| i.as_millis() as u64 * 3);
+                        return WsEnd::Lost(ClientError::Dead(silent));
                     }
                 }
                 if let Some(r) = resume.as_deref_mut() {
@@ -546,7 +559,7 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                         match control {
                             Some((Ok(Control::Session { token, window_seconds }), r)) => {
                                 r.token = Some(token);
-                                r.window = Duration::from_secs(window_seconds);
+                                r.window = Duration::from_secs(window_seconds.min(MAX_RESUME_WINDOW_SECONDS));
                                 continue;
                             }
                             // An acknowledgement frees retained bytes: batches may leave again.
@@ -577,7 +590,7 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
         };
         let aged = aged_cutoff(&wake, shared);
         // Sent bytes are kept until acknowledged; at the bound, batches wait for the proxy's ack.
-        let full = resume.as_deref().is_some_and(|r| r.retained.len() >= MAX_RETAINED_BYTES);
+        let full = resume.as_deref().is_some_and(|r| r.retained.len() >= MAX_RETAINED_BYTES) && !closing_flag(shared);
         let (batches, closing) =
             if full { (Vec::new(), closing_flag(shared)) } else { shared.take_ready(closing_flag(shared), aged) };
         if !batches.is_empty() {

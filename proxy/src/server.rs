@@ -18,7 +18,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, Listener, ListenerKind, Settings, Transport, WsSettings};
-use crate::limits::HandshakeSlot;
+use crate::limits::{HandshakeSlot, LogLimiter};
 use crate::metrics::{Metrics, StageGauge};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeTable;
@@ -440,12 +440,15 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     up: Upgraded,
     table: &ResumeTable,
     metrics: &Metrics,
+    log: &LogLimiter,
 ) -> Result<(WsLink<S>, SocketAddr), SetupError> {
     if up.v2 {
         link.enable_v2();
         match link.first_control().await {
             Ok(None) => {}
-            Ok(Some(control)) => return Err(SetupError::Resume(hand_off(link, control, table, metrics).await)),
+            Ok(Some(control)) => {
+                return Err(SetupError::Resume(hand_off(link, control, table, metrics, log).await));
+            }
             Err(_) => {
                 link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
                 return Err(SetupError::Resume("bad_request"));
@@ -465,6 +468,7 @@ impl Conn {
         let counters = self.state.metrics.ws.clone();
         let metrics = Arc::clone(&self.state.metrics);
         let resume = Arc::clone(&self.state.resume);
+        let state = Arc::clone(&self.state);
         let v2_allowed = live.limits.resume_window().is_some();
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
@@ -478,7 +482,7 @@ impl Conn {
                     let mut stream = stream;
                     let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
-                    resume_or_session(link, up, &resume, &metrics).await
+                    resume_or_session(link, up, &resume, &metrics, &state.bad_input_log).await
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }
@@ -501,7 +505,7 @@ impl Conn {
                     }
                     let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
-                    resume_or_session(link, up, &resume, &metrics).await
+                    resume_or_session(link, up, &resume, &metrics, &state.bad_input_log).await
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }

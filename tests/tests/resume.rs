@@ -402,3 +402,52 @@ async fn v1_clients_and_a_proxy_with_resume_off_work_as_before() {
         proxy.shutdown().await;
     }
 }
+
+/// Opens a v2 WebSocket, sends `resume …` and returns the socket with the `resumed` answer's fields.
+async fn resume_on_new_link(addr: SocketAddr, token: &str, received: u64, sent: u64) -> (Ws, Vec<String>) {
+    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    ws.send(Message::Text(format!("resume {token} {received} {sent}").into())).await.unwrap();
+    loop {
+        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Text(t) => return (ws, t.split(' ').map(str::to_string).collect()),
+            Message::Close(f) => panic!("refused: {f:?}"),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_drop_during_the_resume_exchange_can_be_resumed_again() {
+    let backend = login_backend().await;
+    let proxy = ws_proxy(backend.addr, "").await;
+    let addr = proxy.addr(Transport::Ws);
+    let (ws, token, received) = v2_session(addr).await;
+    drop(ws);
+    let sent = hs_ls().len() as u64;
+    // The answer arrives, but the connection drops before the player shows it got the new token.
+    let (ws, fields) = resume_on_new_link(addr, &token, received, sent).await;
+    assert_eq!(fields[0], "resumed");
+    drop(ws);
+    // So the same token works once more.
+    let (mut ws, fields) = resume_on_new_link(addr, &token, received, sent).await;
+    assert_eq!(fields[0], "resumed");
+    // Bytes on the new link show the player has the new token: the old one is spent from then on.
+    ws.send(Message::Binary(vec![0x01, 0x00].into())).await.unwrap();
+    backend.wait_received(0, hs_ls().len() + 2, STEP).await;
+    assert_eq!(try_resume(addr, &format!("resume {token} {received} {sent}")).await, Err(Some(4004)));
+    // The newest token still resumes the session.
+    drop(ws);
+    let (_ws, fields) = resume_on_new_link(addr, &fields[2], received, sent + 2).await;
+    assert_eq!(fields[..2], ["resumed".to_string(), (sent + 2).to_string()]);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_shutdown_a_v2_player_gets_1012_and_does_not_resume() {
+    let backend = login_backend().await;
+    let proxy = ws_proxy(backend.addr, "").await;
+    let (mut ws, _, _) = v2_session(proxy.addr(Transport::Ws)).await;
+    let stopping = tokio::spawn(proxy.shutdown());
+    assert_eq!(moonbridge_tests::ws_close_code(&mut ws, STEP).await, Some(1012));
+    stopping.await.unwrap();
+}

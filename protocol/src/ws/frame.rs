@@ -259,7 +259,9 @@ impl ServerDecoder {
                 }
                 // A new data frame inside an unfinished message breaks fragmentation (§5.4) whatever its type.
                 OP_TEXT if self.in_message => return Err(FrameFault::BadFragmentation),
-                OP_TEXT if !header.fin || header.len > self.max_text as u64 => return Err(FrameFault::Text),
+                OP_TEXT if self.max_text == 0 || !header.fin || header.len > self.max_text as u64 => {
+                    return Err(FrameFault::Text)
+                }
                 OP_CLOSE | OP_PING | OP_PONG | OP_TEXT => {
                     let len = header.len as usize; // at most 125, checked by parse_header
                     if self.buf.len() < header.header_len + len {
@@ -489,6 +491,10 @@ mod tests {
         let mut dec = ServerDecoder::new(1 << 20);
         dec.accept_text(10);
         dec.queue_slice(&client_frame(0x81, b"ack 123456789", key));
+        assert_eq!(dec.try_next(), Err(FrameFault::Text));
+        // Not accepted at all (carriage v1): even an empty Text message is refused.
+        let mut dec = ServerDecoder::new(1 << 20);
+        dec.queue_slice(&client_frame(0x81, b"", key));
         assert_eq!(dec.try_next(), Err(FrameFault::Text));
     }
 

@@ -26,6 +26,8 @@ pub(crate) const RETIRED_KEPT: usize = 4096;
 pub(crate) struct Handoff<L> {
     /// The player's new WebSocket.
     pub(crate) link: L,
+    /// The token the resume used.
+    pub(crate) token: ResumeToken,
     /// Stream bytes the player has received from the proxy (its `resume` count).
     pub(crate) received: u64,
     /// Stream bytes the player has sent in all.
@@ -59,6 +61,21 @@ struct Inner {
     live: HashMap<[u8; SECRET_LEN], Box<dyn Any + Send>>,
     retired: HashSet<[u8; SECRET_LEN]>,
     retired_order: VecDeque<[u8; SECRET_LEN]>,
+}
+
+impl Inner {
+    /// Remembers a used secret (the oldest is forgotten beyond [`RETIRED_KEPT`]).
+    fn retire(&mut self, secret: [u8; SECRET_LEN]) {
+        if !self.retired.insert(secret) {
+            return;
+        }
+        if self.retired_order.len() >= RETIRED_KEPT {
+            if let Some(old) = self.retired_order.pop_front() {
+                self.retired.remove(&old);
+            }
+        }
+        self.retired_order.push_back(secret);
+    }
 }
 
 /// Why a resume request is refused: the close code and its reason.
@@ -126,25 +143,38 @@ impl ResumeTable {
         Registration { table: Arc::clone(self), token: ResumeToken { instance: self.instance, secret } }
     }
 
-    /// Takes the session of `token` for a resume: its channel, or why not. The token is used up either way
-    /// once found.
+    /// Takes the session of `token` for a resume: its channel, or why not. A token found is used up (it
+    /// answers 4004 from then on), unless its session is on another link type (a ws session resumed through a
+    /// wss listener: 4001, and the session stays reachable).
     pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<HandoffTx<L>, Refusal> {
         if token.instance != self.instance {
             return Err(Refusal::OTHER_INSTANCE);
         }
         let mut inner = self.lock();
-        let Some(entry) = inner.live.remove(&token.secret) else {
-            return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN });
-        };
-        if inner.retired_order.len() >= RETIRED_KEPT {
-            if let Some(old) = inner.retired_order.pop_front() {
-                inner.retired.remove(&old);
-            }
+        match inner.live.get(&token.secret) {
+            None => return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN }),
+            Some(entry) if !entry.is::<HandoffTx<L>>() => return Err(Refusal::UNKNOWN),
+            Some(_) => {}
         }
-        inner.retired.insert(token.secret);
-        inner.retired_order.push_back(token.secret);
-        // A session on another link type (a ws session resumed through a wss listener) cannot take this link.
-        entry.downcast::<HandoffTx<L>>().map(|b| *b).map_err(|_| Refusal::UNKNOWN)
+        let entry = inner.live.remove(&token.secret);
+        inner.retire(token.secret);
+        entry.and_then(|e| e.downcast::<HandoffTx<L>>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
+    }
+
+    /// Makes a used `token` valid again for the session of `tx`, until the returned registration is dropped
+    /// or [`ResumeTable::retire`]d: the player may not have received the next token yet.
+    pub(crate) fn reinstate<L: Send + 'static>(self: &Arc<Self>, token: ResumeToken, tx: HandoffTx<L>) -> Registration {
+        let mut inner = self.lock();
+        inner.retired.remove(&token.secret);
+        inner.live.insert(token.secret, Box::new(tx));
+        Registration { table: Arc::clone(self), token }
+    }
+
+    /// Ends a registration and remembers its token as used (4004 from then on).
+    pub(crate) fn retire(&self, registration: Registration) {
+        let secret = registration.token.secret;
+        drop(registration);
+        self.lock().retire(secret);
     }
 
     /// Sessions registered now.
@@ -173,9 +203,17 @@ mod tests {
         let other =
             if other.instance == token.instance { ResumeToken { instance: [1; INSTANCE_LEN], ..token } } else { other };
         assert_eq!(table.take::<u8>(&other).err(), Some(Refusal::OTHER_INSTANCE));
-        // The wrong link type is refused as unknown; an ended session's token is unknown, not used.
+        // The wrong link type is refused as unknown and leaves the session reachable; an ended session's token
+        // is unknown, not used.
         let reg2 = table.register(tx.clone());
         assert_eq!(table.take::<u16>(&reg2.token).err(), Some(Refusal::UNKNOWN));
+        assert!(table.take::<u8>(&reg2.token).is_ok());
+        // A used token reinstated works once more; retired, it answers 4004.
+        let again = table.reinstate(reg2.token, tx.clone());
+        assert!(table.take::<u8>(&reg2.token).is_ok());
+        let again = table.reinstate(again.token, tx.clone());
+        table.retire(again);
+        assert_eq!(table.take::<u8>(&reg2.token).err(), Some(Refusal::USED));
         let reg3 = table.register(tx);
         let t3 = reg3.token;
         drop(reg3);

@@ -372,7 +372,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// reading (`paused`), silence does not count against the player. A Ping that cannot be written, or a dead
     /// peer, is an error.
     pub(super) async fn keepalive_tick(&mut self, paused: bool) -> io::Result<()> {
-        let Some(k) = &mut self.keepalive else { return Ok(()) };
+        match self.keepalive_due(paused) {
+            KeepaliveAction::None => Ok(()),
+            KeepaliveAction::Ping => self.write_frame(&wsframe::frame(OP_PING, &[])).await,
+            KeepaliveAction::Dead => {
+                self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"))
+            }
+        }
+    }
+
+    /// The keepalive schedule's decision at a tick, without acting on it: re-arms the timer and counts the
+    /// Ping or the dead peer in the metrics.
+    pub(super) fn keepalive_due(&mut self, paused: bool) -> KeepaliveAction {
+        let Some(k) = &mut self.keepalive else { return KeepaliveAction::None };
         let now = Instant::now();
         if paused {
             k.on_receive(now);
@@ -380,15 +393,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         let action = k.on_tick(now);
         self.tick.as_mut().reset(tick_deadline(Some(k)));
         match action {
-            KeepaliveAction::None => Ok(()),
-            KeepaliveAction::Ping => {
-                self.counters.pings_sent.inc();
-                self.write_frame(&wsframe::frame(OP_PING, &[])).await
-            }
-            KeepaliveAction::Dead => {
-                self.counters.silent_closed.inc();
-                self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
-                Err(io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"))
+            KeepaliveAction::Ping => self.counters.pings_sent.inc(),
+            KeepaliveAction::Dead => self.counters.silent_closed.inc(),
+            KeepaliveAction::None => {}
+        }
+        action
+    }
+
+    /// Shortens the keepalive interval to at most `max` (carriage v2 notices a silent drop sooner); no effect
+    /// when the keepalive is off.
+    pub(super) fn shorten_keepalive(&mut self, max: Duration) {
+        if let Some(k) = &self.keepalive {
+            if k.tick_period() * 2 > max {
+                let k = Keepalive::new(max, Instant::now());
+                self.tick.as_mut().reset(tick_deadline(Some(&k)));
+                self.keepalive = Some(k);
             }
         }
     }

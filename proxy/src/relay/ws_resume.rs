@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use moonbridge_protocol::ws::frame::{self as wsframe, OP_BINARY};
+use moonbridge_protocol::ws::frame::{self as wsframe, OP_BINARY, OP_PING, OP_TEXT};
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
+use moonbridge_protocol::ws::KeepaliveAction;
 use moonbridge_protocol::ws::{self as carriage};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -33,10 +34,19 @@ use super::{
     discard_until_eof, inject_shutdown, read_batch, write_all, Direction, RelayEnd, RelayReport, RelayStart, Side,
     LINGER, RELAY_CHUNK,
 };
+use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
 
 /// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
 const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
+
+/// The longest keepalive interval on a v2 link, so a silent drop is noticed within three of them (12 s),
+/// well inside a 1.7.10 server's 30-second read timeout. A playing client sends every tick anyway.
+pub(crate) const V2_MAX_PING_INTERVAL: Duration = Duration::from_secs(4);
+
+/// The close code a v2 player gets on proxy shutdown: 1012 Service Restart (RFC 6455 registry), which the
+/// client takes as an end, not as a drop to resume (1001 is a drop).
+const CLOSE_SERVICE_RESTART: u16 = 1012;
 
 /// How a connected stretch of the relay ended.
 enum Step<L> {
@@ -55,6 +65,9 @@ struct Resumable<L> {
     /// The backend sent FIN while the player was away: replay, then end.
     backend_eof: bool,
     registration: Registration,
+    /// The token the last resume used, valid again until the player shows it got the next one (its first
+    /// `ack` or bytes on the new link): a drop during the resume exchange can then be resumed once more.
+    previous: Option<Registration>,
     tx: mpsc::Sender<Handoff<L>>,
     rx: mpsc::Receiver<Handoff<L>>,
     table: Arc<ResumeTable>,
@@ -73,6 +86,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> RelayReport {
         let shutdown = start.shutdown;
         let (mut up, mut down) = Direction::pair(start);
+        self.shorten_keepalive(V2_MAX_PING_INTERVAL);
         let (tx, rx) = mpsc::channel(1);
         let registration = resume.table.register(tx.clone());
         // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
@@ -88,6 +102,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             acks: AckSchedule::new(self.stream_in),
             backend_eof: false,
             registration,
+            previous: None,
             tx,
             rx,
             table: resume.table,
@@ -96,6 +111,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             buffer: resume.buffer,
         };
         let end = self.run(backend, &mut up, &mut down, shutdown, &mut r, batch, pending).await;
+        // A resume that arrived as the session ended: its link is told the session is gone.
+        r.rx.close();
+        while let Ok(h) = r.rx.try_recv() {
+            tokio::spawn(async move {
+                let mut link = h.link;
+                link.close(Refusal::UNKNOWN.code, Refusal::UNKNOWN.reason).await;
+            });
+        }
         RelayReport { up: up.bytes, down: down.bytes, end }
     }
 
@@ -154,6 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 }
                 Ok(()) => self.connected(backend, up, down, shutdown, r, BytesMut::new(), Turn::Continue).await,
                 Err(AdoptError::Lost(cause)) => Step::Lost(cause),
+                Err(AdoptError::Superseded(h)) => Step::TakenOver(h),
                 Err(AdoptError::End(end)) => return end,
             };
         }
@@ -173,6 +197,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> Step<Self> {
         let stall = up.stall;
         loop {
+            // Bytes or an ack on this link: the player has the current token, so the last one is spent.
+            if (!batch.is_empty() || self.peer_ack.is_some()) && r.previous.is_some() {
+                if let Some(p) = r.previous.take() {
+                    r.table.retire(p);
+                }
+            }
             if !batch.is_empty() {
                 up.process(&mut batch);
                 if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
@@ -209,8 +239,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 }
             }
             if let Some(n) = r.acks.on_data(self.stream_in) {
-                if let Err(e) = self.send_control(&Control::Ack(n)).await {
-                    return Step::Lost(format!("write failed: {e}"));
+                if let Err(step) = self.write_racing(&control_frame(&Control::Ack(n)), &mut r.rx).await {
+                    return step;
                 }
             }
             let room = r.retained.len() < r.buffer;
@@ -266,30 +296,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     self.messages_out += 1;
                     self.stream_out += msg.2 as u64;
                     self.counters.messages_out.inc();
-                    // A handoff wins over a write to a link that stopped reading.
-                    tokio::select! {
-                        biased;
-                        res = self.write_frame(&msg.0) => {
-                            if let Err(e) = res {
-                                return Step::Lost(format!("write failed: {e}"));
-                            }
-                        }
-                        Some(h) = r.rx.recv() => return Step::TakenOver(h),
+                    if let Err(step) = self.write_racing(&msg.0, &mut r.rx).await {
+                        return step;
                     }
                 }
                 () = self.tick.as_mut(), if self.keepalive.is_some() => {
-                    if let Err(e) = self.keepalive_tick(false).await {
-                        return Step::Lost(e.to_string());
+                    match self.keepalive_due(false) {
+                        KeepaliveAction::None => {}
+                        KeepaliveAction::Ping => {
+                            if let Err(step) = self.write_racing(&wsframe::frame(OP_PING, &[]), &mut r.rx).await {
+                                return step;
+                            }
+                        }
+                        KeepaliveAction::Dead => {
+                            self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
+                            return Step::Lost("no traffic for 3 ping intervals".into());
+                        }
                     }
                     if let Some(n) = r.acks.on_tick(self.stream_in) {
-                        if let Err(e) = self.send_control(&Control::Ack(n)).await {
-                            return Step::Lost(format!("write failed: {e}"));
+                        if let Err(step) = self.write_racing(&control_frame(&Control::Ack(n)), &mut r.rx).await {
+                            return step;
                         }
                     }
                 }
                 () = shutdown.cancelled() => {
                     inject_shutdown(self, down).await;
-                    self.close(carriage::CLOSE_GOING_AWAY, "proxy shutting down").await;
+                    self.close(CLOSE_SERVICE_RESTART, "proxy shutting down").await;
                     return Step::End(RelayEnd::Shutdown);
                 }
             }
@@ -309,6 +341,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         loop {
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {
+                biased;
                 h = r.rx.recv() => {
                     if let Some(h) = h {
                         return Ok(h);
@@ -346,8 +379,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         r: &mut Resumable<Self>,
         cause: &str,
         lost_at: Instant,
-    ) -> Result<(), AdoptError> {
-        let Handoff { mut link, received, sent, at } = handoff;
+    ) -> Result<(), AdoptError<Self>> {
+        let Handoff { mut link, token, received, sent, at } = handoff;
         let (from, to) = (r.retained.start(), r.retained.end());
         let replay = match r.retained.resume_from(received) {
             Ok(b) if sent >= self.stream_in => b,
@@ -365,36 +398,59 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 return Err(AdoptError::End(RelayEnd::Error(Side::Player, e)));
             }
         };
+        link.shorten_keepalive(V2_MAX_PING_INTERVAL);
         r.registration = r.table.register(r.tx.clone());
+        // The token this resume used stays valid until the player shows it got the next one.
+        r.previous = Some(r.table.reinstate(token, r.tx.clone()));
         link.stream_in = self.stream_in;
         link.stream_out = received;
         link.messages_in += self.messages_in;
         link.messages_out += self.messages_out;
+        let resumed = control_frame(&Control::Resumed { received: self.stream_in, token: r.registration.token });
+        let mut outcome = link.write_racing(&resumed, &mut r.rx).await;
         let mut replayed_to_player = 0;
-        let mut outcome =
-            link.send_control(&Control::Resumed { received: self.stream_in, token: r.registration.token }).await;
         for chunk in replay {
             if outcome.is_err() {
                 break;
             }
+            let (h, n) = wsframe::encode_header(OP_BINARY, chunk.len());
+            let mut frame = Vec::with_capacity(n + chunk.len());
+            frame.extend_from_slice(h.get(..n).unwrap_or_default());
+            frame.extend_from_slice(chunk);
+            outcome = link.write_racing(&frame, &mut r.rx).await;
+            link.stream_out += chunk.len() as u64;
+            link.messages_out += 1;
+            link.counters.messages_out.inc();
             replayed_to_player += chunk.len();
-            outcome = link.send_binary(chunk).await;
         }
         let first_byte = at.elapsed();
+        match outcome {
+            Ok(()) => {}
+            Err(Step::TakenOver(newer)) => {
+                // An even newer resume arrived meanwhile: it wins, this link is closed (4005).
+                tokio::spawn(close_old(link));
+                return Err(AdoptError::Superseded(newer));
+            }
+            Err(other) => {
+                tokio::spawn(close_old(link));
+                let cause = match other {
+                    Step::Lost(c) => c,
+                    _ => "resumed link lost".into(),
+                };
+                return Err(AdoptError::Lost(format!("resumed link lost during the replay: {cause}")));
+            }
+        }
         std::mem::swap(self, &mut link);
         let old = link;
         if !old.peer_closed || !old.close_sent {
             tokio::spawn(close_old(old));
-        }
-        if let Err(e) = outcome {
-            return Err(AdoptError::Lost(format!("resumed link lost during the replay: {e}")));
         }
         r.metrics.resume("resumed");
         info!(
             cause = %cause,
             gap_ms = lost_at.elapsed().as_millis() as u64,
             replayed_to_player,
-            replayed_from_player = sent - self.stream_in,
+            replayed_from_player = sent.saturating_sub(self.stream_in),
             resume_us = first_byte.as_micros() as u64,
             "session resumed"
         );
@@ -402,9 +458,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     }
 }
 
-/// Why [`WsLink::adopt`] did not continue the session.
-enum AdoptError {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
+    /// Writes whole frames to the player unless a resume arrives first (a link that stopped reading must not
+    /// hold up a resume): a failed write is a lost link, a handoff a take-over.
+    async fn write_racing(&mut self, frames: &[u8], rx: &mut mpsc::Receiver<Handoff<Self>>) -> Result<(), Step<Self>> {
+        tokio::select! {
+            biased;
+            res = self.write_frame(frames) => res.map_err(|e| Step::Lost(format!("write failed: {e}"))),
+            Some(h) = rx.recv() => Err(Step::TakenOver(h)),
+        }
+    }
+}
+
+/// A control message as one Text frame.
+fn control_frame(c: &Control) -> Vec<u8> {
+    wsframe::frame(OP_TEXT, c.encode().as_bytes())
+}
+
+/// Why [`WsLink::adopt`] did not continue the session on the handed-over link.
+enum AdoptError<L> {
+    /// The new link was lost too: wait for the next resume.
     Lost(String),
+    /// A newer resume arrived during this one: adopt that instead.
+    Superseded(Handoff<L>),
+    /// The session is over.
     End(RelayEnd),
 }
 
@@ -420,6 +497,7 @@ pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>
     control: Control,
     table: &ResumeTable,
     metrics: &Metrics,
+    log: &LogLimiter,
 ) -> &'static str {
     let Control::Resume { token, received, sent } = control else {
         link.close(carriage::CLOSE_PROTOCOL_ERROR, "expected a resume request").await;
@@ -427,7 +505,7 @@ pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>
     };
     let at = Instant::now();
     let refusal = match table.take::<WsLink<S>>(&token) {
-        Ok(tx) => match tx.send(Handoff { link, received, sent, at }).await {
+        Ok(tx) => match tx.send(Handoff { link, token, received, sent, at }).await {
             Ok(()) => return "handed_over",
             Err(mpsc::error::SendError(h)) => {
                 link = h.link;
@@ -437,7 +515,10 @@ pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>
         Err(refusal) => refusal,
     };
     metrics.resume(refusal.outcome);
-    info!(token = ?token, code = refusal.code, "resume refused: {}", refusal.reason);
+    // Refusals come from unauthenticated connections: logged through the bad-input limiter.
+    if let Some(suppressed) = log.allow() {
+        info!(token = ?token, code = refusal.code, suppressed, "resume refused: {}", refusal.reason);
+    }
     link.close(refusal.code, refusal.reason).await;
     refusal.outcome
 }
