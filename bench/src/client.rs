@@ -6,6 +6,7 @@
 //! them byte for byte.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,9 @@ pub struct ClientSpec {
     pub name: String,
     /// Do the online-mode login (Encryption Request/Response), then encrypt the stream with AES-CFB8.
     pub online: bool,
+    /// A light player: in the timed phase, one round trip per `pace` (a game tick) for as long as any busy
+    /// client is still in its timed phase, instead of `messages` round trips as fast as the window allows.
+    pub pace: Option<Duration>,
 }
 
 /// What one client measured.
@@ -59,11 +63,18 @@ pub struct Sync {
     pub go: Barrier,
     pub done: Barrier,
     pub release: Barrier,
+    /// Clients that have finished their login (or failed before it): the harness can connect clients one at
+    /// a time, in an order it chooses.
+    pub logged_in: AtomicUsize,
+    /// Busy clients still in (or before) their timed phase; light clients stop when it reaches 0.
+    pub busy_left: AtomicUsize,
 }
 
 impl Sync {
-    pub fn new(clients: usize) -> Arc<Self> {
+    pub fn new(clients: usize, busy: usize) -> Arc<Self> {
         Arc::new(Self {
+            logged_in: AtomicUsize::new(0),
+            busy_left: AtomicUsize::new(busy),
             login_turn: std::sync::Mutex::new(()),
             warmed: Barrier::new(clients + 1),
             go: Barrier::new(clients + 1),
@@ -239,6 +250,40 @@ impl Driver<'_> {
     }
 }
 
+impl Driver<'_> {
+    /// A light player's timed phase: one round trip per `tick` until no busy client is left.
+    fn run_paced(&mut self, tick: Duration, busy_left: &AtomicUsize, record: &mut ClientResult) -> anyhow::Result<()> {
+        let mut next = Instant::now();
+        let mut completed = Vec::new();
+        while busy_left.load(Ordering::Relaxed) > 0 {
+            self.send()?;
+            completed.clear();
+            self.complete(&mut completed)?;
+            for (latency, frames) in &completed {
+                record.latencies.push(*latency);
+                record.frames += frames;
+                record.round_trips += 1;
+            }
+            // Pacing a load generator, not synchronising a test: the next tick starts on the game's clock.
+            next += tick;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts a busy client out of `busy_left` when dropped (after its timed phase, or when it fails), so light
+/// clients never wait for one that is gone.
+struct BusyDone<'a>(&'a AtomicUsize);
+
+impl Drop for BusyDone<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 fn subtract(a: Stats, b: Stats) -> Stats {
     Stats {
         frames_out: a.frames_out - b.frames_out,
@@ -261,7 +306,9 @@ fn subtract(a: Stats, b: Stats) -> Stats {
 pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sync>) -> ClientResult {
     let mut result = ClientResult::default();
     let mut stage = 0;
+    let mut announced = false;
     let outcome = (|| -> anyhow::Result<()> {
+        let busy = spec.pace.is_none().then(|| BusyDone(&sync.busy_left));
         let conn = Connection::connect(&spec.url, spec.options.clone())?;
         let hs = Handshake {
             protocol_version: 5,
@@ -290,6 +337,8 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         }
         result.login_burst = started.elapsed();
         drop(turn);
+        sync.logged_in.fetch_add(1, Ordering::Relaxed);
+        announced = true;
         if got != answer {
             anyhow::bail!("login answer differs from what the backend sent");
         }
@@ -308,8 +357,12 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         sync.go.wait();
         stage = 2;
         let before = conn.stats();
-        driver.run(spec.messages, Some(&mut result))?;
+        match spec.pace {
+            None => driver.run(spec.messages, Some(&mut result))?,
+            Some(tick) => driver.run_paced(tick, &sync.busy_left, &mut result)?,
+        }
         result.stats = subtract(conn.stats(), before);
+        drop(busy);
         stage = 3;
         sync.done.wait();
         sync.release.wait();
@@ -319,6 +372,9 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
     })();
     if let Err(e) = outcome {
         result.error = Some(format!("{}: {e:#}", spec.name));
+    }
+    if !announced {
+        sync.logged_in.fetch_add(1, Ordering::Relaxed);
     }
     // Meet the barriers not reached yet, so the harness and the other clients go on.
     if stage < 1 {

@@ -49,6 +49,24 @@ enum PeerArg {
     Websocat,
 }
 
+/// `[runtime] mode` of a proxy under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RuntimeArg {
+    /// One single-threaded runtime per worker; a session stays on one thread.
+    ThreadPerCore,
+    /// tokio's work-stealing runtime.
+    MultiThread,
+}
+
+impl RuntimeArg {
+    fn name(self) -> &'static str {
+        match self {
+            Self::ThreadPerCore => "thread-per-core",
+            Self::MultiThread => "multi-thread",
+        }
+    }
+}
+
 /// The MoonBridge session benchmark.
 #[derive(Debug, Parser)]
 #[command(
@@ -101,6 +119,25 @@ struct Args {
     /// its default); 0: carriage v1 only (ws and wss).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     client_resume: u8,
+    /// `[runtime] mode` of the proxy under test (default: the proxy's own default, thread-per-core).
+    #[arg(long, value_enum)]
+    proxy_runtime: Option<RuntimeArg>,
+    /// Light players besides the busy `--connections`: each makes one round trip (one modded tick) per
+    /// `--light-tick-ms` while the busy ones run. They connect first and in turn with the busy ones (light,
+    /// busy, light, busy, …, then the remaining light ones, each after the previous logged in), so with two
+    /// proxy workers the busy players share one worker with a light player: the fairness check.
+    #[arg(long, default_value_t = 0)]
+    light_connections: usize,
+    /// A light player's tick, in milliseconds (1.7.10 runs 20 ticks per second).
+    #[arg(long, default_value_t = 50)]
+    light_tick_ms: u64,
+    /// `[runtime] workers` of the proxies under test (0: one per core, the proxy's default).
+    #[arg(long, default_value_t = 0)]
+    proxy_workers: usize,
+    /// Also run a second moonbridge with this `[runtime] mode` (variant `moonbridge-MODE`), rotated with the
+    /// others in every repeat: an interleaved A/B of the two runtimes.
+    #[arg(long, value_enum)]
+    also_runtime: Option<RuntimeArg>,
     /// Print one JSON object per phase instead of text.
     #[arg(long)]
     json: bool,
@@ -142,6 +179,10 @@ struct PhaseResult {
     tcp_segments_per_frame: Option<f64>,
     login_burst_ms: f64,
     proxy_rss_kib_per_conn: Option<f64>,
+    /// Light players (`--light-connections`).
+    light_connections: usize,
+    /// The worst light player's 99th-percentile round trip, in ms (none without light players).
+    light_p99_ms: Option<f64>,
     errors: u64,
 }
 
@@ -180,6 +221,7 @@ fn spawn_proxy(
     dir: &Path,
     cert: Option<&(PathBuf, PathBuf, PathBuf)>,
     session_server: Option<&str>,
+    runtime: &str,
 ) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
@@ -205,7 +247,7 @@ fn spawn_proxy(
         // Every benchmark connection comes from 127.0.0.1: the per-address rate limits are off.
         format!(
             "[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n{auth}\n\
-             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n"
+             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n{runtime}"
         ),
     )?;
     let mut child = Command::new(bin)
@@ -226,6 +268,14 @@ fn spawn_proxy(
     let s = Spawned { child, addr };
     wait_for_port(addr, "moonbridge")?;
     Ok(s)
+}
+
+/// The `[runtime]` section of a proxy under test (no `mode`: the proxy's default).
+fn runtime_toml(mode: Option<RuntimeArg>, workers: usize) -> String {
+    match mode {
+        Some(r) => format!("[runtime]\nmode = \"{}\"\nworkers = {workers}\n", r.name()),
+        None => format!("[runtime]\nworkers = {workers}\n"),
+    }
 }
 
 fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path) -> anyhow::Result<Spawned> {
@@ -282,15 +332,26 @@ fn run_phase(
         ProfileArg::Echo => Profile::Echo,
         ProfileArg::Modded => Profile::Modded,
     };
-    let sync = Sync::new(args.connections);
+    let light = args.light_connections;
+    let sync = Sync::new(args.connections + light, args.connections);
     let rss_before = variant.pid.and_then(metrics::rss_kib);
+    // Busy (false) and light (true) players in connection order.
+    let mut order = Vec::new();
+    for i in 0..args.connections.max(light) {
+        if i < light {
+            order.push(true);
+        }
+        if i < args.connections {
+            order.push(false);
+        }
+    }
     let mut handles = Vec::new();
-    for i in 0..args.connections {
+    for (i, &is_light) in order.iter().enumerate() {
         let spec = ClientSpec {
             url: variant.url.clone(),
             options: variant.options.clone(),
             profile,
-            warmup: args.warmup,
+            warmup: if is_light { 10 } else { args.warmup },
             messages: args.messages,
             window: args.window.max(1),
             payload: args.payload.max(8),
@@ -298,9 +359,20 @@ fn run_phase(
             end_ticks: args.client_coalesce == 1,
             name: format!("Bench{repeat}x{i}"),
             online: variant.online,
+            pace: is_light.then(|| Duration::from_millis(args.light_tick_ms.max(1))),
         };
         let (t, s) = (Arc::clone(templates), Arc::clone(&sync));
         handles.push(std::thread::Builder::new().name("bench-client".into()).spawn(move || run_client(spec, t, s))?);
+        if light > 0 {
+            // Connect in this order: the next client starts after this one logged in (or failed).
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while sync.logged_in.load(std::sync::atomic::Ordering::Relaxed) <= i {
+                if Instant::now() > deadline {
+                    bail!("client {i} did not log in within 60 s");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
     sync.warmed.wait();
     let rss_after_login = variant.pid.and_then(metrics::rss_kib);
@@ -324,12 +396,20 @@ fn run_phase(
     let mut latencies = Vec::new();
     let (mut frames, mut round_trips, mut messages_up) = (0u64, 0u64, 0u64);
     let mut bursts = Vec::new();
-    for r in &results {
+    let mut light_p99: Option<f64> = None;
+    for (r, &is_light) in results.iter().zip(&order) {
         if let Some(e) = &r.error {
             eprintln!("error: {e}");
             errors += 1;
         }
-        latencies.extend_from_slice(&r.latencies);
+        if is_light {
+            let mut own = r.latencies.clone();
+            own.sort_unstable();
+            let p99 = metrics::percentile(&own, 99.0).as_secs_f64() * 1000.0;
+            light_p99 = Some(light_p99.map_or(p99, |w| w.max(p99)));
+        } else {
+            latencies.extend_from_slice(&r.latencies);
+        }
         frames += r.frames;
         round_trips += r.round_trips;
         messages_up += r.stats.messages_out;
@@ -370,9 +450,11 @@ fn run_phase(
         },
         login_burst_ms: metrics::median_range(&bursts).0,
         proxy_rss_kib_per_conn: match (rss_before, rss_after_login) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / args.connections as f64),
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / (args.connections + light) as f64),
             _ => None,
         },
+        light_connections: light,
+        light_p99_ms: light_p99,
         errors,
     })
 }
@@ -386,10 +468,10 @@ fn print_phase(r: &PhaseResult, json: bool) {
     println!(
         "repeat={} variant={} transport={} profile={} window={} coalesce={} frames_per_s={:.0} p50_ms={:.3} p95_ms={:.3} p99_ms={:.3} \
          proxy_cpu_ns_per_frame={} client_cpu_ns_per_frame={:.0} client_io_cpu_ns_per_frame={:.0} client_cpu_ns_per_tick={:.0} \
-         messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} errors={}",
+         messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} light_p99_ms={} errors={}",
         r.repeat, r.variant, r.transport, r.profile, r.window, r.client_coalesce, r.frames_per_s, r.p50_ms, r.p95_ms, r.p99_ms,
         opt(r.proxy_cpu_ns_per_frame, 0), r.client_cpu_ns_per_frame, r.client_io_cpu_ns_per_frame, r.client_cpu_ns_per_tick,
-        r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), r.errors
+        r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), opt(r.light_p99_ms, 3), r.errors
     );
 }
 
@@ -406,13 +488,14 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             format!("{m:.1} [{lo:.1}-{hi:.1}]")
         };
         println!(
-            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {}",
+            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {} | light_p99_ms {}",
             col(&|r| Some(r.frames_per_s)),
             col(&|r| Some(r.p50_ms)),
             col(&|r| r.proxy_cpu_ns_per_frame),
             col(&|r| Some(r.client_cpu_ns_per_frame)),
             col(&|r| Some(r.login_burst_ms)),
             col(&|r| Some(r.messages_per_tick_up)),
+            col(&|r| r.light_p99_ms),
         );
     }
     // Per-pair ratios within each repeat.
@@ -514,26 +597,27 @@ fn main() -> anyhow::Result<()> {
                 Some(b) => b.clone(),
                 None => std::env::current_exe()?.with_file_name("moonbridge"),
             };
-            let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), None)?;
-            variants.push(Variant {
-                name: "moonbridge".into(),
-                url: scheme(args.transport, p.addr),
-                options: options.clone(),
-                pid: Some(p.child.id()),
-                online: false,
-            });
-            _keep.push(p);
-            if args.online {
-                let url = format!("http://{}", sessions::start()?);
-                let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), Some(&url))?;
+            // Each moonbridge variant: its own process, config and name.
+            let mut add_proxy = |name: String, session_server: Option<&str>, runtime: Option<RuntimeArg>| {
+                let runtime = runtime_toml(runtime, args.proxy_workers);
+                let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), session_server, &runtime)?;
                 variants.push(Variant {
-                    name: "moonbridge-online".into(),
+                    name,
                     url: scheme(args.transport, p.addr),
                     options: options.clone(),
                     pid: Some(p.child.id()),
-                    online: true,
+                    online: session_server.is_some(),
                 });
                 _keep.push(p);
+                anyhow::Ok(())
+            };
+            add_proxy("moonbridge".into(), None, args.proxy_runtime)?;
+            if let Some(runtime) = args.also_runtime {
+                add_proxy(format!("moonbridge-{}", runtime.name()), None, Some(runtime))?;
+            }
+            if args.online {
+                let url = format!("http://{}", sessions::start()?);
+                add_proxy("moonbridge-online".into(), Some(&url), args.proxy_runtime)?;
             }
             if let Some(peer) = args.peer {
                 let want = match peer {

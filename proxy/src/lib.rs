@@ -58,6 +58,7 @@ mod state;
 mod tcp;
 pub mod tls;
 pub mod trusted;
+mod workers;
 mod ws;
 
 #[cfg(fuzzing)]

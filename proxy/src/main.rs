@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use moonbridge_proxy::config::RuntimeMode;
 use moonbridge_proxy::{Config, Server};
 use tracing::{info, warn};
 
@@ -14,7 +15,7 @@ use tracing::{info, warn};
 /// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 and a ws listener on
 /// 0.0.0.0:8080 path /mc, routing every host to the backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
 /// stderr. SIGTERM or Ctrl-C stop it gracefully; SIGHUP reloads the --config file (backends, routes,
-/// forwarding, limits, status and rate limits; listeners, [metrics] and [auth] need a restart).
+/// forwarding, limits, status and rate limits; listeners, [metrics], [auth] and [runtime] need a restart).
 #[derive(Debug, Parser)]
 #[command(name = "moonbridge", version, about, long_about)]
 struct Cli {
@@ -77,8 +78,19 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(e) => warn!("cannot raise the open file limit: {e}"),
     }
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    // Thread-per-core: this runtime only accepts connections, serves [metrics] and handles signals; the
+    // server starts its own session workers. Multi-thread: tokio's workers run everything.
+    let mut builder = match settings.runtime.mode {
+        RuntimeMode::MultiThread => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            if settings.runtime.workers > 0 {
+                b.worker_threads(settings.runtime.workers);
+            }
+            b
+        }
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = builder.enable_all().build().context("cannot start the runtime")?;
     let result = runtime.block_on(async {
         match &config_path {
             Some(p) => info!("moonbridge {} starting with {}", env!("CARGO_PKG_VERSION"), p.display()),

@@ -17,7 +17,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::auth::OnlineAuth;
-use crate::config::{AuthMode, Config, Forwarding, Listener, ListenerKind, Settings, Transport, WsSettings};
+use crate::config::{
+    AuthMode, Config, Forwarding, Listener, ListenerKind, RuntimeConfig, RuntimeMode, Settings, Transport, WsSettings,
+};
 use crate::limits::{HandshakeSlot, LogLimiter};
 use crate::metrics::{Metrics, StageGauge};
 use crate::rate::Bucket;
@@ -27,6 +29,7 @@ use crate::relay::ws_resume::hand_off;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
+use crate::workers::Workers;
 use crate::ws::upgrade::{accept_upgrade, UpgradeError, Upgraded};
 
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
@@ -125,6 +128,8 @@ pub struct Server {
     config: Option<Config>,
     /// The `[metrics]` listener, when configured.
     ops: Option<TcpListener>,
+    /// `[runtime]`.
+    runtime: RuntimeConfig,
 }
 
 /// The startup line of a listener, in the configuration's own terms.
@@ -223,7 +228,8 @@ impl Server {
             }
             None => None,
         };
-        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops, config: None })
+        let runtime = settings.runtime.clone();
+        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops, config: None, runtime })
     }
 
     /// A handle that applies a new configuration while the server runs (what SIGHUP does).
@@ -248,9 +254,30 @@ impl Server {
 
     /// Accepts players until `shutdown` completes, then stops accepting, disconnects every player with a
     /// message (or WebSocket close 1001) and returns once they are gone or `shutdown_grace_seconds` passed.
+    ///
+    /// In `[runtime] mode = "thread-per-core"` sessions run on worker threads this starts (and stops before
+    /// returning); the accept loops run on the caller's runtime, which then needs only one thread. In
+    /// `"multi-thread"` mode everything runs on the caller's runtime. If the workers cannot start, sessions
+    /// run on the caller's runtime, with a warning.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let token = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let workers = match self.runtime.mode {
+            RuntimeMode::ThreadPerCore => match Workers::start(self.runtime.worker_count()) {
+                Ok(w) => {
+                    info!("runtime thread-per-core: {} session worker(s)", w.len());
+                    Some(Arc::new(w))
+                }
+                Err(e) => {
+                    warn!("cannot start the session workers ({e}); sessions run on the main runtime");
+                    None
+                }
+            },
+            RuntimeMode::MultiThread => {
+                info!("runtime multi-thread: tokio's work-stealing workers");
+                None
+            }
+        };
         // The operations listener outlives the player listeners: during the shutdown grace `/readyz` says 503.
         let ops_stop = CancellationToken::new();
         let ops = self.ops.map(|listener| {
@@ -264,7 +291,7 @@ impl Server {
             if let Accept::Wss(_, tls) = &*l.accept {
                 tracker.spawn(Tls::watch(Arc::clone(&tls.cert), token.clone()));
             }
-            tracker.spawn(accept_loop(l, Arc::clone(&self.state), token.clone(), tracker.clone()));
+            tracker.spawn(accept_loop(l, Arc::clone(&self.state), token.clone(), tracker.clone(), workers.clone()));
         }
         shutdown.await;
         info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
@@ -281,12 +308,15 @@ impl Server {
         if let Some(ops) = ops {
             let _ = ops.await;
         }
+        if let Some(workers) = workers.and_then(|w| Arc::try_unwrap(w).ok()) {
+            workers.stop().await;
+        }
     }
 }
 
 /// Applies a new configuration to a running server: backends, routes, forwarding, `[limits]`, `[status]`
 /// and `[rate_limits]` change for every session that starts afterwards; connected players keep their
-/// sessions. Listeners, `[metrics]` and `[auth]` need a restart.
+/// sessions. Listeners, `[metrics]`, `[auth]` and `[runtime]` need a restart.
 #[derive(Clone, Debug)]
 pub struct ReloadHandle {
     state: Arc<ProxyState>,
@@ -298,7 +328,7 @@ impl ReloadHandle {
     ///
     /// # Errors
     /// [`ReloadError::Invalid`] when it does not validate, [`ReloadError::NeedsRestart`] when it changes
-    /// listeners, `[metrics]` or `[auth]`, [`ReloadError::NoBaseline`] for a server started from `Settings`.
+    /// listeners, `[metrics]`, `[auth]` or `[runtime]`, [`ReloadError::NoBaseline`] for a server started from `Settings`.
     pub fn reload(&self, config: &Config) -> Result<String, ReloadError> {
         let mut current = self.config.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(old) = current.as_ref() else { return Err(ReloadError::NoBaseline) };
@@ -311,6 +341,9 @@ impl ReloadHandle {
         }
         if config.auth != old.auth {
             restart.push("[auth]");
+        }
+        if config.runtime != old.runtime {
+            restart.push("[runtime]");
         }
         if !restart.is_empty() {
             return Err(ReloadError::NeedsRestart(restart));
@@ -352,7 +385,15 @@ impl StatsHandle {
     }
 }
 
-async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: CancellationToken, tracker: TaskTracker) {
+/// Accepts on one listener until `token` is cancelled; each connection's session runs on `workers` when there
+/// are (thread-per-core), else on this runtime.
+async fn accept_loop(
+    l: BoundListener,
+    state: Arc<ProxyState>,
+    token: CancellationToken,
+    tracker: TaskTracker,
+    workers: Option<Arc<Workers>>,
+) {
     loop {
         let accepted = tokio::select! {
             r = l.listener.accept() => r,
@@ -394,13 +435,19 @@ async fn accept_loop(l: BoundListener, state: Arc<ProxyState>, token: Cancellati
         let stage = state.metrics.stage(l.transport);
         let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live: state.live() };
         let accept = Arc::clone(&l.accept);
-        tracker.spawn(
+        let session = move |stream| {
             async move {
                 let _permit = permit;
                 conn.serve(stream, &accept).await;
             }
-            .instrument(span),
-        );
+            .instrument(span)
+        };
+        match &workers {
+            Some(w) => w.spawn(&tracker, stream, session),
+            None => {
+                tracker.spawn(session(stream));
+            }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The `moonbridge` command line as a process: `--version`, `--help`, `--check-config`, built-in defaults and
-//! SIGTERM.
+//! SIGTERM, SIGHUP, and both `[runtime]` modes relaying a player.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -200,4 +200,81 @@ fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
     assert!(line.contains("2 backend(s) (1 unchanged), 1 host route(s), default backend a"), "{line}");
     // Still serving; SIGTERM still stops it cleanly.
     sigterm_stops_it(&mut child, &rx);
+}
+
+/// Reads from `s` until `buf` holds at least `want` bytes (the socket's read timeout bounds each read).
+fn read_at_least(s: &mut std::net::TcpStream, buf: &mut Vec<u8>, want: usize) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    while buf.len() < want {
+        let n = s.read(&mut chunk).expect("read within the timeout");
+        assert!(n > 0, "connection closed after {} of {want} bytes", buf.len());
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Both `[runtime]` modes, as the binary runs them, carry a player's login and play bytes both ways and log
+/// which mode runs (the in-process tests run the default, thread-per-core, on their own workers).
+#[test]
+fn both_runtime_modes_relay_a_player() {
+    use moonbridge_protocol::packets::{Handshake, LoginStart, LoginSuccess, NextState, Packet};
+    use std::io::Write;
+    for (mode, banner) in [
+        ("thread-per-core", "runtime thread-per-core: 2 session worker(s)"),
+        ("multi-thread", "runtime multi-thread: tokio's work-stealing workers"),
+    ] {
+        let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let text = format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"a\"\naddress = \"{}\"\n\n\
+             [runtime]\nmode = \"{mode}\"\nworkers = 2\n",
+            backend.local_addr().unwrap()
+        );
+        let file = write_config(&format!("runtime-{mode}.toml"), &text);
+        let (mut child, rx) = spawn(&["--config", file.path.to_str().unwrap()]);
+        wait_line(&rx, banner, Duration::from_secs(20));
+        let line = wait_line(&rx, "listening tcp 127.0.0.1:", Duration::from_secs(20));
+        let addr = line.split("listening tcp ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
+        let mut player = std::net::TcpStream::connect(addr).unwrap();
+        player.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let hs = Handshake {
+            protocol_version: 5,
+            server_address: "localhost".into(),
+            server_port: 25565,
+            next_state: NextState::Login,
+        };
+        player.write_all(&hs.to_frame_bytes().unwrap()).unwrap();
+        player.write_all(&LoginStart { name: "Steve".into() }.to_frame_bytes().unwrap()).unwrap();
+        // The backend side: accepted on a helper thread so the wait is bounded.
+        let (tx, accepted) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(backend.accept().map(|(s, _)| s));
+        });
+        let mut server = accepted.recv_timeout(Duration::from_secs(10)).expect("backend dialled").unwrap();
+        server.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let login = LoginStart { name: "Steve".into() }.to_frame_bytes().unwrap();
+        let mut got = Vec::new();
+        read_at_least(&mut server, &mut got, login.len());
+        while !got.ends_with(&login) {
+            let want = got.len() + 1;
+            read_at_least(&mut server, &mut got, want);
+        }
+        let success = LoginSuccess { uuid: "00000000-0000-3000-8000-000000000000".into(), name: "Steve".into() }
+            .to_frame_bytes()
+            .unwrap();
+        server.write_all(&success).unwrap();
+        let mut down = Vec::new();
+        read_at_least(&mut player, &mut down, success.len());
+        assert_eq!(down, success, "{mode}: Login Success reaches the player unchanged");
+        // Play: a chat packet up (0x01, string "hi") and the same bytes back down.
+        let chat = [4u8, 0x01, 2, b'h', b'i'];
+        player.write_all(&chat).unwrap();
+        let mut up = Vec::new();
+        read_at_least(&mut server, &mut up, chat.len());
+        assert_eq!(up, chat, "{mode}: the player's packet reaches the backend");
+        server.write_all(&chat).unwrap();
+        let mut back = Vec::new();
+        read_at_least(&mut player, &mut back, chat.len());
+        assert_eq!(back, chat, "{mode}: the backend's packet reaches the player");
+        sigterm_stops_it(&mut child, &rx);
+    }
 }

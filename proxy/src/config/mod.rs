@@ -56,6 +56,55 @@ pub struct Config {
     pub status: StatusConfig,
     /// `[rate_limits]`: per-address token buckets for connections and logins.
     pub rate_limits: RateLimitsConfig,
+    /// `[runtime]`: how the proxy uses threads.
+    pub runtime: RuntimeConfig,
+}
+
+/// `[runtime] mode`: how sessions are spread over threads.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RuntimeMode {
+    /// `"thread-per-core"` (the default): one single-threaded tokio runtime per worker thread. A player's
+    /// connection and its backend connection live on one worker for the whole session, so relaying a frame
+    /// never wakes another thread. New connections go to the worker with the fewest open connections.
+    #[default]
+    ThreadPerCore,
+    /// `"multi-thread"`: tokio's work-stealing runtime (one worker per core, or `TOKIO_WORKER_THREADS`);
+    /// tasks move between workers as load shifts, at the cost of cross-thread wakeups.
+    MultiThread,
+}
+
+impl std::fmt::Display for RuntimeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ThreadPerCore => "thread-per-core",
+            Self::MultiThread => "multi-thread",
+        })
+    }
+}
+
+/// `[runtime]`: threads. Needs a restart to change.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RuntimeConfig {
+    /// `mode`: `"thread-per-core"` or `"multi-thread"` (see [`RuntimeMode`]). Default `"thread-per-core"`.
+    pub mode: RuntimeMode,
+    /// `workers`: worker threads that run sessions. 0 means one per CPU core the process may use. Default 0,
+    /// at most 1024. In `"multi-thread"` mode 0 leaves the choice to tokio (`TOKIO_WORKER_THREADS`, else
+    /// one per core).
+    pub workers: usize,
+}
+
+impl RuntimeConfig {
+    /// The number of session workers this configuration asks for (`workers`, or the cores available).
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            n => n,
+        }
+    }
 }
 
 /// `[rate_limits]`: token buckets per player address (the real address, after a PROXY header or a trusted
@@ -147,6 +196,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             status: StatusConfig::default(),
             rate_limits: RateLimitsConfig::default(),
+            runtime: RuntimeConfig::default(),
         }
     }
 }

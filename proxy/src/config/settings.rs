@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use super::{
     AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, MetricsConfig,
-    RateLimitsConfig, RealIpHeader, StatusConfig, Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    RateLimitsConfig, RealIpHeader, RuntimeConfig, StatusConfig, Transport, DEFAULT_PING_INTERVAL_SECONDS,
+    DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -31,6 +32,8 @@ pub struct Settings {
     pub status: StatusConfig,
     /// `[rate_limits]`.
     pub rate_limits: RateLimitsConfig,
+    /// `[runtime]`.
+    pub runtime: RuntimeConfig,
 }
 
 /// One listener.
@@ -226,6 +229,9 @@ impl Config {
         if !(1024..=10_000_000).contains(&r.max_tracked_addresses) {
             push("rate_limits.max_tracked_addresses".into(), "must be between 1024 and 10000000".into());
         }
+        if self.runtime.workers > 1024 {
+            push("runtime.workers".into(), "must be between 0 (one per core) and 1024".into());
+        }
         check_limits(&self.limits, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
@@ -254,6 +260,7 @@ impl Config {
             metrics: self.metrics.clone(),
             status: self.status.clone(),
             rate_limits: self.rate_limits.clone(),
+            runtime: self.runtime.clone(),
         })
     }
 }
@@ -453,6 +460,7 @@ fn check_host_port(address: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RuntimeMode;
 
     #[test]
     fn ipv6_backend_addresses_need_brackets() {
@@ -514,6 +522,21 @@ mod tests {
         assert_eq!(c.limits.max_connections, 100);
         assert_eq!(c.limits.max_handshaking, 1024);
         assert_eq!(c.limits.handshake_timeout(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn runtime_keys() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.runtime.mode, RuntimeMode::ThreadPerCore);
+        assert_eq!(c.runtime.workers, 0);
+        assert!(c.runtime.worker_count() >= 1);
+        let c = Config::from_toml("[runtime]\nmode = \"multi-thread\"\nworkers = 3\n").unwrap();
+        assert_eq!(c.settings().unwrap().runtime, RuntimeConfig { mode: RuntimeMode::MultiThread, workers: 3 });
+        assert_eq!(c.runtime.worker_count(), 3);
+        let c = Config::from_toml("[runtime]\nmode = \"thread-per-core\"\nworkers = 1025\n").unwrap();
+        assert_eq!(c.check().iter().map(|p| p.key.as_str()).collect::<Vec<_>>(), ["runtime.workers"]);
+        let e = Config::from_toml("[runtime]\nmode = \"green-threads\"\n").unwrap_err().to_string();
+        assert!(e.contains("thread-per-core") && e.contains("multi-thread"), "{e}");
     }
 
     #[test]
