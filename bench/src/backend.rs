@@ -48,6 +48,9 @@ pub fn login_answer(name: &str) -> Vec<u8> {
     out
 }
 
+/// Registry entries of the `--profile forge` login burst (about 2.1 MB, like the modded burst).
+const FORGE_REGISTRY_ENTRIES: usize = 62_000;
+
 fn login_answer_rest() -> Vec<u8> {
     let mut out = Vec::with_capacity(LOGIN_BURST.0 * (LOGIN_BURST.1 + 16) + 128);
     // Join Game (S01): entity id, game mode, dimension, difficulty, max players, level type.
@@ -65,8 +68,15 @@ fn login_answer_rest() -> Vec<u8> {
     pos.extend_from_slice(&0f32.to_be_bytes());
     pos.push(1);
     let _ = encode_frame(&mut out, 0x08, &pos);
-    for n in 0..LOGIN_BURST.0 {
-        let p = PluginMessage { channel: BURST_CHANNEL.into(), data: workload::login_burst_payload(n, LOGIN_BURST.1) };
+    let burst: Vec<(String, Vec<u8>)> = if workload::FORGE.load(Ordering::Relaxed) {
+        crate::forge::registry_burst(FORGE_REGISTRY_ENTRIES).into_iter().map(|(c, d)| (c.to_string(), d)).collect()
+    } else {
+        (0..LOGIN_BURST.0)
+            .map(|n| (BURST_CHANNEL.to_string(), workload::login_burst_payload(n, LOGIN_BURST.1)))
+            .collect()
+    };
+    for (channel, data) in burst {
+        let p = PluginMessage { channel, data };
         let mut fields = Vec::new();
         let _ = p.encode_fields(&mut fields);
         let _ = encode_frame(&mut out, PluginMessage::CLIENTBOUND_ID, &fields);
@@ -88,7 +98,11 @@ pub fn start(
     let listener = rt.block_on(TcpListener::bind(bind))?;
     let addr = listener.local_addr()?;
     let stats = Arc::new(BackendStats::default());
-    let templates = Arc::new(workload::templates());
+    let templates = Arc::new(if workload::FORGE.load(Ordering::Relaxed) {
+        workload::forge_templates()
+    } else {
+        workload::templates()
+    });
     let s = Arc::clone(&stats);
     rt.spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {

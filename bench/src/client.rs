@@ -59,6 +59,8 @@ pub struct Sync {
     /// Held during a login: connections log in one at a time, so the login burst time is one player's, not
     /// four players' competing for two cores.
     pub login_turn: std::sync::Mutex<()>,
+    /// Every client has logged in (before its warmup): the login window ends.
+    pub logged: Barrier,
     pub warmed: Barrier,
     pub go: Barrier,
     pub done: Barrier,
@@ -76,6 +78,7 @@ impl Sync {
             logged_in: AtomicUsize::new(0),
             busy_left: AtomicUsize::new(busy),
             login_turn: std::sync::Mutex::new(()),
+            logged: Barrier::new(clients + 1),
             warmed: Barrier::new(clients + 1),
             go: Barrier::new(clients + 1),
             done: Barrier::new(clients + 1),
@@ -339,6 +342,8 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         drop(turn);
         sync.logged_in.fetch_add(1, Ordering::Relaxed);
         announced = true;
+        sync.logged.wait();
+        stage = 1;
         if got != answer {
             anyhow::bail!("login answer differs from what the backend sent");
         }
@@ -352,10 +357,10 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
             next_seq: 0,
         };
         driver.run(spec.warmup, None)?;
-        stage = 1;
+        stage = 2;
         sync.warmed.wait();
         sync.go.wait();
-        stage = 2;
+        stage = 3;
         let before = conn.stats();
         match spec.pace {
             None => driver.run(spec.messages, Some(&mut result))?,
@@ -363,10 +368,10 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         }
         result.stats = subtract(conn.stats(), before);
         drop(busy);
-        stage = 3;
+        stage = 4;
         sync.done.wait();
         sync.release.wait();
-        stage = 4;
+        stage = 5;
         conn.close();
         Ok(())
     })();
@@ -378,15 +383,18 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
     }
     // Meet the barriers not reached yet, so the harness and the other clients go on.
     if stage < 1 {
-        sync.warmed.wait();
+        sync.logged.wait();
     }
     if stage < 2 {
-        sync.go.wait();
+        sync.warmed.wait();
     }
     if stage < 3 {
-        sync.done.wait();
+        sync.go.wait();
     }
     if stage < 4 {
+        sync.done.wait();
+    }
+    if stage < 5 {
         sync.release.wait();
     }
     result

@@ -8,6 +8,7 @@
 
 mod backend;
 mod client;
+mod forge;
 mod metrics;
 mod sessions;
 mod soak;
@@ -32,6 +33,9 @@ use crate::client::{run_client, ClientSpec, Sync};
 enum ProfileArg {
     Echo,
     Modded,
+    /// The modded shape with honest bytes: gzipped NBT, mod channel messages, deflated chunks, the FML
+    /// registry handshake as the login burst.
+    Forge,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -131,6 +135,9 @@ struct Args {
     /// A light player's tick, in milliseconds (1.7.10 runs 20 ticks per second).
     #[arg(long, default_value_t = 50)]
     light_tick_ms: u64,
+    /// `[compression] level` of the proxies under test (zstd, -7 to 19; default: the proxy's, 1).
+    #[arg(long, allow_negative_numbers = true)]
+    proxy_zstd_level: Option<i32>,
     /// `[runtime] workers` of the proxies under test (0: one per core, the proxy's default).
     #[arg(long, default_value_t = 0)]
     proxy_workers: usize,
@@ -138,6 +145,9 @@ struct Args {
     /// others in every repeat: an interleaved A/B of the two runtimes.
     #[arg(long, value_enum)]
     also_runtime: Option<RuntimeArg>,
+    /// 1: the client library offers `moonbridge.v2.zstd` (compressed WebSocket messages, its default); 0: not.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    client_compress: u8,
     /// Print one JSON object per phase instead of text.
     #[arg(long)]
     json: bool,
@@ -183,6 +193,14 @@ struct PhaseResult {
     light_connections: usize,
     /// The worst light player's 99th-percentile round trip, in ms (none without light players).
     light_p99_ms: Option<f64>,
+    /// 1 when the clients offered `moonbridge.v2.zstd`.
+    client_compress: u8,
+    /// Bytes the proxy wrote to the players (the WebSocket hop, framing and TLS included) per login, from the
+    /// proxy's `/proc/<pid>/io` less what it wrote to the backend.
+    login_wire_bytes: Option<f64>,
+    /// The same per tick (round trip) in the timed phase, towards the player and from it.
+    wire_bytes_down_per_tick: Option<f64>,
+    wire_bytes_up_per_tick: Option<f64>,
     errors: u64,
 }
 
@@ -190,6 +208,8 @@ struct PhaseResult {
 struct Spawned {
     child: Child,
     addr: SocketAddr,
+    /// The proxy's `[metrics]` listener.
+    metrics: Option<SocketAddr>,
 }
 
 impl Drop for Spawned {
@@ -225,6 +245,7 @@ fn spawn_proxy(
 ) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
     let listener = match (transport, cert) {
         (TransportArg::Tcp, _) => format!("transport = \"tcp\"\nbind = \"{addr}\"\n"),
         (TransportArg::Ws, _) => format!("transport = \"ws\"\nbind = \"{addr}\"\n"),
@@ -247,7 +268,8 @@ fn spawn_proxy(
         // Every benchmark connection comes from 127.0.0.1: the per-address rate limits are off.
         format!(
             "[[listener]]\n{listener}\n[[backend]]\nname = \"bench\"\naddress = \"{backend}\"\n{auth}\n\
-             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n{runtime}"
+             [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n{runtime}\
+             [metrics]\nbind = \"{metrics}\"\n"
         ),
     )?;
     let mut child = Command::new(bin)
@@ -265,17 +287,21 @@ fn spawn_proxy(
             }
         });
     }
-    let s = Spawned { child, addr };
+    let s = Spawned { child, addr, metrics: Some(metrics) };
     wait_for_port(addr, "moonbridge")?;
     Ok(s)
 }
 
-/// The `[runtime]` section of a proxy under test (no `mode`: the proxy's default).
-fn runtime_toml(mode: Option<RuntimeArg>, workers: usize) -> String {
-    match mode {
+/// The `[runtime]` (and `[compression]`) sections of a proxy under test (no `mode`: the proxy's default).
+fn runtime_toml(mode: Option<RuntimeArg>, workers: usize, zstd_level: Option<i32>) -> String {
+    let mut t = match mode {
         Some(r) => format!("[runtime]\nmode = \"{}\"\nworkers = {workers}\n", r.name()),
         None => format!("[runtime]\nworkers = {workers}\n"),
+    };
+    if let Some(level) = zstd_level {
+        t.push_str(&format!("[compression]\nlevel = {level}\n"));
     }
+    t
 }
 
 fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path) -> anyhow::Result<Spawned> {
@@ -306,7 +332,7 @@ fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path
             .spawn()
             .context("cannot start websocat (bench/peers.sh installs it)")?,
     };
-    let s = Spawned { child, addr };
+    let s = Spawned { child, addr, metrics: None };
     wait_for_port(addr, "the peer")?;
     Ok(s)
 }
@@ -317,6 +343,8 @@ struct Variant {
     options: Options,
     pid: Option<u32>,
     online: bool,
+    /// The proxy's `[metrics]` listener (WebSocket bytes on the wire).
+    metrics: Option<SocketAddr>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -330,7 +358,7 @@ fn run_phase(
 ) -> anyhow::Result<PhaseResult> {
     let profile = match args.profile {
         ProfileArg::Echo => Profile::Echo,
-        ProfileArg::Modded => Profile::Modded,
+        ProfileArg::Modded | ProfileArg::Forge => Profile::Modded,
     };
     let light = args.light_connections;
     let sync = Sync::new(args.connections + light, args.connections);
@@ -345,6 +373,7 @@ fn run_phase(
             order.push(false);
         }
     }
+    let io_start = variant.metrics.and_then(metrics::ws_wire_bytes);
     let mut handles = Vec::new();
     for (i, &is_light) in order.iter().enumerate() {
         let spec = ClientSpec {
@@ -374,6 +403,8 @@ fn run_phase(
             }
         }
     }
+    sync.logged.wait();
+    let io_logged = variant.metrics.and_then(metrics::ws_wire_bytes);
     sync.warmed.wait();
     let rss_after_login = variant.pid.and_then(metrics::rss_kib);
     let errors_before = backend_errors.errors.load(std::sync::atomic::Ordering::Relaxed);
@@ -381,6 +412,7 @@ fn run_phase(
     let client0 = metrics::threads_cpu("bench-client", ticks_per_s);
     let io0 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
     let seg0 = metrics::tcp_out_segments();
+    let wire0 = variant.metrics.and_then(metrics::ws_wire_bytes);
     let started = Instant::now();
     sync.go.wait();
     sync.done.wait();
@@ -389,6 +421,7 @@ fn run_phase(
     let client1 = metrics::threads_cpu("bench-client", ticks_per_s);
     let io1 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
     let seg1 = metrics::tcp_out_segments();
+    let wire1 = variant.metrics.and_then(metrics::ws_wire_bytes);
     sync.release.wait();
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
 
@@ -455,6 +488,20 @@ fn run_phase(
         },
         light_connections: light,
         light_p99_ms: light_p99,
+        client_compress: args.client_compress,
+        // The proxy's WebSocket frame bytes (moonbridge_ws_bytes_total), over the logins and the timed phase.
+        login_wire_bytes: match (io_start, io_logged) {
+            (Some(a), Some(b)) => Some(b.1.saturating_sub(a.1) as f64 / (args.connections + light) as f64),
+            _ => None,
+        },
+        wire_bytes_down_per_tick: match (wire0, wire1) {
+            (Some(a), Some(b)) if round_trips > 0 => Some(b.1.saturating_sub(a.1) as f64 / round_trips as f64),
+            _ => None,
+        },
+        wire_bytes_up_per_tick: match (wire0, wire1) {
+            (Some(a), Some(b)) if round_trips > 0 => Some(b.0.saturating_sub(a.0) as f64 / round_trips as f64),
+            _ => None,
+        },
         errors,
     })
 }
@@ -468,10 +515,12 @@ fn print_phase(r: &PhaseResult, json: bool) {
     println!(
         "repeat={} variant={} transport={} profile={} window={} coalesce={} frames_per_s={:.0} p50_ms={:.3} p95_ms={:.3} p99_ms={:.3} \
          proxy_cpu_ns_per_frame={} client_cpu_ns_per_frame={:.0} client_io_cpu_ns_per_frame={:.0} client_cpu_ns_per_tick={:.0} \
-         messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} light_p99_ms={} errors={}",
+         messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} light_p99_ms={} login_wire_bytes={} \
+         wire_bytes_down_per_tick={} wire_bytes_up_per_tick={} errors={}",
         r.repeat, r.variant, r.transport, r.profile, r.window, r.client_coalesce, r.frames_per_s, r.p50_ms, r.p95_ms, r.p99_ms,
         opt(r.proxy_cpu_ns_per_frame, 0), r.client_cpu_ns_per_frame, r.client_io_cpu_ns_per_frame, r.client_cpu_ns_per_tick,
-        r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), opt(r.light_p99_ms, 3), r.errors
+        r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), opt(r.light_p99_ms, 3), opt(r.login_wire_bytes, 0),
+        opt(r.wire_bytes_down_per_tick, 0), opt(r.wire_bytes_up_per_tick, 0), r.errors
     );
 }
 
@@ -488,7 +537,7 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             format!("{m:.1} [{lo:.1}-{hi:.1}]")
         };
         println!(
-            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {} | light_p99_ms {}",
+            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {} | light_p99_ms {} | login_wire_bytes {} | wire_bytes_down_per_tick {}",
             col(&|r| Some(r.frames_per_s)),
             col(&|r| Some(r.p50_ms)),
             col(&|r| r.proxy_cpu_ns_per_frame),
@@ -496,6 +545,8 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             col(&|r| Some(r.login_burst_ms)),
             col(&|r| Some(r.messages_per_tick_up)),
             col(&|r| r.light_p99_ms),
+            col(&|r| r.login_wire_bytes),
+            col(&|r| r.wire_bytes_down_per_tick),
         );
     }
     // Per-pair ratios within each repeat.
@@ -548,15 +599,18 @@ fn main() -> anyhow::Result<()> {
     let ticks_per_s = metrics::clock_ticks_per_second();
     let profile = match args.profile {
         ProfileArg::Echo => Profile::Echo,
-        ProfileArg::Modded => Profile::Modded,
+        ProfileArg::Modded | ProfileArg::Forge => Profile::Modded,
     };
+    // Before the first login answer is built.
+    workload::FORGE.store(args.profile == ProfileArg::Forge, std::sync::atomic::Ordering::Relaxed);
     let (backend_addr, backend_stats, _rt) =
         backend::start(SocketAddr::from(([127, 0, 0, 1], args.backend_port)), profile, 1)?;
     if !args.json {
         println!("# fake backend at {backend_addr}");
     }
-    let templates = Arc::new(workload::templates());
-    if args.profile == ProfileArg::Modded && !args.json {
+    let templates =
+        Arc::new(if args.profile == ProfileArg::Forge { workload::forge_templates() } else { workload::templates() });
+    if args.profile != ProfileArg::Echo && !args.json {
         let (p, b) = workload::template_averages(&templates);
         println!("# modded templates: {p:.1} clientbound packets and {b:.0} payload bytes per tick on average");
     }
@@ -569,8 +623,12 @@ fn main() -> anyhow::Result<()> {
         None
     };
     let coalesce = if args.client_coalesce == 1 { "tick" } else { "off" };
-    let mut options =
-        serde_json::json!({ "coalesce": coalesce, "ping_interval_ms": 0, "resume": args.client_resume == 1 });
+    let mut options = serde_json::json!({
+        "coalesce": coalesce,
+        "ping_interval_ms": 0,
+        "resume": args.client_resume == 1,
+        "compress": args.client_compress == 1,
+    });
     if let Some((_, _, ca)) = &cert {
         options["ca_file"] = serde_json::json!(ca);
     }
@@ -588,6 +646,7 @@ fn main() -> anyhow::Result<()> {
         options: direct_options,
         pid: None,
         online: false,
+        metrics: None,
     }];
     let mut _keep = Vec::new();
     match args.target.as_str() {
@@ -599,7 +658,7 @@ fn main() -> anyhow::Result<()> {
             };
             // Each moonbridge variant: its own process, config and name.
             let mut add_proxy = |name: String, session_server: Option<&str>, runtime: Option<RuntimeArg>| {
-                let runtime = runtime_toml(runtime, args.proxy_workers);
+                let runtime = runtime_toml(runtime, args.proxy_workers, args.proxy_zstd_level);
                 let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), session_server, &runtime)?;
                 variants.push(Variant {
                     name,
@@ -607,6 +666,7 @@ fn main() -> anyhow::Result<()> {
                     options: options.clone(),
                     pid: Some(p.child.id()),
                     online: session_server.is_some(),
+                    metrics: p.metrics,
                 });
                 _keep.push(p);
                 anyhow::Ok(())
@@ -636,6 +696,7 @@ fn main() -> anyhow::Result<()> {
                     options: o,
                     pid: Some(p.child.id()),
                     online: false,
+                    metrics: p.metrics,
                 });
                 _keep.push(p);
             }
@@ -657,6 +718,7 @@ fn main() -> anyhow::Result<()> {
                 options: options.clone(),
                 pid: args.target_pid,
                 online: false,
+                metrics: None,
             });
         }
     }

@@ -26,6 +26,24 @@ fn parse_stat(text: &str) -> Option<(String, u64)> {
     Some((comm, utime + stime))
 }
 
+/// The proxy's `moonbridge_ws_bytes_total` (from players, to players), scraped from its `[metrics]` listener:
+/// the bytes of WebSocket frames on the player hop.
+pub fn ws_wire_bytes(metrics: std::net::SocketAddr) -> Option<(u64, u64)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&metrics, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let value = |series: &str| {
+        text.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse::<f64>().ok()).map(|v| v as u64)
+    };
+    Some((
+        value("moonbridge_ws_bytes_total{direction=\"from_player\"}")?,
+        value("moonbridge_ws_bytes_total{direction=\"to_player\"}")?,
+    ))
+}
+
 /// CPU time (user + system) of a whole process.
 pub fn process_cpu(pid: u32, ticks_per_s: u64) -> Option<Duration> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -51,11 +51,40 @@ pub enum Kind {
     Chunk,
 }
 
-/// One clientbound packet of a template: its kind and payload length.
-#[derive(Clone, Copy, Debug)]
+/// One clientbound packet of a template: its kind and payload length, and with `--profile forge` its body
+/// (built once, see [`crate::forge`]).
+#[derive(Clone, Debug)]
 pub struct Spec {
     pub kind: Kind,
     pub len: usize,
+    pub content: Option<std::sync::Arc<Vec<u8>>>,
+}
+
+/// Set once at start for `--profile forge`: the login burst is the FML handshake ([`crate::forge`]).
+pub static FORGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The modded templates with honest bodies (`--profile forge`): tile entities as gzipped NBT, mod channel
+/// messages, deflated chunks; same kinds, counts and order as [`templates`].
+pub fn forge_templates() -> Vec<Vec<Spec>> {
+    let mut rng = crate::forge::Rng::new(SEED ^ 0x0066_6f72_6765);
+    templates()
+        .into_iter()
+        .enumerate()
+        .map(|(t, specs)| {
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let body = match s.kind {
+                        Kind::Plugin(_) => crate::forge::mod_message(&mut rng, s.len),
+                        Kind::TileEntity => crate::forge::tile_entity_nbt(&mut rng, s.len, t as i32, 64, i as i32),
+                        Kind::Chunk => crate::forge::chunk_data(&mut rng, s.len / 10_240),
+                    };
+                    Spec { kind: s.kind, len: body.len(), content: Some(std::sync::Arc::new(body)) }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 const CHANNELS: [&str; 6] = ["IC2", "BuildCraft|TC", "ThermalExp", "appliedenergistics2", "TConstruct", "MB|Mod"];
@@ -70,13 +99,13 @@ pub fn templates() -> Vec<Vec<Spec>> {
                 let len = rng.range(20, 500);
                 let kind =
                     if rng.next().is_multiple_of(3) { Kind::TileEntity } else { Kind::Plugin((rng.next() % 6) as u8) };
-                t.push(Spec { kind, len });
+                t.push(Spec { kind, len, content: None });
             }
             if rng.next().is_multiple_of(3) {
-                t.push(Spec { kind: Kind::Plugin(5), len: rng.range(2048, 8192) });
+                t.push(Spec { kind: Kind::Plugin(5), len: rng.range(2048, 8192), content: None });
             }
             if rng.next().is_multiple_of(20) {
-                t.push(Spec { kind: Kind::Chunk, len: rng.range(30_000, 60_000) });
+                t.push(Spec { kind: Kind::Chunk, len: rng.range(30_000, 60_000), content: None });
             }
             t
         })
@@ -96,9 +125,21 @@ pub fn encode_tick_answer(templates: &[Vec<Spec>], seq: u32, out: &mut Vec<u8>) 
     for (i, spec) in template.iter().enumerate() {
         body.clear();
         let mut payload = Vec::with_capacity(spec.len + 8);
-        payload.extend_from_slice(&seq.to_be_bytes());
-        payload.extend_from_slice(&(i as u16).to_be_bytes());
-        filler(seq, i, spec.len.saturating_sub(6), &mut payload);
+        match (&spec.content, spec.kind) {
+            // Honest bodies: a plugin message starts with the sequence; tile entities and chunks carry it in
+            // their x coordinate, their gzip/zlib data stays as built.
+            (Some(c), Kind::Plugin(_)) => {
+                payload.extend_from_slice(&seq.to_be_bytes());
+                payload.extend_from_slice(&(i as u16).to_be_bytes());
+                payload.extend_from_slice(c);
+            }
+            (Some(c), _) => payload.extend_from_slice(c),
+            (None, _) => {
+                payload.extend_from_slice(&seq.to_be_bytes());
+                payload.extend_from_slice(&(i as u16).to_be_bytes());
+                filler(seq, i, spec.len.saturating_sub(6), &mut payload);
+            }
+        }
         let id = match spec.kind {
             Kind::Plugin(ch) => {
                 let _ = put_string(&mut body, CHANNELS[ch as usize], 20, "channel");

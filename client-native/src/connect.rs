@@ -19,12 +19,23 @@ use crate::error::ClientError;
 use crate::options::{Options, TlsVersion};
 use crate::target::{Scheme, Target};
 
+/// The carriage the server selected in the WebSocket upgrade (docs/carriage.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carriage {
+    /// `moonbridge.v1`, or no subprotocol (a plain bridge).
+    V1,
+    /// `moonbridge.v2`: resumable sessions.
+    V2,
+    /// `moonbridge.v2.zstd`: v2 with every Binary message compressed.
+    V2Zstd,
+}
+
 /// An established transport.
 pub(crate) enum Stream {
     Tcp(TcpStream),
-    /// A WebSocket, and whether the server selected carriage v2 (`moonbridge.v2`).
-    Ws(Box<WebSocketStream<TcpStream>>, bool),
-    Wss(Box<WebSocketStream<TlsStream<TcpStream>>>, bool),
+    /// A WebSocket, and the carriage the server selected.
+    Ws(Box<WebSocketStream<TcpStream>>, Carriage),
+    Wss(Box<WebSocketStream<TlsStream<TcpStream>>>, Carriage),
 }
 
 impl Stream {
@@ -40,9 +51,14 @@ impl Stream {
         }
     }
 
-    /// True when the server selected carriage v2 (resumable sessions).
+    /// True when the server selected carriage v2 (resumable sessions), compressed or not.
     pub(crate) fn v2(&self) -> bool {
-        matches!(self, Self::Ws(_, true) | Self::Wss(_, true))
+        matches!(self, Self::Ws(_, Carriage::V2 | Carriage::V2Zstd) | Self::Wss(_, Carriage::V2 | Carriage::V2Zstd))
+    }
+
+    /// True when the server selected `moonbridge.v2.zstd`.
+    pub(crate) fn zstd(&self) -> bool {
+        matches!(self, Self::Ws(_, Carriage::V2Zstd) | Self::Wss(_, Carriage::V2Zstd))
     }
 }
 
@@ -204,8 +220,12 @@ fn describe_tls_error(e: &io::Error, options: &Options) -> String {
     }
 }
 
-/// The WebSocket upgrade; also whether the server selected `moonbridge.v2`.
-async fn upgrade<S>(target: &Target, options: &Options, stream: S) -> Result<(WebSocketStream<S>, bool), ClientError>
+/// The WebSocket upgrade; also the carriage the server selected.
+async fn upgrade<S>(
+    target: &Target,
+    options: &Options,
+    stream: S,
+) -> Result<(WebSocketStream<S>, Carriage), ClientError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -215,11 +235,16 @@ where
         .into_client_request()
         .map_err(|e| ClientError::InvalidUrl { url: target.url.clone(), reason: e.to_string() })?;
     if options.subprotocol {
-        // Carriage v2 first when resume is on: a proxy that knows it picks it, others pick v1.
-        let offer = if options.resume {
-            format!("{}, {}", moonbridge_protocol::ws::v2::SUBPROTOCOL_V2, moonbridge_protocol::ws::SUBPROTOCOL)
-        } else {
-            moonbridge_protocol::ws::SUBPROTOCOL.to_string()
+        // The highest carriage first (compressed v2, v2, v1): a proxy picks the highest it knows.
+        let (v1, v2, zstd) = (
+            moonbridge_protocol::ws::SUBPROTOCOL,
+            moonbridge_protocol::ws::v2::SUBPROTOCOL_V2,
+            moonbridge_protocol::ws::compress::SUBPROTOCOL_V2_ZSTD,
+        );
+        let offer = match (options.resume, options.compress) {
+            (true, true) => format!("{zstd}, {v2}, {v1}"),
+            (true, false) => format!("{v2}, {v1}"),
+            (false, _) => v1.to_string(),
         };
         let protocol = offer.parse().map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
         request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
@@ -227,7 +252,14 @@ where
     match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config())).await {
         Ok((ws, response)) => {
             let selected = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
-            Ok((ws, selected.is_some_and(|p| p.trim() == moonbridge_protocol::ws::v2::SUBPROTOCOL_V2)))
+            let carriage = match selected.map(str::trim) {
+                Some(p) if p == moonbridge_protocol::ws::compress::SUBPROTOCOL_V2_ZSTD && options.compress => {
+                    Carriage::V2Zstd
+                }
+                Some(p) if p == moonbridge_protocol::ws::v2::SUBPROTOCOL_V2 => Carriage::V2,
+                _ => Carriage::V1,
+            };
+            Ok((ws, carriage))
         }
         Err(WsError::Http(resp)) => Err(ClientError::UpgradeRefused { status: resp.status().as_u16() }),
         Err(e) => Err(ClientError::Upgrade(e.to_string())),

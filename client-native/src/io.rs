@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor, DEFAULT_LEVEL};
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, ResumeToken, Retained};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use moonbridge_protocol::FrameScanner;
@@ -286,6 +287,66 @@ fn write_loss(e: ClientError) -> WsEnd {
     }
 }
 
+/// Most stream bytes one compressed message from the proxy may inflate to (the proxy sends one backend read,
+/// at most 256 KiB, per message): 16 MiB. Past it the connection closes with 1009.
+pub(crate) const MAX_INFLATED_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The zstd contexts of one `moonbridge.v2.zstd` connection (each connection starts new streams).
+struct WsZstd {
+    deflate: Compressor,
+    inflate: Decompressor,
+    /// Where a message inflates before it is delivered (its capacity is reused).
+    scratch: Vec<u8>,
+}
+
+impl WsZstd {
+    /// The contexts for `stream`, when it selected `moonbridge.v2.zstd`.
+    fn for_stream(stream: &Stream) -> Result<Option<Self>, ClientError> {
+        if !stream.zstd() {
+            return Ok(None);
+        }
+        let made = Compressor::new(DEFAULT_LEVEL).and_then(|d| Ok((d, Decompressor::new()?)));
+        let (deflate, inflate) = made.map_err(|e| ClientError::Io(e.to_string()))?;
+        Ok(Some(Self { deflate, inflate, scratch: Vec::new() }))
+    }
+
+    /// Inflates one whole message from the proxy into `scratch`.
+    fn inflate_message(&mut self, payload: &[u8]) -> Result<&[u8], CompressError> {
+        self.scratch.clear();
+        self.inflate.queue(payload);
+        while self.inflate.has_output() {
+            self.inflate.inflate(&mut self.scratch, MAX_INFLATED_MESSAGE_BYTES, MAX_INFLATED_MESSAGE_BYTES)?;
+        }
+        self.inflate.end_message();
+        Ok(&self.scratch)
+    }
+}
+
+/// Queues `batch` on `ws` as Binary messages of at most [`MAX_WS_MESSAGE_BYTES`] stream bytes each,
+/// compressed with `moonbridge.v2.zstd`, counting them; the caller flushes.
+async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    batch: &Bytes,
+    zstd: &mut Option<WsZstd>,
+    shared: &Shared,
+) -> Result<(), ClientError> {
+    let mut rest = batch.clone();
+    while !rest.is_empty() {
+        let chunk = rest.split_to(rest.len().min(MAX_WS_MESSAGE_BYTES));
+        let payload = match zstd {
+            Some(z) => {
+                let mut out = Vec::new();
+                z.deflate.compress(&chunk, &mut out).map_err(|e| ClientError::Io(e.to_string()))?;
+                Bytes::from(out)
+            }
+            None => chunk,
+        };
+        bump(&shared.counters.messages_out, 1);
+        write_or_abandon(shared, ws.feed(Message::Binary(payload))).await?;
+    }
+    Ok(())
+}
+
 /// Carriage v2 state of a session, kept across its WebSocket connections (`docs/carriage.md`).
 struct Resume {
     /// The token of the next resume, once the proxy sent `session`.
@@ -320,12 +381,16 @@ impl Resume {
 /// drops (new TCP, TLS and upgrade each time, within the proxy's window, with backoff).
 async fn run_ws_session(first: Stream, target: &Target, shared: &Shared) -> ClientError {
     let mut resume = Resume::new();
+    let mut zstd = match WsZstd::for_stream(&first) {
+        Ok(z) => z,
+        Err(e) => return e,
+    };
     let mut stream = first;
     loop {
         let v2 = stream.v2();
         let end = match stream {
-            Stream::Ws(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume)).await,
-            Stream::Wss(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume)).await,
+            Stream::Ws(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
+            Stream::Wss(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
             Stream::Tcp(s) => return run_tcp(s, shared).await,
         };
         let cause = match end {
@@ -333,7 +398,7 @@ async fn run_ws_session(first: Stream, target: &Target, shared: &Shared) -> Clie
             WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
             WsEnd::Lost(e) => e,
         };
-        stream = match reconnect(target, shared, &mut resume, &cause).await {
+        (stream, zstd) = match reconnect(target, shared, &mut resume, &cause).await {
             Ok(s) => s,
             Err(e) => return e,
         };
@@ -354,7 +419,7 @@ async fn reconnect(
     shared: &Shared,
     resume: &mut Resume,
     cause: &ClientError,
-) -> Result<Stream, ClientError> {
+) -> Result<(Stream, Option<WsZstd>), ClientError> {
     let deadline = Instant::now().checked_add(resume.window).unwrap_or_else(Instant::now);
     let failed = |reason: String| ClientError::ResumeFailed { cause: cause.to_string(), reason };
     let mut backoff = Duration::from_millis(50);
@@ -396,18 +461,20 @@ async fn reconnect(
     }
 }
 
-/// One resume attempt: connect, `resume`, then the proxy's `resumed` and the replay of what it lacks.
-async fn attempt(target: &Target, shared: &Shared, resume: &mut Resume) -> Result<Stream, Attempt> {
+/// One resume attempt: connect, `resume`, then the proxy's `resumed` and the replay of what it lacks
+/// (compressed when the new connection selected `moonbridge.v2.zstd`; each connection starts new streams).
+async fn attempt(target: &Target, shared: &Shared, resume: &mut Resume) -> Result<(Stream, Option<WsZstd>), Attempt> {
     let mut stream = establish(target, &shared.options).await.map_err(|e| Attempt::Failed(e.to_string()))?;
     if !stream.v2() {
         return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
     }
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|e| Attempt::Failed(e.to_string()))?;
     match &mut stream {
-        Stream::Ws(ws, _) => resume_on(ws, shared, resume).await?,
-        Stream::Wss(ws, _) => resume_on(ws, shared, resume).await?,
+        Stream::Ws(ws, _) => resume_on(ws, shared, resume, &mut zstd).await?,
+        Stream::Wss(ws, _) => resume_on(ws, shared, resume, &mut zstd).await?,
         Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
     }
-    Ok(stream)
+    Ok((stream, zstd))
 }
 
 /// The resume exchange on a new WebSocket (`docs/carriage.md`).
@@ -415,6 +482,7 @@ async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
     ws: &mut WebSocketStream<S>,
     shared: &Shared,
     resume: &mut Resume,
+    zstd: &mut Option<WsZstd>,
 ) -> Result<(), Attempt> {
     let failed = |e: WsError| Attempt::Failed(e.to_string());
     let token = resume.token.ok_or_else(|| Attempt::Refused("no resume token".into()))?;
@@ -433,12 +501,7 @@ async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
                     let ack = Control::Ack(resume.received).encode();
                     ws.feed(Message::Text(ack.into())).await.map_err(failed)?;
                     for batch in replay {
-                        let mut rest = batch.clone();
-                        while !rest.is_empty() {
-                            let chunk = rest.split_to(rest.len().min(MAX_WS_MESSAGE_BYTES));
-                            bump(&shared.counters.messages_out, 1);
-                            ws.feed(Message::Binary(chunk)).await.map_err(failed)?;
-                        }
+                        feed_batch(ws, batch, zstd, shared).await.map_err(|e| Attempt::Failed(e.to_string()))?;
                     }
                     ws.flush().await.map_err(failed)?;
                     return Ok(());
@@ -477,6 +540,7 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
     mut ws: WebSocketStream<S>,
     shared: &Shared,
     mut resume: Option<&mut Resume>,
+    mut zstd: Option<WsZstd>,
 ) -> WsEnd {
     let mut scanners = Scanners::new();
     let interval =
@@ -528,11 +592,25 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                     k.on_receive(Instant::now());
                 }
                 match m {
-                    Some(Ok(Message::Binary(b))) => {
+                    Some(Ok(Message::Binary(payload))) => {
                         bump(&shared.counters.messages_in, 1);
+                        let b: &[u8] = match &mut zstd {
+                            None => &payload,
+                            Some(z) => match z.inflate_message(&payload) {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    let code = match e {
+                                        CompressError::TooLarge { .. } => carriage::CLOSE_MESSAGE_TOO_BIG,
+                                        _ => carriage::CLOSE_PROTOCOL_ERROR,
+                                    };
+                                    let _ = write_or_abandon(shared, ws.close(Some(close_frame(code, "bad compressed message")))).await;
+                                    return WsEnd::End(ClientError::Protocol(format!("the server's message: {e}")));
+                                }
+                            },
+                        };
                         bump(&shared.counters.bytes_in, b.len() as u64);
-                        Scanners::count(&mut scanners.inb, &b, &shared.counters.frames_in);
-                        shared.deliver(&b);
+                        Scanners::count(&mut scanners.inb, b, &shared.counters.frames_in);
+                        shared.deliver(b);
                         if let Some(r) = resume.as_deref_mut() {
                             r.received += b.len() as u64;
                             if let Some(n) = r.acks.on_data(r.received) {
@@ -603,14 +681,9 @@ async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
             let mut written = 0;
             for b in &batches {
                 Scanners::count(&mut scanners.out, b, &shared.counters.frames_out);
-                let mut rest = b.clone();
-                while !rest.is_empty() {
-                    let chunk = rest.split_to(rest.len().min(MAX_WS_MESSAGE_BYTES));
-                    bump(&shared.counters.messages_out, 1);
-                    if let Err(e) = write_or_abandon(shared, ws.feed(Message::Binary(chunk))).await {
-                        shared.written(batches.iter().map(Bytes::len).sum());
-                        return write_loss(e);
-                    }
+                if let Err(e) = feed_batch(&mut ws, b, &mut zstd, shared).await {
+                    shared.written(batches.iter().map(Bytes::len).sum());
+                    return write_loss(e);
                 }
                 written += b.len();
                 bump(&shared.counters.bytes_out, b.len() as u64);

@@ -61,6 +61,9 @@ pub struct Options {
     /// resumed on a new one within the proxy's window, invisibly to the game. Needs `subprotocol`. Default
     /// `true`.
     pub resume: bool,
+    /// `compress`: offer `moonbridge.v2.zstd` ahead of `moonbridge.v2`, so the proxy may compress every
+    /// WebSocket message with zstd (docs/carriage.md, "Compression"). Needs `resume`. Default `true`.
+    pub compress: bool,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             ping_interval_ms: 30_000,
             subprotocol: true,
             resume: true,
+            compress: true,
         }
     }
 }
@@ -152,14 +156,16 @@ mod tests {
         let o = Options::from_json(Some(
             r#"{"coalesce":"off","max_delay_ms":10,"max_batch_bytes":1000,"max_pending_bytes":5000,
                 "tls_versions":["1.2"],"ca_file":"/tmp/ca.pem","server_name":"mc.example.com",
-                "connect_timeout_ms":500,"ping_interval_ms":0,"subprotocol":false,"resume":false}"#,
+                "connect_timeout_ms":500,"ping_interval_ms":0,"subprotocol":false,"resume":false,
+                "compress":false}"#,
         ))
         .unwrap();
         assert_eq!(o.coalesce, Coalesce::Off);
         assert_eq!(o.tls_versions, [TlsVersion::V1_2]);
         assert_eq!(o.ping_interval(), None);
         assert_eq!(o.server_name.as_deref(), Some("mc.example.com"));
-        assert!(!o.subprotocol && !o.resume);
+        assert!(!o.subprotocol && !o.resume && !o.compress);
+        assert!(Options::default().compress);
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub(crate) struct WsMetrics {
     pub(crate) messages_in: IntCounter,
     /// Binary messages sent to players.
     pub(crate) messages_out: IntCounter,
+    /// Bytes of WebSocket frames read from and written to players (headers and payloads, before TLS).
+    pub(crate) bytes_in: IntCounter,
+    pub(crate) bytes_out: IntCounter,
     /// Keepalive Pings sent.
     pub(crate) pings_sent: IntCounter,
     /// Players closed (1001) after three ping intervals without receiving anything.
@@ -236,6 +239,13 @@ impl Metrics {
             "WebSocket Binary messages, by direction (from_player, to_player).",
             &["direction"],
         )?;
+        let ws_bytes = counter_vec(
+            &r,
+            "moonbridge_ws_bytes_total",
+            "Bytes of WebSocket frames (headers and payloads, compressed or not, before TLS), by direction \
+             (from_player, to_player).",
+            &["direction"],
+        )?;
         let pings = reg(&r, IntCounter::new("moonbridge_ws_pings_sent_total", "Keepalive Pings sent to players.")?)?;
         let silent = reg(
             &r,
@@ -277,6 +287,8 @@ impl Metrics {
             ws: WsMetrics {
                 messages_in: ws.with_label_values(&["from_player"]),
                 messages_out: ws.with_label_values(&["to_player"]),
+                bytes_in: ws_bytes.with_label_values(&["from_player"]),
+                bytes_out: ws_bytes.with_label_values(&["to_player"]),
                 pings_sent: pings,
                 silent_closed: silent,
             },

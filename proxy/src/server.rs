@@ -30,7 +30,7 @@ use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::workers::Workers;
-use crate::ws::upgrade::{accept_upgrade, UpgradeError, Upgraded};
+use crate::ws::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
@@ -475,6 +475,9 @@ enum SetupError {
     Tls(io::Error),
     #[error("WebSocket upgrade refused: {0}")]
     Upgrade(#[from] UpgradeError),
+    /// The zstd contexts of `moonbridge.v2.zstd` could not be made (out of memory).
+    #[error("compression: {0}")]
+    Compression(moonbridge_protocol::ws::compress::CompressError),
     /// The connection carried a carriage v2 resume request (handed to its session, or refused).
     #[error("resume request: {0}")]
     Resume(&'static str),
@@ -491,6 +494,12 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 ) -> Result<(WsLink<S>, SocketAddr), SetupError> {
     if up.v2 {
         link.enable_v2();
+        if let Some(level) = up.zstd {
+            if let Err(e) = link.enable_zstd(level) {
+                link.close(carriage::CLOSE_INTERNAL_ERROR, "compression unavailable").await;
+                return Err(SetupError::Compression(e));
+            }
+        }
         match link.first_control().await {
             Ok(None) => {}
             Ok(Some(control)) => {
@@ -516,7 +525,8 @@ impl Conn {
         let metrics = Arc::clone(&self.state.metrics);
         let resume = Arc::clone(&self.state.resume);
         let state = Arc::clone(&self.state);
-        let v2_allowed = live.limits.resume_window().is_some();
+        let v2 = live.limits.resume_window().is_some();
+        let carriages = Carriages { v2, zstd: live.compression.enabled.then_some(live.compression.level) };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -527,7 +537,7 @@ impl Conn {
             Accept::Ws(ws) => {
                 let setup = async move {
                     let mut stream = stream;
-                    let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
+                    let up = accept_upgrade(&mut stream, ws, peer, carriages).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
                     resume_or_session(link, up, &resume, &metrics, &state.bad_input_log).await
                 };
@@ -550,7 +560,7 @@ impl Conn {
                             "TLS established"
                         );
                     }
-                    let up = accept_upgrade(&mut stream, ws, peer, v2_allowed).await?;
+                    let up = accept_upgrade(&mut stream, ws, peer, carriages).await?;
                     let link = WsLink::new(stream, &up.leftover, ws.ping_interval, write_stall, max_message, counters);
                     resume_or_session(link, up, &resume, &metrics, &state.bad_input_log).await
                 };
@@ -586,6 +596,7 @@ impl Conn {
                     }
                     SetupError::Upgrade(_) => metrics.handshake_failed("bad_upgrade"),
                     SetupError::Resume(_) => metrics.handshake_failed("bad_frame"),
+                    SetupError::Compression(_) => metrics.handshake_failed("closed"),
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::auth::OnlineAuth;
 use crate::backend::Backend;
-use crate::config::{AuthMode, LimitsConfig, RateLimitsConfig, Settings, StatusConfig};
+use crate::config::{AuthMode, CompressionConfig, LimitsConfig, RateLimitsConfig, Settings, StatusConfig};
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
 use crate::rate::RateLimiter;
@@ -24,6 +24,8 @@ pub(crate) struct Live {
     pub(crate) status: StatusConfig,
     /// `[rate_limits]`.
     pub(crate) rate_limits: RateLimitsConfig,
+    /// `[compression]`.
+    pub(crate) compression: CompressionConfig,
     backends: Vec<Backend>,
     routes: HashMap<String, usize>,
     default_backend: usize,
@@ -47,6 +49,7 @@ impl Live {
             limits: settings.limits.clone(),
             status: settings.status.clone(),
             rate_limits: settings.rate_limits.clone(),
+            compression: settings.compression.clone(),
             backends,
             routes: settings.routes.hosts.clone(),
             default_backend: settings.routes.default_backend,

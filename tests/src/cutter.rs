@@ -41,6 +41,9 @@ pub struct Cutter {
     pub accepted: Arc<AtomicUsize>,
     /// Cuts carried out so far.
     pub cuts: Arc<AtomicUsize>,
+    /// Bytes carried from the proxy to the player so far, over every connection (the wire: WebSocket frames
+    /// and the HTTP response heads, after TLS).
+    pub down_bytes: Arc<std::sync::atomic::AtomicU64>,
     orders: broadcast::Sender<Cut>,
     target: Arc<std::sync::Mutex<SocketAddr>>,
     task: JoinHandle<()>,
@@ -118,7 +121,8 @@ impl Cutter {
         let (orders, _) = broadcast::channel(16);
         let accepted = Arc::new(AtomicUsize::new(0));
         let cuts = Arc::new(AtomicUsize::new(0));
-        let (o, a, c) = (orders.clone(), Arc::clone(&accepted), Arc::clone(&cuts));
+        let down_bytes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (o, a, c, d) = (orders.clone(), Arc::clone(&accepted), Arc::clone(&cuts), Arc::clone(&down_bytes));
         let target = Arc::new(std::sync::Mutex::new(target));
         let t = Arc::clone(&target);
         let task = tokio::spawn(async move {
@@ -126,13 +130,13 @@ impl Cutter {
                 a.fetch_add(1, Ordering::SeqCst);
                 let rx = o.subscribe();
                 let target = *t.lock().unwrap();
-                let (acceptor, connector, c) = (acceptor.clone(), connector.clone(), Arc::clone(&c));
+                let (acceptor, connector, c, d) = (acceptor.clone(), connector.clone(), Arc::clone(&c), Arc::clone(&d));
                 tokio::spawn(async move {
-                    let _ = pair(client, target, acceptor, connector, rx, c).await;
+                    let _ = pair(client, target, acceptor, connector, rx, c, d).await;
                 });
             }
         });
-        Self { addr, accepted, cuts, orders, target, task }
+        Self { addr, accepted, cuts, down_bytes, orders, target, task }
     }
 
     /// Sends new connections to `target` from now on (another proxy instance, a restarted one, a dead port).
@@ -208,6 +212,7 @@ async fn pair(
     connector: tokio_rustls::TlsConnector,
     mut orders: broadcast::Receiver<Cut>,
     cuts: Arc<AtomicUsize>,
+    down_bytes: Arc<std::sync::atomic::AtomicU64>,
 ) -> std::io::Result<()> {
     client.set_nodelay(true)?;
     let client_raw = socket2::Socket::from(client.into_std()?.try_clone()?);
@@ -277,6 +282,7 @@ async fn pair(
                     }
                     cw.write_all(&b2[start..off]).await?;
                     down_total += (off - start) as u64;
+                    down_bytes.fetch_add((off - start) as u64, Ordering::SeqCst);
                 }
                 cw.flush().await?;
             }

@@ -119,3 +119,9 @@ pub async fn spawn_proxy_process(bin: &str, config: &std::path::Path, listens_on
     .expect("the proxy listens within 20 s");
     child
 }
+
+/// A proxy with one `ws` listener (path `/mc`) in front of the backend `survival` at `backend`; `extra` is
+/// appended (a `[limits]` or `[compression]` table).
+pub async fn ws_proxy(backend: SocketAddr, extra: &str) -> Proxy {
+    Proxy::start(&format!("{}{}{extra}", ws_listener("path = \"/mc\""), backend_section(backend, ""))).await
+}

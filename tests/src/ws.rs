@@ -182,3 +182,16 @@ pub async fn read_close(s: &mut TcpStream) -> u16 {
         }
     }
 }
+
+/// A raw WebSocket client of a proxy (`ws` or through TLS).
+pub type RawWs = WebSocketStream<Box<dyn crate::Io>>;
+
+/// A raw WebSocket to the `ws` listener at `addr` (path `/mc`), offering the subprotocols `offer` (none when
+/// empty); returns it with the subprotocol the proxy selected.
+pub async fn ws_offering(addr: SocketAddr, offer: &str) -> (RawWs, Option<String>) {
+    let url = format!("ws://127.0.0.1:{}/mc", addr.port());
+    let headers: Vec<(&str, &str)> = if offer.is_empty() { vec![] } else { vec![("Sec-WebSocket-Protocol", offer)] };
+    let (ws, resp) = ws_connect(addr, &url, &headers, None).await.unwrap();
+    let selected = resp.headers().get("Sec-WebSocket-Protocol").map(|v| v.to_str().unwrap().to_string());
+    (ws, selected)
+}

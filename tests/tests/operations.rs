@@ -102,6 +102,10 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
     }
     assert!(sample(&text, "process_open_fds").is_some_and(|v| v > 0.0), "process metrics:\n{text}");
+    for direction in ["from_player", "to_player"] {
+        let series = format!("moonbridge_ws_bytes_total{{direction=\"{direction}\"}}");
+        assert!(sample(&text, &series).is_some_and(|v| v > 0.0), "{series} in\n{text}");
+    }
 
     // Every metric the Grafana dashboard queries exists in the exposition.
     let dashboard: serde_json::Value = serde_json::from_str(

@@ -16,7 +16,7 @@ use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessag
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::{burst_payload, send_login, FrameReader};
 use moonbridge_tests::{
-    hs_ls, login_backend, node_backend, ws_connect, CutKind, Cutter, KeyType, Message, Proxy, TestCert, STEP,
+    hs_ls, login_backend, node_backend, ws_offering, ws_proxy, CutKind, Cutter, KeyType, Message, Proxy, TestCert, STEP,
 };
 use serde_json::json;
 use tokio::time::timeout;
@@ -34,28 +34,11 @@ async fn wss_proxy(backend: SocketAddr, cert: &TestCert, limits: &str) -> Proxy 
     .await
 }
 
-/// A proxy with one `ws` listener (path `/mc`) in front of `backend`; `extra` is appended (a `[limits]` table).
-async fn ws_proxy(backend: SocketAddr, extra: &str) -> Proxy {
-    Proxy::start(&format!(
-        "{}[[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n{extra}",
-        moonbridge_tests::ws_listener("path = \"/mc\"")
-    ))
-    .await
-}
+type Ws = moonbridge_tests::RawWs;
 
-/// A raw WebSocket to the proxy's `ws` listener at `addr`, offering `offer` (none when empty).
-async fn ws_offering(addr: SocketAddr, offer: &str) -> (Ws, Option<String>) {
-    let url = format!("ws://127.0.0.1:{}/mc", addr.port());
-    let headers: Vec<(&str, &str)> = if offer.is_empty() { vec![] } else { vec![("Sec-WebSocket-Protocol", offer)] };
-    let (ws, resp) = ws_connect(addr, &url, &headers, None).await.unwrap();
-    let selected = resp.headers().get("Sec-WebSocket-Protocol").map(|v| v.to_str().unwrap().to_string());
-    (ws, selected)
-}
-
-type Ws = moonbridge_tests::WebSocketStream<Box<dyn moonbridge_tests::Io>>;
-
-fn client_options(cert: &TestCert) -> Options {
-    Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500 }).to_string())).unwrap()
+fn client_options(cert: &TestCert, compress: bool) -> Options {
+    Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500, "compress": compress }).to_string()))
+        .unwrap()
 }
 
 fn chat_frame(message: &str) -> Vec<u8> {
@@ -115,15 +98,26 @@ fn until_echo(conn: &Connection, r: &mut FrameReader<'_>, message: &str, channel
     }
 }
 
+/// Where the two cuts inside a large transfer fall, in bytes the proxy sent on the wire after the upgrade
+/// (in the burst) and after the `big` request: 700 kB and 400 kB uncompressed. Compressed, `burst_payload`'s
+/// pattern shrinks the 2.1 MB burst to about 7 kB and the 1 MB send to about 7 kB (`zstd -1` measured 6,671
+/// and 6,461 bytes), so the cuts fall at 3 kB and 2 kB, inside them.
+#[derive(Clone, Copy)]
+struct CutOffsets {
+    burst: u64,
+    big: u64,
+}
+
 /// The player's side of the cut test; returns the chat messages it sent, in order.
-fn player_through_cuts(url: &str, options: Options, cutter: &Cutter) -> (Vec<String>, u64) {
+fn player_through_cuts(url: &str, options: Options, cutter: &Cutter, at: CutOffsets) -> (Vec<String>, u64) {
     let conn = Connection::connect(url, options).unwrap();
     let mut r = FrameReader::new(&conn);
+    // Cut 1: a reset in the middle of the 2.1 MB login burst (`at.burst` wire bytes after the upgrade), ordered
+    // before the login so a quick (compressed) burst cannot pass first.
+    cutter.cut_after(CutKind::Reset, at.burst);
     send_login(&conn, "Resumer", false);
     let success: LoginSuccess = r.next(STEP).decode().expect("Login Success");
     assert_eq!(success.name, "Resumer");
-    // Cut 1: a reset in the middle of the 2.1 MB login burst (after 700 kB of it went towards the player).
-    cutter.cut_after(CutKind::Reset, 700_000);
     let mut burst: Vec<Vec<u8>> = (0..70).map(|n| burst_payload(n, 30_000)).collect();
     while !burst.is_empty() {
         if let Seen::Plugin(c, data) = next(&conn, &mut r) {
@@ -150,9 +144,9 @@ fn player_through_cuts(url: &str, options: Options, cutter: &Cutter) -> (Vec<Str
         if i == 20 {
             // Cut 6: a reset while the backend sends 1 MB (after 400 kB of it).
             let message = "big 100 10000".to_string();
+            cutter.cut_after(CutKind::Reset, at.big);
             conn.send(&chat_frame(&message)).unwrap();
             conn.end_tick().unwrap();
-            cutter.cut_after(CutKind::Reset, 400_000);
             let mut big: Vec<Vec<u8>> = (0..100).map(|k| burst_payload(1000 + k, 10_000)).collect();
             until_echo(&conn, &mut r, &message, "MB|Big", &mut big);
             sent.push(message);
@@ -182,18 +176,31 @@ fn player_through_cuts(url: &str, options: Options, cutter: &Cutter) -> (Vec<Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_cuts_during_play_over_wss_lose_nothing() {
+    ten_cuts(false, CutOffsets { burst: 700_000, big: 400_000 }).await;
+}
+
+/// The same ten cuts with `moonbridge.v2.zstd`: each resumed connection starts new zstd streams both ways,
+/// cuts fall inside compressed messages, and the transcripts still match byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_cuts_in_a_compressed_session_lose_nothing() {
+    ten_cuts(true, CutOffsets { burst: 3_000, big: 2_000 }).await;
+}
+
+async fn ten_cuts(compress: bool, at: CutOffsets) {
     let cert = TestCert::generate("resume-cuts", KeyType::Ec).unwrap();
     let (mut node, backend) = node_backend(json!({})).await;
     let proxy = wss_proxy(backend, &cert, "").await;
     let cutter = Arc::new(Cutter::start(proxy.addr(Transport::Wss), &cert).await);
     let url = format!("wss://localhost:{}/mc", cutter.addr.port());
-    let options = client_options(&cert);
+    let options = client_options(&cert, compress);
     let c = Arc::clone(&cutter);
-    let (sent, resumes) =
-        timeout(Duration::from_secs(240), tokio::task::spawn_blocking(move || player_through_cuts(&url, options, &c)))
-            .await
-            .expect("the session ends in time")
-            .expect("the player's checks pass");
+    let (sent, resumes) = timeout(
+        Duration::from_secs(240),
+        tokio::task::spawn_blocking(move || player_through_cuts(&url, options, &c, at)),
+    )
+    .await
+    .expect("the session ends in time")
+    .expect("the player's checks pass");
     assert_eq!(cutter.cuts.load(std::sync::atomic::Ordering::SeqCst), 10, "every cut was carried out");
     assert_eq!(resumes, 10, "the client resumed after each cut");
     assert_eq!(
@@ -201,6 +208,14 @@ async fn ten_cuts_during_play_over_wss_lose_nothing() {
         11,
         "one connection per resume, no fresh login"
     );
+    // The burst (2.1 MB) and the big send (1 MB) crossed the wire compressed or not: the pattern of
+    // burst_payload repeats every 64 KiB, well inside zstd's 128 KiB window.
+    let wire = cutter.down_bytes.load(std::sync::atomic::Ordering::SeqCst);
+    if compress {
+        assert!(wire < 1_500_000, "compressed: {wire} bytes on the wire to the player");
+    } else {
+        assert!(wire > 3_100_000, "uncompressed: {wire} bytes on the wire to the player");
+    }
     // The backend's transcript: every chat exactly once, in order (a lost, repeated or reordered byte would
     // also break node-minecraft-protocol's parsing: a client_error line).
     let lines = node.next_lines(1 + sent.len(), STEP).await;
@@ -337,7 +352,7 @@ async fn the_client_reports_a_refused_resume_and_a_passed_window() {
     let cutter = Arc::new(Cutter::start(proxy_a.addr(Transport::Wss), &cert).await);
     let url = format!("wss://localhost:{}/mc", cutter.addr.port());
     // 1. The reconnect reaches another instance (or a restarted proxy): 4002, a clear error, no fresh login.
-    let (options, c, u) = (client_options(&cert), Arc::clone(&cutter), url.clone());
+    let (options, c, u) = (client_options(&cert, true), Arc::clone(&cutter), url.clone());
     let b = proxy_b.addr(Transport::Wss);
     let e = tokio::task::spawn_blocking(move || ended_after_cut(&u, options, &c, Some(b))).await.unwrap();
     let text = e.to_string();
@@ -346,7 +361,7 @@ async fn the_client_reports_a_refused_resume_and_a_passed_window() {
     // 2. Nothing answers any more: the 2 s window passes.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     cutter.retarget(proxy_a.addr(Transport::Wss));
-    let (options, c) = (client_options(&cert), Arc::clone(&cutter));
+    let (options, c) = (client_options(&cert, true), Arc::clone(&cutter));
     let e = tokio::task::spawn_blocking(move || ended_after_cut(&url, options, &c, Some(dead))).await.unwrap();
     assert!(e.to_string().contains("not resumed within the proxy's 2 s window"), "{e}");
     // Neither proxy keeps anything: A closed both backend connections when its window passed.

@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+pub mod compress;
 pub mod frame;
 pub mod v2;
 

@@ -58,6 +58,28 @@ pub struct Config {
     pub rate_limits: RateLimitsConfig,
     /// `[runtime]`: how the proxy uses threads.
     pub runtime: RuntimeConfig,
+    /// `[compression]`: zstd on the WebSocket hop (carriage `moonbridge.v2.zstd`).
+    pub compression: CompressionConfig,
+}
+
+/// `[compression]`: per-message zstd compression on WebSocket connections whose client offers
+/// `moonbridge.v2.zstd` (docs/carriage.md, "Compression"). It needs carriage v2, so resume must be on
+/// (`limits.resume_window_seconds` > 0). Plain and `moonbridge.v1`/`moonbridge.v2` clients are unaffected.
+/// Applies to connections accepted after a reload.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct CompressionConfig {
+    /// `enabled`: select `moonbridge.v2.zstd` when a client offers it. Default true.
+    pub enabled: bool,
+    /// `level`: zstd compression level for what the proxy sends, -7 (fastest) to 19 (smallest). Default 1.
+    pub level: i32,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self { enabled: true, level: moonbridge_protocol::ws::compress::DEFAULT_LEVEL }
+    }
 }
 
 /// `[runtime] mode`: how sessions are spread over threads.
@@ -197,6 +219,7 @@ impl Default for Config {
             status: StatusConfig::default(),
             rate_limits: RateLimitsConfig::default(),
             runtime: RuntimeConfig::default(),
+            compression: CompressionConfig::default(),
         }
     }
 }

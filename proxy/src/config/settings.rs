@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    AuthConfig, AuthMode, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig, ListenerConfig, MetricsConfig,
-    RateLimitsConfig, RealIpHeader, RuntimeConfig, StatusConfig, Transport, DEFAULT_PING_INTERVAL_SECONDS,
-    DEFAULT_WS_PATH,
+    AuthConfig, AuthMode, CompressionConfig, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig,
+    ListenerConfig, MetricsConfig, RateLimitsConfig, RealIpHeader, RuntimeConfig, StatusConfig, Transport,
+    DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -34,6 +34,8 @@ pub struct Settings {
     pub rate_limits: RateLimitsConfig,
     /// `[runtime]`.
     pub runtime: RuntimeConfig,
+    /// `[compression]`.
+    pub compression: CompressionConfig,
 }
 
 /// One listener.
@@ -229,6 +231,9 @@ impl Config {
         if !(1024..=10_000_000).contains(&r.max_tracked_addresses) {
             push("rate_limits.max_tracked_addresses".into(), "must be between 1024 and 10000000".into());
         }
+        if !(-7..=19).contains(&self.compression.level) {
+            push("compression.level".into(), "must be between -7 (fastest) and 19 (smallest)".into());
+        }
         if self.runtime.workers > 1024 {
             push("runtime.workers".into(), "must be between 0 (one per core) and 1024".into());
         }
@@ -261,6 +266,7 @@ impl Config {
             status: self.status.clone(),
             rate_limits: self.rate_limits.clone(),
             runtime: self.runtime.clone(),
+            compression: self.compression.clone(),
         })
     }
 }
@@ -535,6 +541,10 @@ mod tests {
         assert_eq!(c.runtime.worker_count(), 3);
         let c = Config::from_toml("[runtime]\nmode = \"thread-per-core\"\nworkers = 1025\n").unwrap();
         assert_eq!(c.check().iter().map(|p| p.key.as_str()).collect::<Vec<_>>(), ["runtime.workers"]);
+        let c = Config::from_toml("[compression]\nenabled = false\nlevel = 20\n").unwrap();
+        assert!(!c.compression.enabled);
+        assert_eq!(c.check().iter().map(|p| p.key.as_str()).collect::<Vec<_>>(), ["compression.level"]);
+        assert_eq!(Config::default().compression, CompressionConfig { enabled: true, level: 1 });
         let e = Config::from_toml("[runtime]\nmode = \"green-threads\"\n").unwrap_err().to_string();
         assert!(e.contains("thread-per-core") && e.contains("multi-thread"), "{e}");
     }

@@ -21,13 +21,17 @@
 //! - Every write to the player (data, Pong, Ping, Close) is bounded by `limits.write_stall_timeout_seconds`.
 //! - In the relay, every backend read batch leaves as one Binary message, the backend's FIN becomes Close
 //!   1000, and the player's Close (or a lost connection) becomes a FIN to the backend.
+//! - With `moonbridge.v2.zstd` ([`moonbridge_protocol::ws::compress`]) every Binary payload is compressed on
+//!   the way out and inflated on the way in, in pieces of at most the relay's batch; a message that inflates
+//!   past `max_ws_message_bytes` is closed with 1009 when it gets there, and data that is not zstd with 1002.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor};
 use moonbridge_protocol::ws::frame::{
     self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PING, OP_PONG, OP_TEXT,
 };
@@ -46,6 +50,17 @@ use super::{
 /// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
 /// and the read buffer is kept per connection, so it stays small; larger messages arrive over several reads.
 pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
+
+/// Largest header of a frame the proxy sends (unmasked, 64-bit length; RFC 6455 §5.2), in bytes.
+const MAX_SERVER_HEADER: usize = 10;
+
+/// The zstd contexts of a `moonbridge.v2.zstd` connection (boxed: most connections have none).
+pub(super) struct Zstd {
+    deflate: Compressor,
+    inflate: Decompressor,
+    /// Where a piece of a player's message inflates before it joins the batch (its capacity is reused).
+    scratch: Vec<u8>,
+}
 
 /// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
 pub(crate) struct WsLink<S> {
@@ -80,6 +95,10 @@ pub(crate) struct WsLink<S> {
     /// Binary messages received from and sent to this player.
     pub(crate) messages_in: u64,
     pub(crate) messages_out: u64,
+    /// `max_ws_message_bytes`: also the most one compressed message may inflate to.
+    max_message: usize,
+    /// `moonbridge.v2.zstd` was selected: both directions' contexts.
+    pub(super) zstd: Option<Box<Zstd>>,
 }
 
 /// What reading a batch of events turned up besides stream bytes.
@@ -125,7 +144,47 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             close_sent: false,
             messages_in: 0,
             messages_out: 0,
+            max_message: max_message_bytes,
+            zstd: None,
         }
+    }
+
+    /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
+    /// sends.
+    ///
+    /// # Errors
+    /// The contexts could not be made (out of memory, or a level zstd refuses).
+    pub(crate) fn enable_zstd(&mut self, level: i32) -> Result<(), CompressError> {
+        self.zstd = Some(Box::new(Zstd {
+            deflate: Compressor::new(level)?,
+            inflate: Decompressor::new()?,
+            scratch: Vec::new(),
+        }));
+        Ok(())
+    }
+
+    /// One Binary frame carrying `data` (compressed with `moonbridge.v2.zstd`), and where `data` itself starts
+    /// in it when it is carried as is (so a caller can keep that part without copying).
+    ///
+    /// # Errors
+    /// zstd failed (the stream cannot go on).
+    pub(super) fn binary_frame(&mut self, data: &[u8]) -> io::Result<(Bytes, Option<usize>)> {
+        let Some(z) = &mut self.zstd else {
+            let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
+            let mut msg = Vec::with_capacity(n + data.len());
+            msg.extend_from_slice(h.get(..n).unwrap_or_default());
+            msg.extend_from_slice(data);
+            return Ok((Bytes::from(msg), Some(n)));
+        };
+        // Room for the longest header in front, written once the compressed length is known: no second copy.
+        let mut msg = vec![0u8; MAX_SERVER_HEADER];
+        z.deflate.compress(data, &mut msg).map_err(io::Error::other)?;
+        let (h, n) = wsframe::encode_header(OP_BINARY, msg.len() - MAX_SERVER_HEADER);
+        let start = MAX_SERVER_HEADER - n;
+        if let (Some(dst), Some(src)) = (msg.get_mut(start..MAX_SERVER_HEADER), h.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        Ok((Bytes::from(msg).slice(start..), None))
     }
 
     /// Turns on carriage v2: control messages (Text, at most [`v2::MAX_CONTROL_LEN`] bytes) are decoded.
@@ -172,10 +231,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     }
 
     /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
-    pub(super) async fn fill(stream: &mut S, dec: &mut ServerDecoder) -> io::Result<usize> {
+    pub(super) async fn fill(stream: &mut S, dec: &mut ServerDecoder, counters: &WsMetrics) -> io::Result<usize> {
         let buf = dec.buffer_mut();
         buf.reserve(WS_READ_CHUNK);
-        (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await
+        let n = (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await?;
+        counters.bytes_in.inc_by(n as u64);
+        Ok(n)
     }
 
     /// Decodes what is buffered: stream bytes go to `data` (up to `limit` bytes in all; the rest stays
@@ -186,12 +247,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             if data.len() >= limit {
                 break Turn::Continue;
             }
+            // A compressed message inflates in pieces of at most what the caller takes this turn.
+            if let Some(z) = self.zstd.as_mut().filter(|z| z.inflate.has_output()) {
+                z.scratch.clear();
+                match z.inflate.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
+                    Ok(n) => {
+                        data.extend_from_slice(&z.scratch);
+                        self.stream_in += n as u64;
+                        continue;
+                    }
+                    Err(e) => break self.inflate_fault(&e),
+                }
+            }
             match self.dec.try_next() {
                 Ok(None) => break Turn::Continue,
-                Ok(Some(Event::Data(d))) => {
-                    self.stream_in += d.len() as u64;
-                    data.extend_from_slice(&d);
-                }
+                Ok(Some(Event::Data(d))) => match &mut self.zstd {
+                    Some(z) => z.inflate.queue(&d),
+                    None => {
+                        self.stream_in += d.len() as u64;
+                        data.extend_from_slice(&d);
+                    }
+                },
                 Ok(Some(Event::Text(t))) => match Control::parse(&t) {
                     Ok(Control::Ack(n)) if self.v2 => self.peer_ack = Some(self.peer_ack.map_or(n, |a| a.max(n))),
                     _ => {
@@ -200,6 +276,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 },
                 Ok(Some(Event::MessageEnd)) => {
+                    if let Some(z) = &mut self.zstd {
+                        z.inflate.end_message();
+                    }
                     self.messages_in += 1;
                     self.counters.messages_in.inc();
                 }
@@ -226,6 +305,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         turn
     }
 
+    /// True while a compressed message already received has more to inflate than the last turn took: the
+    /// relay decodes again before it waits for the socket.
+    pub(super) fn inflate_backlog(&self) -> bool {
+        self.zstd.as_ref().is_some_and(|z| z.inflate.has_output())
+    }
+
+    /// A compressed message that inflates too far (1009) or is not zstd (1002).
+    fn inflate_fault(&mut self, e: &CompressError) -> Turn {
+        self.fault = Some(match e {
+            CompressError::TooLarge { .. } => (carriage::CLOSE_MESSAGE_TOO_BIG, "message too big"),
+            _ => (carriage::CLOSE_PROTOCOL_ERROR, "bad compressed data"),
+        });
+        Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+    }
+
     pub(super) fn fault_turn(&mut self, f: &FrameFault) -> Turn {
         self.fault = Some((f.close_code(), f.close_reason()));
         Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, f.to_string()))
@@ -249,6 +343,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         })
         .await?;
         self.broken = false;
+        self.counters.bytes_out.inc_by(bytes.len() as u64);
         if let Some(k) = &mut self.keepalive {
             k.on_write();
         }
@@ -260,10 +355,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         self.stream_out += data.len() as u64;
         self.messages_out += 1;
         self.counters.messages_out.inc();
-        let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
-        let mut msg = Vec::with_capacity(n + data.len());
-        msg.extend_from_slice(h.get(..n).unwrap_or_default());
-        msg.extend_from_slice(data);
+        let (msg, _) = self.binary_frame(data)?;
         self.write_frame(&msg).await
     }
 
@@ -283,7 +375,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             tokio::select! {
                 biased;
                 () = self.tick.as_mut(), if self.keepalive.is_some() => self.keepalive_tick(false).await?,
-                r = Self::fill(&mut self.stream, &mut self.dec) => return self.received(r),
+                r = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => return self.received(r),
             }
         }
     }
@@ -346,7 +438,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         return Err(PlayerGone::Left(e.to_string()));
                     }
                 }
-                r = Self::fill(&mut self.stream, &mut self.dec), if room => {
+                r = Self::fill(&mut self.stream, &mut self.dec, &self.counters), if room => {
                     match self.received(r) {
                         Ok(0) | Err(_) => {
                             self.peer_closed = true;
@@ -436,7 +528,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     if !in_step {
                         self.dec.buffer_mut().clear();
                     }
-                    match Self::fill(&mut self.stream, &mut self.dec).await {
+                    match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {}
                     }
@@ -487,8 +579,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     break RelayEnd::Error(Side::Player, e);
                 }
             }
+            if self.inflate_backlog() {
+                pending_turn = self.decode(&mut batch, RELAY_CHUNK).await;
+                continue;
+            }
             tokio::select! {
-                r = Self::fill(&mut self.stream, &mut self.dec) => {
+                r = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
                     match r {
                         Ok(0) => {
                             self.peer_closed = true;
@@ -512,15 +608,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
-                    // One copy, out of the scratch buffer into the message (header in front).
-                    let data = match read_batch(backend, &mut down, RELAY_CHUNK, |d| {
-                        let (h, n) = wsframe::encode_header(OP_BINARY, d.len());
-                        let mut msg = Vec::with_capacity(n + d.len());
-                        msg.extend_from_slice(h.get(..n).unwrap_or_default());
-                        msg.extend_from_slice(d);
-                        (msg, d.len())
-                    }) {
-                        Ok(Some(d)) => d,
+                    // One copy, out of the scratch buffer into the message (header in front), compressing on the way
+                    // with moonbridge.v2.zstd.
+                    let data = match read_batch(backend, &mut down, RELAY_CHUNK, |d| (self.binary_frame(d), d.len())) {
+                        Ok(Some((Ok(msg), n))) => (msg.0, n),
+                        Ok(Some((Err(e), _))) => {
+                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+                            break RelayEnd::Error(Side::Player, e);
+                        }
                         Ok(None) => continue,
                         Err(e) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;

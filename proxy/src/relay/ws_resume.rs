@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use moonbridge_protocol::ws::frame::{self as wsframe, OP_BINARY, OP_PING, OP_TEXT};
+use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING, OP_TEXT};
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
 use moonbridge_protocol::ws::KeepaliveAction;
 use moonbridge_protocol::ws::{self as carriage};
@@ -243,6 +243,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     return step;
                 }
             }
+            if self.inflate_backlog() {
+                pending = self.decode(&mut batch, RELAY_CHUNK).await;
+                continue;
+            }
             let room = r.retained.len() < r.buffer;
             tokio::select! {
                 h = r.rx.recv() => {
@@ -250,7 +254,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         return Step::TakenOver(h);
                     }
                 }
-                res = Self::fill(&mut self.stream, &mut self.dec) => {
+                res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
                     match res {
                         Ok(0) => {
                             self.peer_closed = true;
@@ -273,15 +277,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         return Step::End(RelayEnd::Error(Side::Backend, e));
                     }
                     let room = r.buffer - r.retained.len();
-                    // One copy, out of the scratch buffer into the message; the retained chunk shares it.
+                    // One copy, out of the scratch buffer into the message; the retained chunk shares it. With
+                    // moonbridge.v2.zstd the message is compressed and the retained chunk is its own copy (resume
+                    // counts and replays stream bytes).
                     let msg = match read_batch(backend, down, room, |d| {
-                        let (h, n) = wsframe::encode_header(OP_BINARY, d.len());
-                        let mut msg = BytesMut::with_capacity(n + d.len());
-                        msg.extend_from_slice(h.get(..n).unwrap_or_default());
-                        msg.extend_from_slice(d);
-                        (msg.freeze(), n, d.len())
+                        self.binary_frame(d).map(|(frame, at)| {
+                            let kept = at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..));
+                            (frame, kept, d.len())
+                        })
                     }) {
-                        Ok(Some(m)) => m,
+                        Ok(Some(Ok(m))) => m,
+                        Ok(Some(Err(e))) => {
+                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+                            return Step::End(RelayEnd::Error(Side::Player, e));
+                        }
                         Ok(None) => continue,
                         Err(e) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
@@ -292,7 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         self.close(carriage::CLOSE_NORMAL, "").await;
                         return Step::End(RelayEnd::Closed(Side::Backend));
                     }
-                    r.retained.push(msg.0.slice(msg.1..));
+                    r.retained.push(msg.1);
                     self.messages_out += 1;
                     self.stream_out += msg.2 as u64;
                     self.counters.messages_out.inc();
@@ -413,11 +422,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             if outcome.is_err() {
                 break;
             }
-            let (h, n) = wsframe::encode_header(OP_BINARY, chunk.len());
-            let mut frame = Vec::with_capacity(n + chunk.len());
-            frame.extend_from_slice(h.get(..n).unwrap_or_default());
-            frame.extend_from_slice(chunk);
-            outcome = link.write_racing(&frame, &mut r.rx).await;
+            outcome = match link.binary_frame(chunk) {
+                Ok((frame, _)) => link.write_racing(&frame, &mut r.rx).await,
+                Err(e) => Err(Step::Lost(format!("compression failed: {e}"))),
+            };
             link.stream_out += chunk.len() as u64;
             link.messages_out += 1;
             link.counters.messages_out.inc();

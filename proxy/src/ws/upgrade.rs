@@ -8,6 +8,7 @@
 use std::io;
 use std::net::SocketAddr;
 
+use moonbridge_protocol::ws::compress::SUBPROTOCOL_V2_ZSTD;
 use moonbridge_protocol::ws::{self as carriage, v2};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -69,8 +70,19 @@ pub(crate) struct Upgraded {
     pub(crate) client: SocketAddr,
     /// Bytes the client sent after the request head (the start of the WebSocket stream).
     pub(crate) leftover: Vec<u8>,
-    /// Carriage v2 (`moonbridge.v2`) was selected.
+    /// Carriage v2 (`moonbridge.v2`, or `moonbridge.v2.zstd`) was selected.
     pub(crate) v2: bool,
+    /// `moonbridge.v2.zstd` was selected: the zstd level of what the proxy sends.
+    pub(crate) zstd: Option<i32>,
+}
+
+/// Which carriage versions the proxy selects when a client offers them (the highest offered wins).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Carriages {
+    /// `moonbridge.v2`: resume is on (`limits.resume_window_seconds` > 0).
+    pub(crate) v2: bool,
+    /// `moonbridge.v2.zstd` at this level: v2 is on and `[compression] enabled`.
+    pub(crate) zstd: Option<i32>,
 }
 
 fn header<'a>(req: &'a httparse::Request<'_, '_>, name: &str) -> Option<&'a str> {
@@ -109,9 +121,9 @@ pub(crate) async fn accept_upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
     peer: SocketAddr,
-    v2_allowed: bool,
+    carriages: Carriages,
 ) -> Result<Upgraded, UpgradeError> {
-    let result = read_and_check(stream, settings, peer, v2_allowed).await;
+    let result = read_and_check(stream, settings, peer, carriages).await;
     match result {
         Ok((response, upgraded)) => {
             stream.write_all(response.as_bytes()).await?;
@@ -133,7 +145,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
     peer: SocketAddr,
-    v2_allowed: bool,
+    carriages: Carriages,
 ) -> Result<(String, Upgraded), UpgradeError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -143,7 +155,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
             return Err(UpgradeError::Closed);
         }
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        if let Some(done) = parse_upgrade(&buf, settings, peer, v2_allowed)? {
+        if let Some(done) = parse_upgrade(&buf, settings, peer, carriages)? {
             return Ok(done);
         }
     }
@@ -151,7 +163,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
 
 /// Parses and checks an upgrade request from the bytes read so far (sans-IO): `Ok(None)` while the head is
 /// incomplete (and under [`MAX_REQUEST_HEAD`]), else the `101` response to send and the upgraded connection.
-/// `v2_allowed`: resume is on (`limits.resume_window_seconds` > 0), so `moonbridge.v2` is selected when offered.
+/// `carriages`: the versions selected when offered.
 ///
 /// # Errors
 /// [`UpgradeError`] for a head that is too large, malformed or not a valid WebSocket upgrade for `settings`.
@@ -159,14 +171,14 @@ pub(crate) fn parse_upgrade(
     buf: &[u8],
     settings: &WsSettings,
     peer: SocketAddr,
-    v2_allowed: bool,
+    carriages: Carriages,
 ) -> Result<Option<(String, Upgraded)>, UpgradeError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(buf) {
         Ok(httparse::Status::Complete(head_len)) => {
             let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
-            check_request(&req, settings, peer, leftover, v2_allowed).map(Some)
+            check_request(&req, settings, peer, leftover, carriages).map(Some)
         }
         Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => Ok(None),
         Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(UpgradeError::TooLarge),
@@ -179,7 +191,7 @@ fn check_request(
     settings: &WsSettings,
     peer: SocketAddr,
     leftover: Vec<u8>,
-    v2_allowed: bool,
+    carriages: Carriages,
 ) -> Result<(String, Upgraded), UpgradeError> {
     let target = req.path.unwrap_or("");
     let path = target.split_once('?').map_or(target, |(p, _)| p);
@@ -203,8 +215,11 @@ fn check_request(
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     // The highest version offered that this proxy speaks (v2 only while resume is on).
     let offered = header(req, "Sec-WebSocket-Protocol");
-    let v2 = v2_allowed && has_token(offered, v2::SUBPROTOCOL_V2);
-    let subprotocol = if v2 {
+    let zstd = carriages.zstd.filter(|_| carriages.v2 && has_token(offered, SUBPROTOCOL_V2_ZSTD));
+    let v2 = zstd.is_some() || (carriages.v2 && has_token(offered, v2::SUBPROTOCOL_V2));
+    let subprotocol = if zstd.is_some() {
+        Some(SUBPROTOCOL_V2_ZSTD)
+    } else if v2 {
         Some(v2::SUBPROTOCOL_V2)
     } else {
         has_token(offered, carriage::SUBPROTOCOL).then_some(carriage::SUBPROTOCOL)
@@ -221,7 +236,7 @@ fn check_request(
     }
     response.push_str("\r\n");
     let client = SocketAddr::new(ip, if ip == peer.ip().to_canonical() { peer.port() } else { 0 });
-    Ok((response, Upgraded { client, leftover, v2 }))
+    Ok((response, Upgraded { client, leftover, v2, zstd }))
 }
 
 #[cfg(test)]

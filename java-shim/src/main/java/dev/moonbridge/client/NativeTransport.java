@@ -15,7 +15,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * Options are a JSON object, every key optional: {@code coalesce} ("tick" or "off"), {@code max_delay_ms},
  * {@code max_batch_bytes}, {@code max_pending_bytes}, {@code tls_versions} (["1.2","1.3"]), {@code ca_file},
  * {@code server_name}, {@code connect_timeout_ms}, {@code ping_interval_ms}, {@code subprotocol} (true), {@code resume}
- * (true: a dropped WebSocket is resumed on a new one, docs/carriage.md).
+ * (true: a dropped WebSocket is resumed on a new one, docs/carriage.md), {@code compress} (true: WebSocket messages
+ * are zstd-compressed when the proxy agrees, docs/carriage.md "Compression").
  *
  * <p>Errors. Every method declares {@link IOException} and throws a {@link MoonBridgeException} of the error's
  * kind, each carrying the library's text and C result code ({@link MoonBridgeException#code()}):

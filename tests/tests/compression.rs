@@ -1,0 +1,168 @@
+//! Carriage v2 compression (`moonbridge.v2.zstd`, docs/carriage.md "Compression") on live sockets: what the
+//! proxy selects, byte-exact streams both ways through compressed messages, the decompression bomb (close
+//! 1009 for that player only), and data that is not zstd (1002). The resume cut test runs compressed too
+//! (tests/tests/resume.rs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::ws::compress::{Compressor, Decompressor, SUBPROTOCOL_V2_ZSTD};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::{hs_ls, login_backend, ws_offering, ws_proxy, Message, RawBackend, STEP};
+use tokio::time::timeout;
+
+type Ws = moonbridge_tests::RawWs;
+
+/// A raw `moonbridge.v2.zstd` player: its own zstd streams, as the client library keeps them.
+struct Player {
+    ws: Ws,
+    deflate: Compressor,
+    inflate: Decompressor,
+    /// Stream bytes received (inflated).
+    received: Vec<u8>,
+}
+
+impl Player {
+    async fn connect(addr: SocketAddr) -> Self {
+        let (ws, selected) = ws_offering(addr, "moonbridge.v2.zstd, moonbridge.v2, moonbridge.v1").await;
+        assert_eq!(selected.as_deref(), Some(SUBPROTOCOL_V2_ZSTD));
+        Self { ws, deflate: Compressor::new(1).unwrap(), inflate: Decompressor::new().unwrap(), received: Vec::new() }
+    }
+
+    /// Sends `data` as one compressed message; returns its size on the wire.
+    async fn send(&mut self, data: &[u8]) -> usize {
+        let mut wire = Vec::new();
+        self.deflate.compress(data, &mut wire).unwrap();
+        let n = wire.len();
+        self.ws.send(Message::Binary(wire.into())).await.unwrap();
+        n
+    }
+
+    /// Receives until `n` stream bytes have arrived (control messages skipped).
+    async fn receive(&mut self, n: usize) {
+        while self.received.len() < n {
+            match timeout(STEP, self.ws.next()).await.expect("a message in time").unwrap().unwrap() {
+                Message::Binary(b) => {
+                    let mut out = Vec::new();
+                    self.inflate.queue(&b);
+                    while self.inflate.has_output() {
+                        self.inflate.inflate(&mut out, 1 << 20, 1 << 24).unwrap();
+                    }
+                    self.inflate.end_message();
+                    self.received.extend_from_slice(&out);
+                }
+                Message::Text(t) => assert!(t.starts_with("session ") || t.starts_with("ack "), "{t}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// Waits for the proxy's Close and returns its code.
+    async fn close_code(&mut self) -> u16 {
+        loop {
+            match timeout(STEP, self.ws.next()).await.expect("a Close in time") {
+                Some(Ok(Message::Close(Some(f)))) => return u16::from(f.code),
+                Some(Ok(_)) => {}
+                other => panic!("no Close: {other:?}"),
+            }
+        }
+    }
+}
+
+/// The proxy selects the compressed carriage when offered (and only then), streams are byte-exact both ways
+/// through compressed messages, and a repeated tick crosses the wire as a few bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_streams_are_byte_exact_both_ways() {
+    let backend = login_backend().await;
+    let p = ws_proxy(backend.addr, "").await;
+    let addr = p.addr(Transport::Ws);
+    let mut player = Player::connect(addr).await;
+    player.send(&hs_ls()).await;
+    let login = moonbridge_tests::login_success("Steve");
+    player.receive(login.len()).await;
+    assert_eq!(player.received, login);
+    // Up: a 12 KB tick twice; the second is a back-reference to the first (inside the 32 KiB window).
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let tick: Vec<u8> = (0..12_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 16) as u8 // 4 bits of entropy per byte: compressible alone, and the repeat is a back-reference
+        })
+        .collect();
+    let first = player.send(&tick).await;
+    let second = player.send(&tick).await;
+    assert!(second * 20 < first, "the repeated tick is {second} bytes on the wire, the first {first}");
+    let got = backend.wait_received(0, hs_ls().len() + 2 * tick.len(), STEP).await;
+    assert_eq!(&got[hs_ls().len()..], [tick.clone(), tick.clone()].concat(), "the backend gets the exact bytes");
+    // Down: 1 MB from the backend arrives intact through compressed messages.
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8 ^ (i >> 12) as u8).collect();
+    backend.send(0, &big).await;
+    player.receive(login.len() + big.len()).await;
+    assert_eq!(&player.received[login.len()..], &big[..]);
+    // Plain v2 and v1 offers still get what they asked for.
+    let (_ws, selected) = ws_offering(addr, "moonbridge.v2, moonbridge.v1").await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v2"));
+    let (_ws, selected) = ws_offering(addr, "moonbridge.v1").await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v1"));
+    p.shutdown().await;
+}
+
+/// With `[compression] enabled = false` (or resume off) the proxy picks plain v2 (or v1) from the same offer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_off_or_resume_off_selects_an_uncompressed_carriage() {
+    let backend = login_backend().await;
+    let all = "moonbridge.v2.zstd, moonbridge.v2, moonbridge.v1";
+    let p = ws_proxy(backend.addr, "[compression]\nenabled = false\n").await;
+    let (_ws, selected) = ws_offering(p.addr(Transport::Ws), all).await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v2"));
+    p.shutdown().await;
+    let p = ws_proxy(backend.addr, "[limits]\nresume_window_seconds = 0\n").await;
+    let (_ws, selected) = ws_offering(p.addr(Transport::Ws), all).await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v1"));
+    p.shutdown().await;
+}
+
+/// A decompression bomb: a message of about 8 kB that inflates to 64 MiB. The proxy closes that
+/// player with 1009 once the message passes `max_ws_message_bytes` (4 MiB here), having passed on at most that
+/// much; a second player on the same proxy goes on undisturbed. Data that is not zstd gets 1002.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decompression_bomb_closes_only_that_player_with_1009() {
+    let backend = RawBackend::start(moonbridge_tests::RawBehaviour::ReplyAfter {
+        after: 1,
+        reply: moonbridge_tests::login_success("Steve"),
+    })
+    .await;
+    let p = ws_proxy(backend.addr, "[limits]\nmax_ws_message_bytes = 4194304\n").await;
+    let addr = p.addr(Transport::Ws);
+    let mut bomber = Player::connect(addr).await;
+    let mut bystander = Player::connect(addr).await;
+    for player in [&mut bomber, &mut bystander] {
+        player.send(&hs_ls()).await;
+        player.receive(1).await;
+    }
+    let wire = bomber.send(&vec![0u8; 64 << 20]).await;
+    assert!(wire < 16_384, "the bomb is {wire} bytes on the wire");
+    assert_eq!(bomber.close_code().await, 1009);
+    // The bomber's backend connection got at most one message's worth before the close.
+    let bomber_backend = backend.wait_received(0, hs_ls().len(), STEP).await;
+    assert!(bomber_backend.len() <= hs_ls().len() + (4 << 20), "{}", bomber_backend.len());
+    let all: usize = backend.conns.lock().unwrap()[0].lock().unwrap().received.len();
+    assert!(all <= hs_ls().len() + (4 << 20), "nothing past the limit reached the backend: {all}");
+    // The bystander still works, both ways.
+    bystander.send(b"\x03\x01\x01x").await;
+    let got = backend.wait_received(1, hs_ls().len() + 4, STEP).await;
+    assert_eq!(&got[hs_ls().len()..], b"\x03\x01\x01x");
+    // Not zstd at all: 1002.
+    let mut garbage = Player::connect(addr).await;
+    garbage.ws.send(Message::Binary(b"this is not a zstd frame".to_vec().into())).await.unwrap();
+    assert_eq!(garbage.close_code().await, 1002);
+    timeout(Duration::from_secs(5), bystander.send(b"\x03\x01\x01y")).await.unwrap();
+    let got = backend.wait_received(1, hs_ls().len() + 8, STEP).await;
+    assert_eq!(&got[hs_ls().len() + 4..], b"\x03\x01\x01y");
+    p.shutdown().await;
+}
