@@ -195,8 +195,8 @@ struct PhaseResult {
     light_p99_ms: Option<f64>,
     /// 1 when the clients offered `moonbridge.v2.zstd`.
     client_compress: u8,
-    /// Bytes the proxy wrote to the players (the WebSocket hop, framing and TLS included) per login, from the
-    /// proxy's `/proc/<pid>/io` less what it wrote to the backend.
+    /// Bytes of WebSocket frames the proxy wrote to the players per login (its `moonbridge_ws_bytes_total`,
+    /// framing included, before TLS).
     login_wire_bytes: Option<f64>,
     /// The same per tick (round trip) in the timed phase, towards the player and from it.
     wire_bytes_down_per_tick: Option<f64>,

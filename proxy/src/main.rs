@@ -15,7 +15,8 @@ use tracing::{info, warn};
 /// Without arguments it runs on built-in defaults: a tcp listener on 0.0.0.0:25577 and a ws listener on
 /// 0.0.0.0:8080 path /mc, routing every host to the backend at 127.0.0.1:25565, with no forwarding. Log level comes from RUST_LOG (default: info); logs go to
 /// stderr. SIGTERM or Ctrl-C stop it gracefully; SIGHUP reloads the --config file (backends, routes,
-/// forwarding, limits, status and rate limits; listeners, [metrics], [auth] and [runtime] need a restart).
+/// forwarding, limits, status, rate limits and compression; listeners, [metrics], [auth] and [runtime] need a
+/// restart).
 #[derive(Debug, Parser)]
 #[command(name = "moonbridge", version, about, long_about)]
 struct Cli {

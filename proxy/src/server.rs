@@ -316,7 +316,8 @@ impl Server {
 
 /// Applies a new configuration to a running server: backends, routes, forwarding, `[limits]`, `[status]`
 /// and `[rate_limits]` change for every session that starts afterwards; connected players keep their
-/// sessions. Listeners, `[metrics]`, `[auth]` and `[runtime]` need a restart.
+/// sessions; `[compression]` changes for connections accepted afterwards. Listeners, `[metrics]`, `[auth]` and
+/// `[runtime]` need a restart.
 #[derive(Clone, Debug)]
 pub struct ReloadHandle {
     state: Arc<ProxyState>,
@@ -475,9 +476,6 @@ enum SetupError {
     Tls(io::Error),
     #[error("WebSocket upgrade refused: {0}")]
     Upgrade(#[from] UpgradeError),
-    /// The zstd contexts of `moonbridge.v2.zstd` could not be made (out of memory).
-    #[error("compression: {0}")]
-    Compression(moonbridge_protocol::ws::compress::CompressError),
     /// The connection carried a carriage v2 resume request (handed to its session, or refused).
     #[error("resume request: {0}")]
     Resume(&'static str),
@@ -495,10 +493,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     if up.v2 {
         link.enable_v2();
         if let Some(level) = up.zstd {
-            if let Err(e) = link.enable_zstd(level) {
-                link.close(carriage::CLOSE_INTERNAL_ERROR, "compression unavailable").await;
-                return Err(SetupError::Compression(e));
-            }
+            link.enable_zstd(level);
         }
         match link.first_control().await {
             Ok(None) => {}
@@ -596,7 +591,6 @@ impl Conn {
                     }
                     SetupError::Upgrade(_) => metrics.handshake_failed("bad_upgrade"),
                     SetupError::Resume(_) => metrics.handshake_failed("bad_frame"),
-                    SetupError::Compression(_) => metrics.handshake_failed("closed"),
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");

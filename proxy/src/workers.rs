@@ -55,6 +55,8 @@ impl Workers {
     /// The OS refused a thread, or a runtime could not start (no epoll instance or timer).
     pub(crate) fn start(count: usize) -> io::Result<Self> {
         let stop = CancellationToken::new();
+        // Threads started before a failure below end with it.
+        let started = stop.clone().drop_guard();
         let mut workers = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
         for i in 0..count {
@@ -77,6 +79,7 @@ impl Workers {
             let handle = rx.recv().map_err(|_| io::Error::other("a worker thread ended before it started"))??;
             workers.push(Worker { handle, open: Arc::new(AtomicUsize::new(0)) });
         }
+        started.disarm();
         Ok(Self { workers, turn: AtomicUsize::new(0), stop, threads: std::sync::Mutex::new(threads) })
     }
 
@@ -126,7 +129,7 @@ impl Workers {
     }
 
     /// Stops every worker (dropping what still runs on them) and waits for their threads, at most about
-    /// [`WORKER_STOP`] each.
+    /// [`WORKER_STOP`] each. Dropping [`Workers`] without this stops them too, without waiting.
     pub(crate) async fn stop(self) {
         self.stop.cancel();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
@@ -136,6 +139,13 @@ impl Workers {
             }
         })
         .await;
+    }
+}
+
+impl Drop for Workers {
+    /// A server whose `run` was dropped (or never finished) still ends its worker threads.
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 

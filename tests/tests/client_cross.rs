@@ -171,22 +171,27 @@ async fn batches_leave_on_their_own_after_max_delay_or_at_max_batch_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_over_the_message_limit_is_split_not_refused() {
     let (proxy, backend, url) = ws_proxy_raw("").await;
-    let conn = blocking(move || {
-        let c =
-            Connection::connect(&url, Options::from_json(Some(r#"{"max_batch_bytes":16777216}"#)).unwrap()).unwrap();
-        login_and_wait(&c);
-        c
-    })
-    .await;
-    // 5 MiB in one tick: over every proxy's message limit (4 MiB by default), so it leaves as 3 messages.
+    // 5 MiB in one tick: over every proxy's message limit (4 MiB by default). Uncompressed it leaves as 3
+    // messages of at most 2,097,154 bytes; with moonbridge.v2.zstd as 5 of at most 1 MiB of stream bytes, which
+    // stay under the limit even if nothing shrank.
     let big: Vec<u8> = (0..5 * 1024 * 1024).map(|i| (i % 253) as u8).collect();
-    conn.send(&big).unwrap();
-    conn.end_tick().unwrap();
-    let got = backend.wait_received(0, 34 + big.len(), Duration::from_secs(30)).await;
-    assert_eq!(&got[34..], &big[..]);
-    // The login tick was one message; the 5 MiB tick leaves as 3 of at most 2,097,154 bytes.
-    assert_eq!(conn.stats().messages_out, 1 + 3, "{:?}", conn.stats());
-    blocking(move || conn.close()).await;
+    for (i, (compress, messages)) in [(false, 3), (true, 5)].into_iter().enumerate() {
+        let url = url.clone();
+        let options = format!(r#"{{"max_batch_bytes":16777216,"compress":{compress}}}"#);
+        let conn = blocking(move || {
+            let c = Connection::connect(&url, Options::from_json(Some(&options)).unwrap()).unwrap();
+            login_and_wait(&c);
+            c
+        })
+        .await;
+        conn.send(&big).unwrap();
+        conn.end_tick().unwrap();
+        let got = backend.wait_received(i, 34 + big.len(), Duration::from_secs(30)).await;
+        assert_eq!(&got[34..], &big[..]);
+        // The login tick was one message.
+        assert_eq!(conn.stats().messages_out, 1 + messages, "compress {compress}: {:?}", conn.stats());
+        blocking(move || conn.close()).await;
+    }
     proxy.shutdown().await;
 }
 

@@ -166,3 +166,28 @@ async fn a_decompression_bomb_closes_only_that_player_with_1009() {
     assert_eq!(&got[hs_ls().len() + 4..], b"\x03\x01\x01y");
     p.shutdown().await;
 }
+
+/// Three messages in one write: a small one, one that inflates to just under a relay batch (256 KiB) so the
+/// proxy's decode turn stops at its limit right after it, and a small one behind. All reach the backend at once:
+/// the proxy decodes again when a turn stopped at its limit instead of waiting for the player's next bytes (up
+/// to a 30 s keepalive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_behind_a_large_inflation_are_not_held_back() {
+    let backend = login_backend().await;
+    let p = ws_proxy(backend.addr, "").await;
+    let mut player = Player::connect(p.addr(Transport::Ws)).await;
+    player.send(&hs_ls()).await;
+    player.receive(1).await;
+    let messages: [Vec<u8>; 3] = [b"\x03\x01\x01a".to_vec(), vec![7u8; 256 * 1024 - 2], b"\x03\x01\x01z".to_vec()];
+    for m in &messages {
+        let mut wire = Vec::new();
+        player.deflate.compress(m, &mut wire).unwrap();
+        player.ws.feed(Message::Binary(wire.into())).await.unwrap();
+    }
+    player.ws.flush().await.unwrap();
+    let want = hs_ls().len() + messages.iter().map(Vec::len).sum::<usize>();
+    let got = backend.wait_received(0, want, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), want);
+    assert_eq!(&got[want - 4..], b"\x03\x01\x01z");
+    p.shutdown().await;
+}

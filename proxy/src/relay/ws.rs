@@ -54,10 +54,12 @@ pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
 /// Largest header of a frame the proxy sends (unmasked, 64-bit length; RFC 6455 §5.2), in bytes.
 const MAX_SERVER_HEADER: usize = 10;
 
-/// The zstd contexts of a `moonbridge.v2.zstd` connection (boxed: most connections have none).
+/// The zstd contexts of a `moonbridge.v2.zstd` connection (boxed: most connections have none). Each is made on
+/// first use, so a connection that never sends (or is never sent) a Binary message costs none of its memory.
 pub(super) struct Zstd {
-    deflate: Compressor,
-    inflate: Decompressor,
+    level: i32,
+    deflate: Option<Compressor>,
+    inflate: Option<Decompressor>,
     /// Where a piece of a player's message inflates before it joins the batch (its capacity is reused).
     scratch: Vec<u8>,
 }
@@ -99,6 +101,8 @@ pub(crate) struct WsLink<S> {
     max_message: usize,
     /// `moonbridge.v2.zstd` was selected: both directions' contexts.
     pub(super) zstd: Option<Box<Zstd>>,
+    /// The last decode turn stopped at its byte limit (see [`WsLink::decode_backlog`]).
+    stopped_at_limit: bool,
 }
 
 /// What reading a batch of events turned up besides stream bytes.
@@ -146,21 +150,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             messages_out: 0,
             max_message: max_message_bytes,
             zstd: None,
+            stopped_at_limit: false,
         }
     }
 
     /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
-    /// sends.
-    ///
-    /// # Errors
-    /// The contexts could not be made (out of memory, or a level zstd refuses).
-    pub(crate) fn enable_zstd(&mut self, level: i32) -> Result<(), CompressError> {
-        self.zstd = Some(Box::new(Zstd {
-            deflate: Compressor::new(level)?,
-            inflate: Decompressor::new()?,
-            scratch: Vec::new(),
-        }));
-        Ok(())
+    /// sends. The contexts are made on first use.
+    pub(crate) fn enable_zstd(&mut self, level: i32) {
+        self.zstd = Some(Box::new(Zstd { level, deflate: None, inflate: None, scratch: Vec::new() }));
     }
 
     /// One Binary frame carrying `data` (compressed with `moonbridge.v2.zstd`), and where `data` itself starts
@@ -178,7 +175,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         };
         // Room for the longest header in front, written once the compressed length is known: no second copy.
         let mut msg = vec![0u8; MAX_SERVER_HEADER];
-        z.deflate.compress(data, &mut msg).map_err(io::Error::other)?;
+        let deflate = match &mut z.deflate {
+            Some(d) => d,
+            None => z.deflate.insert(Compressor::new(z.level).map_err(io::Error::other)?),
+        };
+        deflate.compress(data, &mut msg).map_err(io::Error::other)?;
         let (h, n) = wsframe::encode_header(OP_BINARY, msg.len() - MAX_SERVER_HEADER);
         let start = MAX_SERVER_HEADER - n;
         if let (Some(dst), Some(src)) = (msg.get_mut(start..MAX_SERVER_HEADER), h.get(..n)) {
@@ -243,26 +244,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// buffered), Pings are answered, a Close is answered and ends the turn.
     pub(super) async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
         let mut pongs: Vec<u8> = Vec::new();
+        self.stopped_at_limit = false;
         let turn = loop {
             if data.len() >= limit {
+                // Frames may still be buffered: the relay decodes again before it waits for the socket.
+                self.stopped_at_limit = true;
                 break Turn::Continue;
             }
-            // A compressed message inflates in pieces of at most what the caller takes this turn.
-            if let Some(z) = self.zstd.as_mut().filter(|z| z.inflate.has_output()) {
-                z.scratch.clear();
-                match z.inflate.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
-                    Ok(n) => {
-                        data.extend_from_slice(&z.scratch);
-                        self.stream_in += n as u64;
-                        continue;
+            // A compressed message inflates in pieces of at most about what the caller takes this turn.
+            if let Some(z) = self.zstd.as_mut() {
+                if let Some(inflate) = z.inflate.as_mut().filter(|i| i.has_output()) {
+                    z.scratch.clear();
+                    match inflate.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
+                        Ok(n) => {
+                            data.extend_from_slice(&z.scratch);
+                            self.stream_in += n as u64;
+                            continue;
+                        }
+                        Err(e) => break self.inflate_fault(&e),
                     }
-                    Err(e) => break self.inflate_fault(&e),
                 }
             }
             match self.dec.try_next() {
                 Ok(None) => break Turn::Continue,
                 Ok(Some(Event::Data(d))) => match &mut self.zstd {
-                    Some(z) => z.inflate.queue(&d),
+                    Some(z) => match &mut z.inflate {
+                        Some(i) => i.queue(&d),
+                        None => match Decompressor::new() {
+                            Ok(i) => z.inflate.insert(i).queue(&d),
+                            Err(e) => break self.inflate_fault(&e),
+                        },
+                    },
                     None => {
                         self.stream_in += d.len() as u64;
                         data.extend_from_slice(&d);
@@ -276,8 +288,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 },
                 Ok(Some(Event::MessageEnd)) => {
-                    if let Some(z) = &mut self.zstd {
-                        z.inflate.end_message();
+                    if let Some(i) = self.zstd.as_mut().and_then(|z| z.inflate.as_mut()) {
+                        i.end_message();
                     }
                     self.messages_in += 1;
                     self.counters.messages_in.inc();
@@ -305,16 +317,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         turn
     }
 
-    /// True while a compressed message already received has more to inflate than the last turn took: the
-    /// relay decodes again before it waits for the socket.
-    pub(super) fn inflate_backlog(&self) -> bool {
-        self.zstd.as_ref().is_some_and(|z| z.inflate.has_output())
+    /// True when the last decode turn stopped at its limit with input left (buffered frames, or a compressed
+    /// message with more to inflate): the relay decodes again before it waits for the socket.
+    pub(super) fn decode_backlog(&self) -> bool {
+        self.stopped_at_limit
+            || self.zstd.as_ref().and_then(|z| z.inflate.as_ref()).is_some_and(Decompressor::has_output)
     }
 
-    /// A compressed message that inflates too far (1009) or is not zstd (1002).
+    /// A compressed message that inflates too far (1009), is not zstd (1002), or finds no memory (1011).
     fn inflate_fault(&mut self, e: &CompressError) -> Turn {
         self.fault = Some(match e {
             CompressError::TooLarge { .. } => (carriage::CLOSE_MESSAGE_TOO_BIG, "message too big"),
+            CompressError::NoMemory => (carriage::CLOSE_INTERNAL_ERROR, "out of memory"),
             _ => (carriage::CLOSE_PROTOCOL_ERROR, "bad compressed data"),
         });
         Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
@@ -579,7 +593,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     break RelayEnd::Error(Side::Player, e);
                 }
             }
-            if self.inflate_backlog() {
+            if self.decode_backlog() {
                 pending_turn = self.decode(&mut batch, RELAY_CHUNK).await;
                 continue;
             }

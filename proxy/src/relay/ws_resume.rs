@@ -243,7 +243,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     return step;
                 }
             }
-            if self.inflate_backlog() {
+            if self.decode_backlog() {
                 pending = self.decode(&mut batch, RELAY_CHUNK).await;
                 continue;
             }
