@@ -211,10 +211,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         };
                     }
                     Ok(_) => {}
-                    Err(f) => {
-                        self.fault = Some((f.close_code(), f.close_reason()));
-                        return Err(io::Error::new(io::ErrorKind::InvalidData, f.to_string()));
-                    }
+                    Err(f) => return Err(self.fault_error(&f)),
                 },
                 Some(_) => return Ok(None),
                 None => {}
@@ -228,7 +225,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Sends a carriage v2 control message (one Text frame).
     pub(crate) async fn send_control(&mut self, c: &Control) -> io::Result<()> {
-        self.write_frame(&wsframe::frame(OP_TEXT, c.encode().as_bytes())).await
+        self.write_frame(&control_frame(c)).await
     }
 
     /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
@@ -334,9 +331,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
     }
 
-    pub(super) fn fault_turn(&mut self, f: &FrameFault) -> Turn {
+    fn fault_turn(&mut self, f: &FrameFault) -> Turn {
+        Turn::Fault(self.fault_error(f))
+    }
+
+    /// Records the close code a frame fault earned and returns it as an error.
+    fn fault_error(&mut self, f: &FrameFault) -> io::Error {
         self.fault = Some((f.close_code(), f.close_reason()));
-        Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, f.to_string()))
+        io::Error::new(io::ErrorKind::InvalidData, f.to_string())
     }
 
     /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
@@ -672,6 +674,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
     async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()> {
         self.send_binary(&bytes).await
     }
+}
+
+/// A carriage v2 control message as one Text frame (RFC 6455 §5.6, unmasked from the proxy).
+pub(super) fn control_frame(c: &Control) -> Vec<u8> {
+    wsframe::frame(OP_TEXT, c.encode().as_bytes())
 }
 
 /// When the keepalive timer fires next: at the schedule's next tick, or now when there is no keepalive (the

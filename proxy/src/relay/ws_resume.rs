@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING, OP_TEXT};
+use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING};
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
 use moonbridge_protocol::ws::KeepaliveAction;
 use moonbridge_protocol::ws::{self as carriage};
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::resume::{Handoff, Refusal, Registration, ResumeStart, ResumeTable};
-use super::ws::{Turn, WsLink};
+use super::ws::{control_frame, Turn, WsLink};
 use super::{
     discard_until_eof, inject_shutdown, read_batch, write_all, Direction, RelayEnd, RelayReport, RelayStart, Side,
     LINGER, RELAY_CHUNK,
@@ -476,11 +476,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             Some(h) = rx.recv() => Err(Step::TakenOver(h)),
         }
     }
-}
-
-/// A control message as one Text frame.
-fn control_frame(c: &Control) -> Vec<u8> {
-    wsframe::frame(OP_TEXT, c.encode().as_bytes())
 }
 
 /// Why [`WsLink::adopt`] did not continue the session on the handed-over link.
