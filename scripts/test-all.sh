@@ -8,6 +8,7 @@
 #      client scenarios as a Windows program under Wine),
 #   5. every fuzz target for a bounded time from its committed seeds (scripts/fuzz.sh: nightly and cargo-fuzz),
 #   6. a 60-second soak: players over ws, wss and tcp with injected faults (session-bench soak, release build),
+#      and a short capacity run: idle and active wss players as async tasks (session-bench capacity),
 #   7. the Java shim: the release native library, the mod jar (with the Windows library too) and its JUnit tests
 #      in a real JVM, and in a Windows JVM under Wine.
 # Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
@@ -63,6 +64,10 @@ MOONBRIDGE_FUZZ_SECONDS="$MOONBRIDGE_FUZZ_SECONDS" scripts/fuzz.sh
 step "soak: 500 players for 60 s with injected faults (release build; session-bench soak)"
 cargo build --release --locked -p moonbridge-proxy -p moonbridge-bench
 target/release/session-bench soak --seconds 60 --players 500 --fault-every 8 --proxy-bin target/release/moonbridge
+
+step "capacity: 300 idle and 60 active wss players, p99 tick round trip under 50 ms (session-bench capacity)"
+target/release/session-bench capacity --idle 300 --active 60 --seconds 5 --connect-rate 300 \
+  --proxy-bin target/release/moonbridge
 
 step "Java shim: release native library, jar, JUnit tests (Surefire) and jar tests (Failsafe)"
 MOONBRIDGE_EXTRA_NATIVES="$PWD/target/wine/natives" java-shim/build.sh verify \

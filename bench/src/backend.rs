@@ -119,6 +119,31 @@ pub fn start(
     Ok((addr, stats, rt))
 }
 
+/// Reads a player's Handshake and Login Start at a backend, with `dec` and `buf` kept for what follows.
+/// Returns `None` when the connection ends first, else Login Start and the frames that arrived behind it.
+///
+/// # Errors
+/// A read error, a frame the decoder refuses, or a second frame that is not a Login Start.
+pub async fn read_login(
+    s: &mut TcpStream,
+    dec: &mut FrameDecoder,
+    buf: &mut bytes::BytesMut,
+) -> anyhow::Result<Option<(LoginStart, Vec<moonbridge_protocol::Frame>)>> {
+    let mut frames = Vec::new();
+    while frames.len() < 2 {
+        if s.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+        dec.queue_bytes(buf.split());
+        while let Some(f) = dec.try_next_frame()? {
+            frames.push(f);
+        }
+    }
+    let extra = frames.split_off(2);
+    let login: LoginStart = frames.get(1).ok_or_else(|| anyhow::anyhow!("no Login Start"))?.decode()?;
+    Ok(Some((login, extra)))
+}
+
 #[derive(Debug)]
 struct Violation;
 
@@ -131,22 +156,13 @@ impl From<std::io::Error> for Violation {
 async fn serve(mut stream: TcpStream, profile: Profile, templates: &[Vec<Spec>]) -> Result<(), Violation> {
     let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
     let mut buf = bytes::BytesMut::with_capacity(256 * 1024);
-    // Handshake and Login Start.
-    let mut frames = Vec::new();
-    while frames.len() < 2 {
-        if stream.read_buf(&mut buf).await? == 0 {
-            return Ok(());
-        }
-        dec.queue_bytes(buf.split());
-        while let Some(f) = dec.try_next_frame().map_err(|_| Violation)? {
-            frames.push(f);
-        }
-    }
-    let login: LoginStart = frames.get(1).ok_or(Violation)?.decode().map_err(|_| Violation)?;
+    let Some((login, frames)) = read_login(&mut stream, &mut dec, &mut buf).await.map_err(|_| Violation)? else {
+        return Ok(());
+    };
     stream.write_all(&login_answer(&login.name)).await?;
     let mut pending_tick: Option<(u32, u8)> = None;
     let mut out = Vec::with_capacity(256 * 1024);
-    let mut extra = frames.into_iter().skip(2);
+    let mut extra = frames.into_iter();
     loop {
         out.clear();
         for f in extra.by_ref() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::{Connection, Options, Stats};
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
-use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Handshake, LoginStart, NextState, Packet};
+use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet};
 use moonbridge_protocol::FrameDecoder;
 
 use crate::backend::{login_answer, Profile};
@@ -313,18 +313,11 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
     let outcome = (|| -> anyhow::Result<()> {
         let busy = spec.pace.is_none().then(|| BusyDone(&sync.busy_left));
         let conn = Connection::connect(&spec.url, spec.options.clone())?;
-        let hs = Handshake {
-            protocol_version: 5,
-            server_address: "mc.example.com\0FML\0".into(),
-            server_port: 25565,
-            next_state: NextState::Login,
-        };
         let answer = login_answer(&spec.name);
         let turn = sync.login_turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
         let mut link = Link { conn: &conn, cipher: None, scratch: Vec::new() };
-        link.send(&hs.to_frame_bytes()?)?;
-        link.send(&LoginStart { name: spec.name.clone() }.to_frame_bytes()?)?;
+        link.send(&workload::login_hello("mc.example.com\0FML\0", &spec.name)?)?;
         link.end_tick()?;
         let mut got = Vec::with_capacity(answer.len());
         let mut buf = vec![0u8; 1 << 20];

@@ -7,6 +7,7 @@
 #![allow(clippy::indexing_slicing, unreachable_pub)]
 
 mod backend;
+mod capacity;
 mod client;
 mod forge;
 mod metrics;
@@ -77,7 +78,9 @@ impl RuntimeArg {
     name = "session-bench",
     version,
     about,
-    after_help = "Soak mode (players with injected faults, docs/reliability.md): session-bench soak --help"
+    after_help = "Soak mode (players with injected faults, docs/reliability.md): session-bench soak --help\n\
+                  Capacity mode (thousands of idle and active wss players, docs/benchmarks.md): \
+                  session-bench capacity --help"
 )]
 struct Args {
     /// Workload: echo frames, or modpack-shaped ticks.
@@ -594,6 +597,13 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
 fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "soak") {
         return soak::main(soak::SoakArgs::parse_from(std::env::args_os().skip(1)));
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "capacity") {
+        return capacity::main(capacity::CapacityArgs::parse_from(std::env::args_os().skip(1)));
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "capacity-backend") {
+        let args = capacity::BackendArgs::parse_from(std::env::args_os().skip(1));
+        return capacity::backend_main(args.load);
     }
     let args = Args::parse();
     let ticks_per_s = metrics::clock_ticks_per_second();

@@ -28,7 +28,7 @@ use bytes::BytesMut;
 use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
-use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Handshake, LoginStart, NextState, Packet};
+use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet};
 use moonbridge_protocol::FrameDecoder;
 use moonbridge_test_certs::{KeyType, TestCert, TestDir};
 use rsa::pkcs8::DecodePublicKey;
@@ -91,15 +91,29 @@ struct Counters {
     hit_clean: AtomicU64,
     /// Logins refused with a Login Disconnect while a fault was active.
     refused_with_reason: AtomicU64,
-    failures: Mutex<Vec<String>>,
+    failures: Failures<50>,
 }
 
 impl Counters {
     fn fail(&self, what: String) {
-        let mut f = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if f.len() < 50 {
+        self.failures.push(what);
+    }
+}
+
+/// What went wrong in a run, from any task: the first `KEEP` messages.
+#[derive(Debug, Default)]
+pub(crate) struct Failures<const KEEP: usize>(Mutex<Vec<String>>);
+
+impl<const KEEP: usize> Failures<KEEP> {
+    pub(crate) fn push(&self, what: String) {
+        let mut f = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if f.len() < KEEP {
             f.push(what);
         }
+    }
+
+    pub(crate) fn list(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -212,23 +226,15 @@ async fn backend_session(mut s: TcpStream, shared: &Shared) -> anyhow::Result<()
     reset_on_drop(&s);
     let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut frames = Vec::new();
-    while frames.len() < 2 {
-        if s.read_buf(&mut buf).await? == 0 {
-            return Ok(());
-        }
-        dec.queue_bytes(buf.split());
-        while let Some(f) = dec.try_next_frame()? {
-            frames.push(f);
-        }
-    }
-    let login: LoginStart = frames.get(1).context("no Login Start")?.decode()?;
+    let Some((login, frames)) = crate::backend::read_login(&mut s, &mut dec, &mut buf).await? else {
+        return Ok(());
+    };
     s.write_all(&login_answer(&login.name)).await?;
     // Then every client tick (3 frames) is checked byte for byte and answered.
     let mut expected_seq = 0u32;
     let mut tick_bytes: Vec<u8> = Vec::new();
     let mut got: Vec<u8> = Vec::new();
-    for f in frames.into_iter().skip(2) {
+    for f in frames {
         moonbridge_protocol::frame::encode_frame(&mut got, f.id, &f.body)?;
     }
     let mut out = Vec::with_capacity(64 * 1024);
@@ -451,7 +457,7 @@ impl std::os::fd::AsFd for BorrowedRaw {
     }
 }
 
-fn tls_connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+pub(crate) fn tls_connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
@@ -539,15 +545,7 @@ fn disconnect_reason(buf: &[u8], play: bool) -> Option<String> {
 
 async fn session(i: usize, t: Transport, name: &str, l: Listeners, shared: &Shared) -> anyhow::Result<SessionEnd> {
     let mut conn = Conn::open(t, l, &shared.ca).await?;
-    let hs = Handshake {
-        protocol_version: 5,
-        server_address: "localhost".into(),
-        server_port: 25565,
-        next_state: NextState::Login,
-    };
-    let mut hello = hs.to_frame_bytes()?.to_vec();
-    hello.extend_from_slice(&LoginStart { name: name.into() }.to_frame_bytes()?);
-    conn.send(hello).await?;
+    conn.send(workload::login_hello("localhost", name)?).await?;
     let mut buf = Vec::new();
     let mut dec: Option<Cfb8Decryptor> = None;
     let mut enc: Option<Cfb8Encryptor> = None;
@@ -744,12 +742,12 @@ fn held(pid: u32, ignore_port: u16) -> Held {
     h
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A proxy process, killed when dropped.
-struct Child(std::process::Child);
+pub(crate) struct Child(pub(crate) std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -976,7 +974,7 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
     drop(children);
 
     let c = &shared.counters;
-    let failures = c.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let failures = c.failures.list();
     let report = Report {
         seconds: args.seconds,
         players: args.players,

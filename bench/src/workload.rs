@@ -172,6 +172,23 @@ pub fn encode_tick_answer(templates: &[Vec<Spec>], seq: u32, out: &mut Vec<u8>) 
     template.len()
 }
 
+/// A player's first bytes: Handshake (protocol 5, `host`, port 25565, next state Login) and Login Start.
+///
+/// # Errors
+/// `host` over 255 characters or `name` over 16.
+pub fn login_hello(host: &str, name: &str) -> Result<Vec<u8>, moonbridge_protocol::EncodeError> {
+    use moonbridge_protocol::packets::{Handshake, LoginStart, NextState, Packet};
+    let hs = Handshake {
+        protocol_version: 5,
+        server_address: host.into(),
+        server_port: 25565,
+        next_state: NextState::Login,
+    };
+    let mut hello = hs.to_frame_bytes()?.to_vec();
+    hello.extend_from_slice(&LoginStart { name: name.into() }.to_frame_bytes()?);
+    Ok(hello)
+}
+
 /// The client's three packets of tick `seq`: C17 plugin message, C04 position, C03 on ground.
 pub fn encode_client_tick(seq: u32) -> [Vec<u8>; 3] {
     let mut c17 = Vec::new();

@@ -1,0 +1,773 @@
+//! `session-bench capacity`: how many players one proxy holds.
+//!
+//! Thousands of `wss://` players are driven from this one process as async tasks (tokio-tungstenite over
+//! tokio-rustls, no thread per player), through one or more `moonbridge` processes, to a backend in a child
+//! process (`session-bench capacity-backend`), so that each of the three processes has its own file limit and
+//! its own CPU account:
+//!
+//! - **idle** players log in (offline mode: Handshake, Login Start, then Login Success and Join Game from the
+//!   backend), then send nothing but the answers to the backend's Keep Alive (one every 2 s, as a 1.7.10
+//!   server sends one every 40 ticks) and the Pongs to the proxy's WebSocket Pings;
+//! - **active** players also play: one client tick every 50 ms (20 ticks per second), C17 plugin message, C04
+//!   position and C03 on ground in one WebSocket message, as the client library's per-tick coalescing sends
+//!   it. The backend answers each tick with that tick's clientbound packets: the benchmark's modded mix
+//!   (`--load modded`, 6–14 packets and about 6.5 KB per tick, a chunk on one tick in twenty) or one 64-byte
+//!   plugin message (`--load light`). The tick round trip is from sending a tick to receiving the last packet
+//!   of its answer.
+//!
+//! Players join at `--connect-rate`, idle ones first; after 5 s of warm-up the round trips, the CPU of the
+//! three kinds of process and the proxies' memory are measured for `--seconds`. The run fails when a player
+//! cannot join or loses its connection, or when the p99 tick round trip is over `--p99-limit-ms`. The report
+//! also gives how late the players' tick timers fired (p99): when that grows, the machine is short of CPU
+//! for the load generator too, and the round trips include the wait.
+//!
+//! "Idle" here is a quiet connection. A real 1.7.10 client standing still still sends a C03 every tick, which
+//! is an active player's traffic in this model.
+//!
+//! A login burst (the Forge registry sync) is left out: it is what `session-bench` measures per login, and
+//! thousands of 2 MB bursts would measure the ramp instead of what the proxy holds.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::frame::encode_frame;
+use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessage};
+use moonbridge_protocol::FrameDecoder;
+use moonbridge_test_certs::{KeyType, TestCert, TestDir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics;
+use crate::soak::{free_port, tls_connector, Child, Failures};
+use crate::workload;
+
+/// What the backend answers an active player's tick with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// The modded mix of `session-bench --profile modded`: about 6.5 KB in 6–14 packets per tick.
+    Modded,
+    /// One S3F plugin message of 64 bytes per tick.
+    Light,
+}
+
+/// `session-bench capacity`: see the module documentation.
+#[derive(Parser, Debug)]
+#[command(
+    name = "session-bench capacity",
+    about = "How many idle and active wss players one proxy holds (players are async tasks of this process)",
+    after_help = "The file limit: every player needs one file descriptor here, one in the backend process and two \
+                  in the proxy (player and backend sockets). See docs/operations.md, \"Many players\"."
+)]
+pub struct CapacityArgs {
+    /// Idle players: logged in, answering Keep Alive (every 2 s) and WebSocket Pings, no ticks.
+    #[arg(long, default_value_t = 10_000)]
+    pub idle: usize,
+    /// Active players: one client tick per 50 ms, each answered by the backend.
+    #[arg(long, default_value_t = 2_000)]
+    pub active: usize,
+    /// What the backend answers a tick with.
+    #[arg(long, value_enum, default_value = "modded")]
+    pub load: Load,
+    /// Seconds measured once every player is in play (after 5 s of warm-up).
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// New connections per second while players join.
+    #[arg(long, default_value_t = 500)]
+    pub connect_rate: u32,
+    /// Proxy processes, each on its own port; players are dealt to them in turn.
+    #[arg(long, default_value_t = 1)]
+    pub proxies: usize,
+    /// Worker threads of each proxy (`[runtime] workers`; 0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub proxy_workers: usize,
+    /// The moonbridge binary.
+    #[arg(long, default_value = "target/release/moonbridge")]
+    pub proxy_bin: PathBuf,
+    /// The run fails when the p99 tick round trip is over this, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub p99_limit_ms: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Milliseconds between two client ticks (20 per second).
+const TICK_MS: u64 = 50;
+/// Seconds between two Keep Alive from the backend (a 1.7.10 server sends one every 40 ticks).
+const KEEP_ALIVE_S: u64 = 2;
+/// Warm-up between the last join and the measurement.
+const WARM_UP: Duration = Duration::from_secs(5);
+/// Players between TCP connect and Join Game at once (under the proxy's default `max_handshaking`, 1,024).
+const JOINING_AT_ONCE: usize = 256;
+/// Payload of a `--load light` answer, in bytes.
+const LIGHT_BYTES: usize = 64;
+/// Ticks a player sends without an answer before it gives up (10 s of ticks).
+const MAX_IN_FLIGHT: usize = 200;
+/// File descriptors a process needs besides its players' sockets.
+const SPARE_FDS: u64 = 256;
+
+// ------------------------------------------------------------------------------------------------------------
+// The backend (a child process).
+// ------------------------------------------------------------------------------------------------------------
+
+/// `session-bench capacity-backend --load L`: listens on 127.0.0.1, prints `listening ADDR` and serves until
+/// its standard input ends (its parent exited).
+pub fn backend_main(load: Load) -> anyhow::Result<()> {
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        std::process::exit(0);
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        println!("listening {}", listener.local_addr()?);
+        let templates = Arc::new(workload::templates());
+        loop {
+            let Ok((s, _)) = listener.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            let t = Arc::clone(&templates);
+            tokio::spawn(async move {
+                if let Err(e) = backend_session(s, load, &t).await {
+                    eprintln!("capacity backend: {e:#}");
+                }
+            });
+        }
+    })
+}
+
+/// Login Success and Join Game (S01: entity id, game mode, dimension, difficulty, max players, level type).
+fn login_answer(name: &str, entity_id: i32) -> anyhow::Result<Vec<u8>> {
+    let uuid = moonbridge_protocol::forwarding::offline_uuid(name).to_string();
+    let mut out = LoginSuccess { uuid, name: name.into() }.to_frame_bytes()?.to_vec();
+    let mut join = entity_id.to_be_bytes().to_vec();
+    join.extend_from_slice(&[0, 0, 2, 100]);
+    moonbridge_protocol::codec::put_string(&mut join, "default", 16, "level type")?;
+    encode_frame(&mut out, 0x01, &join)?;
+    Ok(out)
+}
+
+/// One player's connection at the backend: the login, then Keep Alive every 2 s and an answer per tick.
+async fn backend_session(mut s: TcpStream, load: Load, templates: &[Vec<workload::Spec>]) -> anyhow::Result<()> {
+    let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+    let mut buf = bytes::BytesMut::with_capacity(4096);
+    // Players send nothing behind Login Start before they have joined.
+    let Some((login, _)) = crate::backend::read_login(&mut s, &mut dec, &mut buf).await? else {
+        return Ok(());
+    };
+    s.write_all(&login_answer(&login.name, 1000)?).await?;
+    let mut keep_alive = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(KEEP_ALIVE_S),
+        Duration::from_secs(KEEP_ALIVE_S),
+    );
+    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ka_id = 0i32;
+    let mut tick: Option<u32> = None;
+    let mut out = Vec::with_capacity(16 * 1024);
+    loop {
+        tokio::select! {
+            _ = keep_alive.tick() => {
+                ka_id = ka_id.wrapping_add(1);
+                s.write_all(&KeepAlive { id: ka_id }.to_frame_bytes()?).await?;
+            }
+            r = s.read_buf(&mut buf) => {
+                if r? == 0 {
+                    return Ok(());
+                }
+                dec.queue_bytes(buf.split());
+                while let Some(f) = dec.try_next_frame()? {
+                    match f.id {
+                        0x17 => tick = workload::client_tick_seq(f.id, &f.body),
+                        0x03 => {
+                            let seq = tick.take().context("C03 without its tick's C17")?;
+                            match load {
+                                Load::Modded => {
+                                    workload::encode_tick_answer(templates, seq, &mut out);
+                                }
+                                Load::Light => {
+                                    let mut data = seq.to_be_bytes().to_vec();
+                                    data.resize(LIGHT_BYTES, 0x5a);
+                                    let p = PluginMessage { channel: "MB|Light".into(), data };
+                                    let mut fields = Vec::new();
+                                    p.encode_fields(&mut fields)?;
+                                    encode_frame(&mut out, PluginMessage::CLIENTBOUND_ID, &fields)?;
+                                }
+                            }
+                        }
+                        _ => {} // C04, and C00 Keep Alive answers
+                    }
+                }
+                if !out.is_empty() {
+                    s.write_all(&out).await?;
+                    out.clear();
+                }
+                buf.reserve(4096);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The players.
+// ------------------------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Shared {
+    in_play: AtomicU64,
+    joined: AtomicU64,
+    failed_to_join: AtomicU64,
+    dropped: AtomicU64,
+    /// Set while the round trips count.
+    measuring: AtomicBool,
+    /// Round trips of ticks sent while measuring, in microseconds.
+    rtt_us: Mutex<Vec<u32>>,
+    /// How late the tick timer fired, in microseconds: the load generator's own lag.
+    late_us: Mutex<Vec<u32>>,
+    ticks_sent: AtomicU64,
+    ticks_answered: AtomicU64,
+    failures: Failures<20>,
+}
+
+type Wss = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+
+/// Connects over wss and logs in; returns the stream once Join Game has arrived, with what followed it.
+async fn join(port: u16, name: &str, tls: &tokio_rustls::TlsConnector, dec: &mut FrameDecoder) -> anyhow::Result<Wss> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.set_nodelay(true)?;
+    let io = tls.connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp).await?;
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("wss://localhost:{port}/mc"), io).await?;
+    ws.send(Message::Binary(workload::login_hello("localhost", name)?.into())).await?;
+    let mut seen = 0;
+    while seen < 2 {
+        match ws.next().await {
+            Some(Ok(Message::Binary(b))) => dec.queue_slice(&b),
+            Some(Ok(Message::Close(c))) => bail!("closed during the login: {c:?}"),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+            None => bail!("the connection ended during the login"),
+        }
+        while seen < 2 {
+            let Some(f) = dec.try_next_frame()? else { break };
+            match (seen, f.id) {
+                (0, 0x02) | (1, 0x01) => seen += 1,
+                (0, 0x00) => bail!("Login Disconnect: {}", String::from_utf8_lossy(&f.body)),
+                (_, id) => bail!("packet 0x{id:02x} during the login"),
+            }
+        }
+    }
+    Ok(ws)
+}
+
+/// One player: joins at `start`, then plays (or idles) until `stop`.
+#[allow(clippy::too_many_arguments)]
+async fn player(
+    i: usize,
+    port: u16,
+    active: bool,
+    start: tokio::time::Instant,
+    gate: Arc<tokio::sync::Semaphore>,
+    tls: tokio_rustls::TlsConnector,
+    answers: Arc<Vec<usize>>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    tokio::time::sleep_until(start).await;
+    let name = format!("cap{i:05}");
+    let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+    let joined = {
+        let Ok(_permit) = gate.acquire().await else { return };
+        tokio::select! {
+            r = tokio::time::timeout(Duration::from_secs(30), join(port, &name, &tls, &mut dec)) => r,
+            () = stop.cancelled() => return,
+        }
+    };
+    let mut ws = match joined {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
+            shared.failed_to_join.fetch_add(1, Ordering::Relaxed);
+            shared.failures.push(format!("{name} could not join: {e:#}"));
+            return;
+        }
+        Err(_) => {
+            shared.failed_to_join.fetch_add(1, Ordering::Relaxed);
+            shared.failures.push(format!("{name} could not join within 30 s"));
+            return;
+        }
+    };
+    shared.joined.fetch_add(1, Ordering::Relaxed);
+    shared.in_play.fetch_add(1, Ordering::Relaxed);
+    let mut ticker = active.then(|| {
+        let mut t = tokio::time::interval(Duration::from_millis(TICK_MS));
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        t
+    });
+    // Ticks in flight: (packets of the answer still to come, when sent, counted).
+    let mut in_flight: std::collections::VecDeque<(usize, Instant, bool)> = std::collections::VecDeque::new();
+    let (mut rtt, mut late) = (Vec::new(), Vec::new());
+    let (mut sent, mut answered) = (0u64, 0u64);
+    let mut seq = 0u32;
+    let mut out = Vec::new();
+    let ended: Option<String> = loop {
+        let next_tick = async {
+            match ticker.as_mut() {
+                Some(t) => t.tick().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => break None,
+            due = next_tick => {
+                let measuring = shared.measuring.load(Ordering::Relaxed);
+                if measuring {
+                    late.push(u32::try_from(due.elapsed().as_micros()).unwrap_or(u32::MAX));
+                    sent += 1;
+                }
+                if in_flight.len() >= MAX_IN_FLIGHT {
+                    break Some(format!("{MAX_IN_FLIGHT} ticks without an answer"));
+                }
+                let msg = workload::encode_client_tick(seq).concat();
+                let frames = answers.get(seq as usize % answers.len().max(1)).copied().unwrap_or(1);
+                in_flight.push_back((frames, Instant::now(), measuring));
+                seq = seq.wrapping_add(1);
+                if let Err(e) = ws.send(Message::Binary(msg.into())).await {
+                    break Some(format!("send: {e}"));
+                }
+            }
+            m = ws.next() => {
+                match m {
+                    Some(Ok(Message::Binary(b))) => dec.queue_slice(&b),
+                    Some(Ok(Message::Close(c))) => break Some(format!("closed: {c:?}")),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => break Some(format!("{e}")),
+                    None => break Some("the connection ended".into()),
+                }
+                out.clear();
+                let mut fault = None;
+                loop {
+                    let f = match dec.try_next_frame() {
+                        Ok(Some(f)) => f,
+                        Ok(None) => break,
+                        Err(e) => {
+                            fault = Some(format!("bad frame from the proxy: {e}"));
+                            break;
+                        }
+                    };
+                    if f.id == KeepAlive::ID {
+                        if let Ok(k) = f.decode::<KeepAlive>() {
+                            let _ = encode_frame(&mut out, KeepAlive::ID, &k.id.to_be_bytes());
+                        }
+                        continue;
+                    }
+                    if let Some(front) = in_flight.front_mut() {
+                        front.0 = front.0.saturating_sub(1);
+                        if front.0 == 0 {
+                            if let Some((_, at, counted)) = in_flight.pop_front() {
+                                if counted {
+                                    answered += 1;
+                                    rtt.push(u32::try_from(at.elapsed().as_micros()).unwrap_or(u32::MAX));
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(f) = fault {
+                    break Some(f);
+                }
+                if !out.is_empty() {
+                    if let Err(e) = ws.send(Message::Binary(std::mem::take(&mut out).into())).await {
+                        break Some(format!("send: {e}"));
+                    }
+                }
+            }
+        }
+    };
+    shared.in_play.fetch_sub(1, Ordering::Relaxed);
+    if let Some(why) = ended {
+        shared.dropped.fetch_add(1, Ordering::Relaxed);
+        shared.failures.push(format!("{name} ({}) lost its connection: {why}", if active { "active" } else { "idle" }));
+    } else {
+        let _ = tokio::time::timeout(Duration::from_secs(2), ws.close(None)).await;
+    }
+    shared.ticks_sent.fetch_add(sent, Ordering::Relaxed);
+    shared.ticks_answered.fetch_add(answered, Ordering::Relaxed);
+    shared.rtt_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(rtt);
+    shared.late_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(late);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The run.
+// ------------------------------------------------------------------------------------------------------------
+
+/// `session-bench capacity-backend`: the backend process (started by `session-bench capacity`).
+#[derive(Parser, Debug)]
+#[command(name = "session-bench capacity-backend", hide = true)]
+pub struct BackendArgs {
+    /// What a tick is answered with.
+    #[arg(long, value_enum, default_value = "modded")]
+    pub load: Load,
+}
+
+/// One proxy process in the report.
+#[derive(Debug, serde::Serialize)]
+struct ProxyReport {
+    pid: u32,
+    players: usize,
+    /// CPU while measuring, in cores (1.0 = one core busy).
+    cpu_cores: f64,
+    rss_kib_before: u64,
+    rss_kib_after: u64,
+    /// (after − before) / players.
+    rss_kib_per_player: f64,
+    /// Open file descriptors with every player in play.
+    fds: usize,
+}
+
+/// What `session-bench capacity` reports.
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    idle: usize,
+    active: usize,
+    load: Load,
+    proxies: usize,
+    seconds: u64,
+    /// From the first connect to the last Join Game.
+    join_seconds: f64,
+    /// Players in play at the end of the measurement.
+    in_play: u64,
+    failed_to_join: u64,
+    dropped: u64,
+    ticks_sent: u64,
+    ticks_answered: u64,
+    rtt_ms_p50: f64,
+    rtt_ms_p99: f64,
+    rtt_ms_p999: f64,
+    rtt_ms_max: f64,
+    /// p99 of how late the players' tick timers fired: when high, the load generator was short of CPU.
+    timer_late_ms_p99: f64,
+    proxy: Vec<ProxyReport>,
+    proxy_cpu_cores: f64,
+    load_generator_cpu_cores: f64,
+    backend_cpu_cores: f64,
+    failures: Vec<String>,
+}
+
+/// Runs `session-bench capacity` (see the module documentation); fails when a player cannot join, loses its
+/// connection, or the p99 tick round trip is over the limit.
+pub fn main(args: CapacityArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("capacity").build()?;
+    rt.block_on(run(args))
+}
+
+/// The `q` quantile of sorted microseconds, in milliseconds.
+fn quantile_ms(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
+    f64::from(sorted[i]) / 1000.0
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(Iterator::count).unwrap_or(0)
+}
+
+/// CPU time of each process, in seconds.
+fn cpu_seconds(pids: &[u32], ticks_per_s: u64) -> Vec<f64> {
+    pids.iter().map(|&p| metrics::process_cpu(p, ticks_per_s).map_or(0.0, |d| d.as_secs_f64())).collect()
+}
+
+async fn run(args: CapacityArgs) -> anyhow::Result<()> {
+    let players = args.idle + args.active;
+    if players == 0 || args.proxies == 0 || args.connect_rate == 0 {
+        bail!("--idle plus --active, --proxies and --connect-rate must be at least 1");
+    }
+    let per_proxy = players.div_ceil(args.proxies);
+    // The file limits: see docs/operations.md, "Many players".
+    let own = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE)?;
+    if players as u64 + SPARE_FDS > own {
+        bail!(
+            "{players} players need {} file descriptors in this process, and its limit is {own}; raise the hard \
+             limit (docs/operations.md, \"Many players\")",
+            players as u64 + SPARE_FDS
+        );
+    }
+    let per_proxy_fds = 2 * per_proxy as u64 + SPARE_FDS;
+    if per_proxy_fds > hard {
+        let fit = (hard.saturating_sub(SPARE_FDS) / 2).max(1) as usize;
+        bail!(
+            "{per_proxy} players per proxy need {per_proxy_fds} file descriptors in each proxy process (a player \
+             socket and a backend socket each), and the hard limit here is {hard}: raise it (docs/operations.md, \
+             \"Many players\") or pass --proxies {}",
+            players.div_ceil(fit)
+        );
+    }
+
+    let dir = TestDir::new("moonbridge-capacity")?;
+    let cert = TestCert::generate_in(dir.path().to_owned(), "localhost", KeyType::Ec)?;
+    let ticks_per_s = metrics::clock_ticks_per_second();
+
+    // The backend process.
+    let load_name = match args.load {
+        Load::Modded => "modded",
+        Load::Light => "light",
+    };
+    let mut backend = std::process::Command::new(std::env::current_exe()?)
+        .args(["capacity-backend", "--load", load_name])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("backend.log"))?)
+        .spawn()
+        .context("cannot start the backend process")?;
+    let stdout = backend.stdout.take().context("no backend stdout")?;
+    let backend = Child(backend);
+    let first = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
+    })
+    .await??;
+    let backend_addr = first.trim().strip_prefix("listening ").context("the backend did not start")?.to_owned();
+
+    // The proxies.
+    let mut proxies = Vec::new();
+    let mut ports = Vec::new();
+    for p in 0..args.proxies {
+        let port = free_port()?;
+        let runtime = if args.proxy_workers > 0 {
+            format!("[runtime]\nworkers = {}\n", args.proxy_workers)
+        } else {
+            String::new()
+        };
+        let config = dir.join(format!("capacity-{p}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\n\
+                 [[backend]]\nname = \"capacity\"\naddress = \"{backend_addr}\"\n\n[auth]\nmode = \"offline\"\n\n\
+                 [limits]\nmax_connections = {}\n\n[rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n\n\
+                 {runtime}",
+                cert.cert.display(),
+                cert.key.display(),
+                per_proxy + 100,
+            ),
+        )?;
+        let child = std::process::Command::new(&args.proxy_bin)
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("proxy-{p}.log")))?)
+            .spawn()
+            .with_context(|| format!("cannot start {}", args.proxy_bin.display()))?;
+        proxies.push(Child(child));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            if Instant::now() > deadline {
+                bail!(
+                    "proxy {p} did not listen within 20 s (its log: {})",
+                    dir.join(format!("proxy-{p}.log")).display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ports.push(port);
+    }
+    let proxy_pids: Vec<u32> = proxies.iter().map(|c| c.0.id()).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before: Vec<u64> = proxy_pids.iter().map(|&p| metrics::rss_kib(p).unwrap_or(0)).collect();
+    if !args.json {
+        println!(
+            "# capacity: {} idle and {} active ({:?}) wss players through {} proxy process(es), backend at \
+             {backend_addr}, joining at {}/s",
+            args.idle, args.active, args.load, args.proxies, args.connect_rate
+        );
+    }
+
+    // The players: idle ones first.
+    let shared = Arc::new(Shared::default());
+    let stop = CancellationToken::new();
+    let gate = Arc::new(tokio::sync::Semaphore::new(JOINING_AT_ONCE));
+    let tls = tls_connector(&cert.ca)?;
+    let answers = Arc::new(match args.load {
+        Load::Modded => workload::templates().iter().map(Vec::len).collect(),
+        Load::Light => vec![1],
+    });
+    let began = Instant::now();
+    let t0 = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(players);
+    for i in 0..players {
+        let start = t0 + Duration::from_secs_f64(i as f64 / f64::from(args.connect_rate));
+        tasks.push(tokio::spawn(player(
+            i,
+            ports[i % ports.len()],
+            i >= args.idle,
+            start,
+            Arc::clone(&gate),
+            tls.clone(),
+            Arc::clone(&answers),
+            Arc::clone(&shared),
+            stop.clone(),
+        )));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(players as f64 / f64::from(args.connect_rate) + 60.0);
+    let mut last_print = Instant::now();
+    loop {
+        let (joined, failed) = (shared.joined.load(Ordering::Relaxed), shared.failed_to_join.load(Ordering::Relaxed));
+        if joined + failed >= players as u64 || Instant::now() > deadline {
+            break;
+        }
+        if !args.json && last_print.elapsed() >= Duration::from_secs(2) {
+            last_print = Instant::now();
+            println!(
+                "# joining: {joined} of {players} in play, {failed} failed, {:.0} s",
+                began.elapsed().as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let join_seconds = began.elapsed().as_secs_f64();
+    if !args.json {
+        println!(
+            "# {} of {players} in play after {join_seconds:.1} s; {} s of warm-up, then {} s measured",
+            shared.in_play.load(Ordering::Relaxed),
+            WARM_UP.as_secs(),
+            args.seconds
+        );
+    }
+    tokio::time::sleep(WARM_UP).await;
+
+    let mut pids = proxy_pids.clone();
+    pids.push(std::process::id());
+    pids.push(backend.0.id());
+    let cpu0 = cpu_seconds(&pids, ticks_per_s);
+    let m0 = Instant::now();
+    shared.measuring.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    shared.measuring.store(false, Ordering::Relaxed);
+    let cpu1 = cpu_seconds(&pids, ticks_per_s);
+    let wall = m0.elapsed().as_secs_f64();
+    let in_play = shared.in_play.load(Ordering::Relaxed);
+    let cores: Vec<f64> = cpu1.iter().zip(&cpu0).map(|(b, a)| (b - a) / wall).collect();
+    let proxy: Vec<ProxyReport> = proxy_pids
+        .iter()
+        .enumerate()
+        .map(|(k, &pid)| {
+            let after = metrics::rss_kib(pid).unwrap_or(0);
+            let n = (k..players).step_by(args.proxies).count();
+            ProxyReport {
+                pid,
+                players: n,
+                cpu_cores: cores[k],
+                rss_kib_before: rss_before[k],
+                rss_kib_after: after,
+                rss_kib_per_player: after.saturating_sub(rss_before[k]) as f64 / n.max(1) as f64,
+                fds: fd_count(pid),
+            }
+        })
+        .collect();
+
+    // Grace for the answers of the last ticks, then every player leaves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.cancel();
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+    }
+    drop(proxies);
+    drop(backend);
+
+    let mut rtt = std::mem::take(&mut *shared.rtt_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let mut late = std::mem::take(&mut *shared.late_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    rtt.sort_unstable();
+    late.sort_unstable();
+    let n = args.proxies;
+    let report = Report {
+        idle: args.idle,
+        active: args.active,
+        load: args.load,
+        proxies: n,
+        seconds: args.seconds,
+        join_seconds,
+        in_play,
+        failed_to_join: shared.failed_to_join.load(Ordering::Relaxed),
+        dropped: shared.dropped.load(Ordering::Relaxed),
+        ticks_sent: shared.ticks_sent.load(Ordering::Relaxed),
+        ticks_answered: shared.ticks_answered.load(Ordering::Relaxed),
+        rtt_ms_p50: quantile_ms(&rtt, 0.50),
+        rtt_ms_p99: quantile_ms(&rtt, 0.99),
+        rtt_ms_p999: quantile_ms(&rtt, 0.999),
+        rtt_ms_max: rtt.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
+        timer_late_ms_p99: quantile_ms(&late, 0.99),
+        proxy_cpu_cores: cores[..n].iter().sum(),
+        load_generator_cpu_cores: cores[n],
+        backend_cpu_cores: cores[n + 1],
+        proxy,
+        failures: shared.failures.list(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    let mut problems = report.failures.clone();
+    if report.in_play < players as u64 {
+        problems.push(format!("{} of {players} players were in play at the end of the measurement", report.in_play));
+    }
+    if args.active > 0 && report.ticks_answered == 0 {
+        problems.push("no tick was answered".into());
+    }
+    // The ticks sent in the last round trip of the window may still be on their way when the players leave.
+    if report.ticks_answered + 3 * (args.active as u64) < report.ticks_sent {
+        problems.push(format!("{} ticks sent, {} answered", report.ticks_sent, report.ticks_answered));
+    }
+    if report.rtt_ms_p99 > args.p99_limit_ms as f64 {
+        problems.push(format!(
+            "p99 tick round trip {:.1} ms is over the limit of {} ms",
+            report.rtt_ms_p99, args.p99_limit_ms
+        ));
+    }
+    if !problems.is_empty() {
+        bail!("capacity run failed:\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "players: {} in play of {} idle + {} active ({} failed to join, {} dropped); joined in {:.1} s",
+        r.in_play, r.idle, r.active, r.failed_to_join, r.dropped, r.join_seconds
+    );
+    println!(
+        "ticks over {} s: {} sent, {} answered; round trip p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms; \
+         tick timers late by {:.2} ms at p99",
+        r.seconds,
+        r.ticks_sent,
+        r.ticks_answered,
+        r.rtt_ms_p50,
+        r.rtt_ms_p99,
+        r.rtt_ms_p999,
+        r.rtt_ms_max,
+        r.timer_late_ms_p99
+    );
+    for p in &r.proxy {
+        println!(
+            "proxy pid {}: {} players, {:.2} cores, RSS {} → {} KiB ({:.1} KiB per player), {} fds",
+            p.pid, p.players, p.cpu_cores, p.rss_kib_before, p.rss_kib_after, p.rss_kib_per_player, p.fds
+        );
+    }
+    println!(
+        "CPU (cores): proxies {:.2}, load generator {:.2}, backend {:.2}",
+        r.proxy_cpu_cores, r.load_generator_cpu_cores, r.backend_cpu_cores
+    );
+    for f in &r.failures {
+        println!("failure: {f}");
+    }
+}
