@@ -296,11 +296,19 @@ fn spawn_proxy(
 }
 
 /// The `[runtime]` (and `[compression]`) sections of a proxy under test (no `mode`: the proxy's default).
+/// The `[runtime]` and `[compression]` sections for the flags given, and nothing for those left out, so
+/// `--proxy-bin` can run a proxy older than those sections.
 fn runtime_toml(mode: Option<RuntimeArg>, workers: usize, zstd_level: Option<i32>) -> String {
-    let mut t = match mode {
-        Some(r) => format!("[runtime]\nmode = \"{}\"\nworkers = {workers}\n", r.name()),
-        None => format!("[runtime]\nworkers = {workers}\n"),
-    };
+    let mut t = String::new();
+    if mode.is_some() || workers > 0 {
+        t.push_str("[runtime]\n");
+        if let Some(r) = mode {
+            t.push_str(&format!("mode = \"{}\"\n", r.name()));
+        }
+        if workers > 0 {
+            t.push_str(&format!("workers = {workers}\n"));
+        }
+    }
     if let Some(level) = zstd_level {
         t.push_str(&format!("[compression]\nlevel = {level}\n"));
     }
