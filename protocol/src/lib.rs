@@ -10,6 +10,8 @@
 //! - [`legacy`]: pre-1.7 `0xFE` server-list pings and their `0xFF` answers.
 //! - [`forwarding`]: offline UUIDs and BungeeCord IP forwarding.
 //! - [`crypto`]: the login server hash and the AES-128-CFB8 stream cipher.
+//! - [`transfer`]: moving a player between backends: entity-id rewriting, the BungeeCord `Connect` request,
+//!   the Forge `FML|HS` HandshakeReset and the world reset.
 //! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule; [`ws::frame`], the
 //!   server side of RFC 6455 framing (streaming, bounded).
 //!
@@ -23,6 +25,7 @@ pub mod frame;
 pub mod handshake;
 pub mod legacy;
 pub mod packets;
+pub mod transfer;
 pub mod varint;
 pub mod ws;
 

@@ -405,6 +405,86 @@ impl PluginMessage {
     }
 }
 
+/// Longest level type in Join Game and Respawn, in UTF-16 units (the reference client reads 16).
+pub const MAX_LEVEL_TYPE_CHARS: usize = 16;
+
+/// Join Game (S01), state Play, id 0x01, clientbound: `i32 entity_id`, `u8 game_mode` (bit 3: hardcore),
+/// `i8 dimension` (-1 nether, 0 overworld, 1 end, others from mods), `u8 difficulty`, `u8 max_players`,
+/// `String level_type` (≤ 16). The first packet of Play; `entity_id` is the player's own entity id on that
+/// server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinGame {
+    /// The player's entity id on this server.
+    pub entity_id: i32,
+    /// Game mode; bit 3 (0x08) is hardcore.
+    pub game_mode: u8,
+    /// Dimension id (a byte here, an `i32` in Respawn).
+    pub dimension: i8,
+    /// Difficulty, 0 (peaceful) to 3 (hard).
+    pub difficulty: u8,
+    /// What the tab list is sized for.
+    pub max_players: u8,
+    /// `default`, `flat`, `largeBiomes`, `amplified`, `default_1_1`, or a mod's.
+    pub level_type: String,
+}
+
+impl Packet for JoinGame {
+    const ID: i32 = 0x01;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        out.extend_from_slice(&self.entity_id.to_be_bytes());
+        out.push(self.game_mode);
+        out.extend_from_slice(&self.dimension.to_be_bytes());
+        out.extend_from_slice(&[self.difficulty, self.max_players]);
+        put_string(out, &self.level_type, MAX_LEVEL_TYPE_CHARS, "level type")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            entity_id: r.i32("entity id")?,
+            game_mode: r.u8("game mode")?,
+            dimension: i8::from_be_bytes([r.u8("dimension")?]),
+            difficulty: r.u8("difficulty")?,
+            max_players: r.u8("max players")?,
+            level_type: r.string(MAX_LEVEL_TYPE_CHARS, "level type")?.to_owned(),
+        })
+    }
+}
+
+/// Respawn (S07), state Play, id 0x07, clientbound: `i32 dimension`, `u8 difficulty`, `u8 game_mode`,
+/// `String level_type` (≤ 16). The 1.7.10 client builds a new world when the dimension differs from the
+/// current one, and keeps the old one (entities, chunks) when it is the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Respawn {
+    /// Dimension id.
+    pub dimension: i32,
+    /// Difficulty, 0 to 3.
+    pub difficulty: u8,
+    /// Game mode (without the hardcore bit).
+    pub game_mode: u8,
+    /// As in [`JoinGame`].
+    pub level_type: String,
+}
+
+impl Packet for Respawn {
+    const ID: i32 = 0x07;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        out.extend_from_slice(&self.dimension.to_be_bytes());
+        out.extend_from_slice(&[self.difficulty, self.game_mode]);
+        put_string(out, &self.level_type, MAX_LEVEL_TYPE_CHARS, "level type")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self {
+            dimension: r.i32("dimension")?,
+            difficulty: r.u8("difficulty")?,
+            game_mode: r.u8("game mode")?,
+            level_type: r.string(MAX_LEVEL_TYPE_CHARS, "level type")?.to_owned(),
+        })
+    }
+}
+
 /// Builds a JSON chat component holding plain `text`: `{"text":"..."}` with JSON escaping.
 pub fn chat_text(text: &str) -> String {
     serde_json::json!({ "text": text }).to_string()
@@ -542,5 +622,33 @@ mod tests {
         p.encode_fields(&mut out).unwrap();
         assert_eq!(out, [0x06, b'F', b'M', b'L', b'|', b'H', b'S', 0x00, 0x03, 1, 2, 3]);
         assert_eq!(PluginMessage::decode_fields(&mut Reader::new(&out)).unwrap(), p);
+    }
+
+    #[test]
+    fn join_game_and_respawn_vectors() {
+        // Join Game: entity 257, survival, overworld, easy, 20 players, "default".
+        let j = JoinGame {
+            entity_id: 257,
+            game_mode: 0,
+            dimension: 0,
+            difficulty: 1,
+            max_players: 20,
+            level_type: "default".into(),
+        };
+        let bytes = j.to_frame_bytes().unwrap();
+        assert_eq!(&bytes[..], &[0x11, 0x01, 0, 0, 1, 1, 0, 0, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't']);
+        assert_eq!(one_frame(&bytes).decode::<JoinGame>().unwrap(), j);
+        // The nether as a signed byte.
+        let nether = JoinGame { dimension: -1, ..j };
+        assert_eq!(nether.to_frame_bytes().unwrap()[7], 0xff);
+        assert_eq!(one_frame(&nether.to_frame_bytes().unwrap()).decode::<JoinGame>().unwrap().dimension, -1);
+        // Respawn to the nether, hard, creative, "flat".
+        let r = Respawn { dimension: -1, difficulty: 3, game_mode: 1, level_type: "flat".into() };
+        let bytes = r.to_frame_bytes().unwrap();
+        assert_eq!(&bytes[..], &[0x0c, 0x07, 0xff, 0xff, 0xff, 0xff, 3, 1, 4, b'f', b'l', b'a', b't']);
+        assert_eq!(one_frame(&bytes).decode::<Respawn>().unwrap(), r);
+        // A level type over 16 characters is refused both ways.
+        let long = Respawn { level_type: "x".repeat(17), ..r };
+        assert!(long.to_frame_bytes().is_err());
     }
 }

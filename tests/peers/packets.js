@@ -1,0 +1,22 @@
+'use strict'
+// Serializes and parses single protocol 5 (1.7.10) Play packets with node-minecraft-protocol's own
+// serializer, for byte-level cross-checks of the protocol crate (tests/tests/transfer_vectors.rs).
+//
+// Usage: node packets.js '{"direction":"toClient","serialize":[{"name":..,"params":..}],"parse":["hex",..]}'
+// Prints one JSON line: {"serialized":["hex",..],"parsed":[{"name":..,"params":..},..]}
+// (a packet is its VarInt id followed by its fields, without the frame length).
+const mc = require('minecraft-protocol')
+const { emit } = require('./common')
+
+const opts = JSON.parse(process.argv[2])
+// toClient packets are what a server writes and a client reads.
+const isServer = opts.direction === 'toClient'
+const serializer = mc.createSerializer({ state: 'play', isServer, version: '1.7.10' })
+const deserializer = mc.createDeserializer({ state: 'play', isServer: !isServer, version: '1.7.10' })
+
+const serialized = (opts.serialize || []).map(p => serializer.createPacketBuffer(p).toString('hex'))
+const parsed = (opts.parse || []).map(hex => {
+  const { data } = deserializer.parsePacketBuffer(Buffer.from(hex, 'hex'))
+  return data
+})
+emit({ serialized, parsed })
