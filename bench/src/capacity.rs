@@ -7,19 +7,22 @@
 //!
 //! - **idle** players log in (offline mode: Handshake, Login Start, then Login Success and Join Game from the
 //!   backend), then send nothing but the answers to the backend's Keep Alive (one every 2 s, as a 1.7.10
-//!   server sends one every 40 ticks) and the Pongs to the proxy's WebSocket Pings;
+//!   server sends one every 40 ticks), and Pongs to the proxy's WebSocket Pings, which it sends only after
+//!   half of `ping_interval_seconds` without writing (so the Keep Alive traffic leaves none here);
 //! - **active** players also play: one client tick every 50 ms (20 ticks per second), C17 plugin message, C04
 //!   position and C03 on ground in one WebSocket message, as the client library's per-tick coalescing sends
 //!   it. The backend answers each tick with that tick's clientbound packets: the benchmark's modded mix
-//!   (`--load modded`, 6–14 packets and about 6.5 KB per tick, a chunk on one tick in twenty) or one 64-byte
-//!   plugin message (`--load light`). The tick round trip is from sending a tick to receiving the last packet
-//!   of its answer.
+//!   (`--load modded`, 6–16 packets and about 6.5 KB per tick, a chunk on one tick in twenty) or one 64-byte
+//!   plugin message (`--load light`). The tick round trip runs from when the tick was due (its 50 ms slot)
+//!   to the last packet of its answer, so a load generator that falls behind adds to it instead of hiding
+//!   it (a late tick is still sent, as a game catches up); ticks still unanswered at the end count with their
+//!   age.
 //!
 //! Players join at `--connect-rate`, idle ones first; after 5 s of warm-up the round trips, the CPU of the
 //! three kinds of process and the proxies' memory are measured for `--seconds`. The run fails when a player
-//! cannot join or loses its connection, or when the p99 tick round trip is over `--p99-limit-ms`. The report
-//! also gives how late the players' tick timers fired (p99): when that grows, the machine is short of CPU
-//! for the load generator too, and the round trips include the wait.
+//! cannot join or loses its connection, when the players sent under 98% of the ticks due (the load generator
+//! itself was short of CPU), or when the p99 tick round trip is over `--p99-limit-ms`. The report also gives
+//! how late the players' tick timers fired (p99), the load generator's own lag.
 //!
 //! "Idle" here is a quiet connection. A real 1.7.10 client standing still still sends a C03 every tick, which
 //! is an active player's traffic in this model.
@@ -52,7 +55,7 @@ use crate::workload;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Load {
-    /// The modded mix of `session-bench --profile modded`: about 6.5 KB in 6–14 packets per tick.
+    /// The modded mix of `session-bench --profile modded`: about 6.5 KB in 6–16 packets per tick.
     Modded,
     /// One S3F plugin message of 64 bytes per tick.
     Light,
@@ -67,7 +70,7 @@ pub enum Load {
                   in the proxy (player and backend sockets). See docs/operations.md, \"Many players\"."
 )]
 pub struct CapacityArgs {
-    /// Idle players: logged in, answering Keep Alive (every 2 s) and WebSocket Pings, no ticks.
+    /// Idle players: logged in, answering Keep Alive (every 2 s), no ticks.
     #[arg(long, default_value_t = 10_000)]
     pub idle: usize,
     /// Active players: one client tick per 50 ms, each answered by the backend.
@@ -133,7 +136,15 @@ pub fn backend_main(load: Load) -> anyhow::Result<()> {
         println!("listening {}", listener.local_addr()?);
         let templates = Arc::new(workload::templates());
         loop {
-            let Ok((s, _)) = listener.accept().await else { continue };
+            let s = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of file descriptors, say: wait instead of spinning a core.
+                    eprintln!("capacity backend: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let _ = s.set_nodelay(true);
             let t = Arc::clone(&templates);
             tokio::spawn(async move {
@@ -234,6 +245,10 @@ struct Shared {
     late_us: Mutex<Vec<u32>>,
     ticks_sent: AtomicU64,
     ticks_answered: AtomicU64,
+    /// Counted ticks still without an answer when the players stopped.
+    ticks_unanswered: AtomicU64,
+    /// Players in play through each proxy.
+    in_play_per_proxy: Vec<AtomicU64>,
     failures: Failures<20>,
 }
 
@@ -271,7 +286,7 @@ async fn join(port: u16, name: &str, tls: &tokio_rustls::TlsConnector, dec: &mut
 #[allow(clippy::too_many_arguments)]
 async fn player(
     i: usize,
-    port: u16,
+    (proxy, port): (usize, u16),
     active: bool,
     start: tokio::time::Instant,
     gate: Arc<tokio::sync::Semaphore>,
@@ -305,13 +320,17 @@ async fn player(
     };
     shared.joined.fetch_add(1, Ordering::Relaxed);
     shared.in_play.fetch_add(1, Ordering::Relaxed);
+    shared.in_play_per_proxy[proxy].fetch_add(1, Ordering::Relaxed);
     let mut ticker = active.then(|| {
         let mut t = tokio::time::interval(Duration::from_millis(TICK_MS));
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // A late tick is still sent (as a game catches up), and its round trip counts from when it was due, so
+        // a busy load generator shows up in the round trips instead of in ticks that were never sent.
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         t
     });
-    // Ticks in flight: (packets of the answer still to come, when sent, counted).
-    let mut in_flight: std::collections::VecDeque<(usize, Instant, bool)> = std::collections::VecDeque::new();
+    // Ticks in flight: (packets of the answer still to come, when it was due, counted).
+    let mut in_flight: std::collections::VecDeque<(usize, tokio::time::Instant, bool)> =
+        std::collections::VecDeque::new();
     let (mut rtt, mut late) = (Vec::new(), Vec::new());
     let (mut sent, mut answered) = (0u64, 0u64);
     let mut seq = 0u32;
@@ -336,7 +355,7 @@ async fn player(
                 }
                 let msg = workload::encode_client_tick(seq).concat();
                 let frames = answers.get(seq as usize % answers.len().max(1)).copied().unwrap_or(1);
-                in_flight.push_back((frames, Instant::now(), measuring));
+                in_flight.push_back((frames, due, measuring));
                 seq = seq.wrapping_add(1);
                 if let Err(e) = ws.send(Message::Binary(msg.into())).await {
                     break Some(format!("send: {e}"));
@@ -391,6 +410,15 @@ async fn player(
         }
     };
     shared.in_play.fetch_sub(1, Ordering::Relaxed);
+    shared.in_play_per_proxy[proxy].fetch_sub(1, Ordering::Relaxed);
+    // Counted ticks still unanswered count with their age so far (a lower bound), not as if they were fast.
+    let mut unanswered = 0u64;
+    for (_, due, counted) in in_flight {
+        if counted {
+            unanswered += 1;
+            rtt.push(u32::try_from(due.elapsed().as_micros()).unwrap_or(u32::MAX));
+        }
+    }
     if let Some(why) = ended {
         shared.dropped.fetch_add(1, Ordering::Relaxed);
         shared.failures.push(format!("{name} ({}) lost its connection: {why}", if active { "active" } else { "idle" }));
@@ -399,6 +427,7 @@ async fn player(
     }
     shared.ticks_sent.fetch_add(sent, Ordering::Relaxed);
     shared.ticks_answered.fetch_add(answered, Ordering::Relaxed);
+    shared.ticks_unanswered.fetch_add(unanswered, Ordering::Relaxed);
     shared.rtt_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(rtt);
     shared.late_us.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(late);
 }
@@ -425,7 +454,8 @@ struct ProxyReport {
     cpu_cores: f64,
     rss_kib_before: u64,
     rss_kib_after: u64,
-    /// (after − before) / players.
+    /// (after − before) / players in play through it: the process's own memory (user space); the kernel's
+    /// socket memory is in [`Report::kernel_tcp_kib_per_player`].
     rss_kib_per_player: f64,
     /// Open file descriptors with every player in play.
     fds: usize,
@@ -445,8 +475,13 @@ struct Report {
     in_play: u64,
     failed_to_join: u64,
     dropped: u64,
+    /// Ticks due while measuring: active players × seconds × 20.
+    ticks_expected: u64,
     ticks_sent: u64,
     ticks_answered: u64,
+    /// Counted ticks still unanswered when the players stopped (their age so far is in the percentiles).
+    ticks_unanswered: u64,
+    /// Round trips count from when a tick was due, so a late tick timer adds to them.
     rtt_ms_p50: f64,
     rtt_ms_p99: f64,
     rtt_ms_p999: f64,
@@ -454,6 +489,10 @@ struct Report {
     /// p99 of how late the players' tick timers fired: when high, the load generator was short of CPU.
     timer_late_ms_p99: f64,
     proxy: Vec<ProxyReport>,
+    /// The kernel's TCP buffer memory (`/proc/net/sockstat` `mem`, whole machine, so the four socket ends of
+    /// every player: load generator, proxy twice, backend), at the end of the measurement minus before the
+    /// players joined, per player in play, in KiB.
+    kernel_tcp_kib_per_player: f64,
     proxy_cpu_cores: f64,
     load_generator_cpu_cores: f64,
     backend_cpu_cores: f64,
@@ -474,6 +513,16 @@ fn quantile_ms(sorted: &[u32], q: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
     f64::from(sorted[i]) / 1000.0
+}
+
+/// The kernel's TCP buffer memory in KiB: `/proc/net/sockstat`'s `TCP: … mem N` (pages of 4 KiB).
+fn kernel_tcp_kib() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("TCP:"))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "mem").nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4)
 }
 
 fn fd_count(pid: u32) -> usize {
@@ -563,7 +612,8 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         let child = std::process::Command::new(&args.proxy_bin)
             .arg("--config")
             .arg(&config)
-            .env("RUST_LOG", "warn")
+            // Handshake timeouts are logged at debug (rate-limited), so a failed join can be explained.
+            .env("RUST_LOG", "warn,moonbridge_proxy::server=info,moonbridge_proxy::session::serve=debug")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("proxy-{p}.log")))?)
             .spawn()
@@ -584,6 +634,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let proxy_pids: Vec<u32> = proxies.iter().map(|c| c.0.id()).collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss_before: Vec<u64> = proxy_pids.iter().map(|&p| metrics::rss_kib(p).unwrap_or(0)).collect();
+    let tcp_mem0 = kernel_tcp_kib();
     if !args.json {
         println!(
             "# capacity: {} idle and {} active ({:?}) wss players through {} proxy process(es), backend at \
@@ -593,7 +644,10 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     }
 
     // The players: idle ones first.
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        in_play_per_proxy: (0..args.proxies).map(|_| AtomicU64::new(0)).collect(),
+        ..Shared::default()
+    });
     let stop = CancellationToken::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(JOINING_AT_ONCE));
     let tls = tls_connector(&cert.ca)?;
@@ -603,12 +657,12 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     });
     let began = Instant::now();
     let t0 = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(players);
+    let mut tasks = tokio::task::JoinSet::new();
     for i in 0..players {
         let start = t0 + Duration::from_secs_f64(i as f64 / f64::from(args.connect_rate));
-        tasks.push(tokio::spawn(player(
+        tasks.spawn(player(
             i,
-            ports[i % ports.len()],
+            (i % ports.len(), ports[i % ports.len()]),
             i >= args.idle,
             start,
             Arc::clone(&gate),
@@ -616,7 +670,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
             Arc::clone(&answers),
             Arc::clone(&shared),
             stop.clone(),
-        )));
+        ));
     }
     let deadline = Instant::now() + Duration::from_secs_f64(players as f64 / f64::from(args.connect_rate) + 60.0);
     let mut last_print = Instant::now();
@@ -656,13 +710,14 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let cpu1 = cpu_seconds(&pids, ticks_per_s);
     let wall = m0.elapsed().as_secs_f64();
     let in_play = shared.in_play.load(Ordering::Relaxed);
+    let tcp_mem1 = kernel_tcp_kib();
     let cores: Vec<f64> = cpu1.iter().zip(&cpu0).map(|(b, a)| (b - a) / wall).collect();
     let proxy: Vec<ProxyReport> = proxy_pids
         .iter()
         .enumerate()
         .map(|(k, &pid)| {
             let after = metrics::rss_kib(pid).unwrap_or(0);
-            let n = (k..players).step_by(args.proxies).count();
+            let n = shared.in_play_per_proxy.get(k).map_or(0, |c| c.load(Ordering::Relaxed)) as usize;
             ProxyReport {
                 pid,
                 players: n,
@@ -678,8 +733,10 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     // Grace for the answers of the last ticks, then every player leaves.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.cancel();
-    for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), async { while tasks.join_next().await.is_some() {} }).await;
+    if !tasks.is_empty() {
+        shared.failures.push(format!("{} players did not stop within 30 s (their ticks are not counted)", tasks.len()));
+        tasks.abort_all();
     }
     drop(proxies);
     drop(backend);
@@ -699,13 +756,16 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         in_play,
         failed_to_join: shared.failed_to_join.load(Ordering::Relaxed),
         dropped: shared.dropped.load(Ordering::Relaxed),
+        ticks_expected: args.active as u64 * args.seconds * (1000 / TICK_MS),
         ticks_sent: shared.ticks_sent.load(Ordering::Relaxed),
         ticks_answered: shared.ticks_answered.load(Ordering::Relaxed),
+        ticks_unanswered: shared.ticks_unanswered.load(Ordering::Relaxed),
         rtt_ms_p50: quantile_ms(&rtt, 0.50),
         rtt_ms_p99: quantile_ms(&rtt, 0.99),
         rtt_ms_p999: quantile_ms(&rtt, 0.999),
         rtt_ms_max: rtt.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
         timer_late_ms_p99: quantile_ms(&late, 0.99),
+        kernel_tcp_kib_per_player: tcp_mem1.saturating_sub(tcp_mem0) as f64 / (in_play.max(1) as f64),
         proxy_cpu_cores: cores[..n].iter().sum(),
         load_generator_cpu_cores: cores[n],
         backend_cpu_cores: cores[n + 1],
@@ -728,6 +788,13 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     if report.ticks_answered + 3 * (args.active as u64) < report.ticks_sent {
         problems.push(format!("{} ticks sent, {} answered", report.ticks_sent, report.ticks_answered));
     }
+    // A load generator that cannot keep its players' ticks going measures itself, not the proxy.
+    if (report.ticks_sent as f64) < 0.98 * report.ticks_expected as f64 {
+        problems.push(format!(
+            "the players sent {} of the {} ticks due (under 98%): the load generator was short of CPU",
+            report.ticks_sent, report.ticks_expected
+        ));
+    }
     if report.rtt_ms_p99 > args.p99_limit_ms as f64 {
         problems.push(format!(
             "p99 tick round trip {:.1} ms is over the limit of {} ms",
@@ -735,6 +802,17 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         ));
     }
     if !problems.is_empty() {
+        // What the processes said, before their directory goes (kept with MOONBRIDGE_KEEP_TEST_FILES=1): the
+        // first 20 lines of each that are not a session's normal end.
+        let logs = (0..args.proxies).map(|p| format!("proxy-{p}.log")).chain(["backend.log".to_string()]);
+        for name in logs {
+            let text = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+            let notable: Vec<&str> = text.lines().filter(|l| !l.contains("session ended")).collect();
+            eprintln!("--- {name}: {} notable lines, the first 20 ---", notable.len());
+            for l in notable.iter().take(20) {
+                eprintln!("{l}");
+            }
+        }
         bail!("capacity run failed:\n  {}", problems.join("\n  "));
     }
     Ok(())
@@ -746,11 +824,13 @@ fn print_report(r: &Report) {
         r.in_play, r.idle, r.active, r.failed_to_join, r.dropped, r.join_seconds
     );
     println!(
-        "ticks over {} s: {} sent, {} answered; round trip p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms; \
-         tick timers late by {:.2} ms at p99",
+        "ticks over {} s: {} due, {} sent, {} answered, {} unanswered at the end; round trip (from when due) p50 \
+         {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms; tick timers late by {:.2} ms at p99",
         r.seconds,
+        r.ticks_expected,
         r.ticks_sent,
         r.ticks_answered,
+        r.ticks_unanswered,
         r.rtt_ms_p50,
         r.rtt_ms_p99,
         r.rtt_ms_p999,
@@ -764,8 +844,8 @@ fn print_report(r: &Report) {
         );
     }
     println!(
-        "CPU (cores): proxies {:.2}, load generator {:.2}, backend {:.2}",
-        r.proxy_cpu_cores, r.load_generator_cpu_cores, r.backend_cpu_cores
+        "CPU (cores): proxies {:.2}, load generator {:.2}, backend {:.2}; kernel TCP buffers {:.1} KiB per player",
+        r.proxy_cpu_cores, r.load_generator_cpu_cores, r.backend_cpu_cores, r.kernel_tcp_kib_per_player
     );
     for f in &r.failures {
         println!("failure: {f}");

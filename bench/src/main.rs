@@ -295,7 +295,6 @@ fn spawn_proxy(
     Ok(s)
 }
 
-/// The `[runtime]` (and `[compression]`) sections of a proxy under test (no `mode`: the proxy's default).
 /// The `[runtime]` and `[compression]` sections for the flags given, and nothing for those left out, so
 /// `--proxy-bin` can run a proxy older than those sections.
 fn runtime_toml(mode: Option<RuntimeArg>, workers: usize, zstd_level: Option<i32>) -> String {

@@ -32,6 +32,21 @@ use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
 use crate::workers::Workers;
 use crate::ws::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 
+/// Listen backlog of the player listeners, in connections: the kernel queues this many completed handshakes
+/// the proxy has not accepted yet (a reconnect storm after a restart), capped by `net.core.somaxconn`. Rust's
+/// standard library and tokio's `TcpListener::bind` ask for 128.
+pub(crate) const LISTEN_BACKLOG: u32 = 1024;
+
+/// A player listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR` on Unix, as `TcpListener::bind`
+/// sets it, so a restart can bind while old connections are in TIME_WAIT).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Pause after a failed `accept` (for example out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -208,7 +223,7 @@ impl Server {
                 ListenerKind::Ws(ws) => Accept::Ws(ws.clone()),
                 ListenerKind::Wss(ws, files) => Accept::Wss(ws.clone(), Tls::new(&files.cert, &files.key, &metrics)?),
             };
-            let listener = TcpListener::bind(l.bind).await.map_err(|source| ServerError::Bind {
+            let listener = listen(l.bind).map_err(|source| ServerError::Bind {
                 transport: l.transport(),
                 bind: l.bind,
                 source,
@@ -603,6 +618,24 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The backlog the kernel reports for a player listener (`ss`, from iproute2: a listening socket's Send-Q
+    /// is its backlog) is [`LISTEN_BACKLOG`], or `net.core.somaxconn` when that is lower.
+    #[tokio::test]
+    async fn player_listeners_ask_for_the_documented_backlog() {
+        let l = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let out = std::process::Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{port}")])
+            .output()
+            .expect("ss (iproute2) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // State, Recv-Q, Send-Q, local address, peer address.
+        let backlog: u32 = text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).expect("a listener line");
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn").unwrap().trim().parse().unwrap();
+        assert_eq!(backlog, LISTEN_BACKLOG.min(somaxconn), "ss said: {text}");
+        assert!(backlog > 128, "more than the standard library's 128 (somaxconn {somaxconn})");
+    }
 
     /// A session's task is allocated at its largest state for its whole life, so rarely used states (online
     /// login, status, legacy ping, the AES key schedules) are boxed. This keeps an idle TCP session small: the

@@ -3,7 +3,7 @@
 // serializer, for byte-level cross-checks of the protocol crate (tests/tests/transfer_vectors.rs).
 //
 // Usage: node packets.js '{"direction":"toClient","serialize":[{"name":..,"params":..}],"parse":["hex",..]}'
-// Prints one JSON line: {"serialized":["hex",..],"parsed":[{"name":..,"params":..},..]}
+// Prints one JSON line: {"serialized":["hex",..],"parsed":[{"name":..,"params":..,"size":..,"length":..},..]}
 // (a packet is its VarInt id followed by its fields, without the frame length).
 const mc = require('minecraft-protocol')
 const { emit } = require('./common')
@@ -15,8 +15,10 @@ const serializer = mc.createSerializer({ state: 'play', isServer, version: '1.7.
 const deserializer = mc.createDeserializer({ state: 'play', isServer: !isServer, version: '1.7.10' })
 
 const serialized = (opts.serialize || []).map(p => serializer.createPacketBuffer(p).toString('hex'))
+// `size` is how many bytes the parser read, so a packet with bytes left over is caught by the caller.
 const parsed = (opts.parse || []).map(hex => {
-  const { data } = deserializer.parsePacketBuffer(Buffer.from(hex, 'hex'))
-  return data
+  const buffer = Buffer.from(hex, 'hex')
+  const { data, metadata } = deserializer.parsePacketBuffer(buffer)
+  return { name: data.name, params: data.params, size: metadata.size, length: buffer.length }
 })
 emit({ serialized, parsed })

@@ -194,7 +194,9 @@ async fn check(direction: Direction, node_direction: &str, cases: Vec<Case>) {
     assert_eq!(seen, known, "packets the rewriter knows against the packets this test builds");
     let read = nmp(node_direction, Vec::new(), rewritten).await;
     let parsed = read["parsed"].as_array().expect("parsed");
+    assert_eq!(parsed.len(), cases.len());
     for (case, got) in cases.iter().zip(parsed) {
+        assert_eq!(got["size"], got["length"], "{}: the parser read every byte", case.name);
         let mut want = case.params.clone();
         for pointer in case.ids {
             let field = want.pointer_mut(pointer).expect("pointer into the params");
