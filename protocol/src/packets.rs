@@ -369,6 +369,26 @@ impl Packet for PlayDisconnect {
     }
 }
 
+/// Chat Message (S02), state Play, id 0x02, clientbound: `String json` (a JSON chat component, ≤ 32,767
+/// characters). Protocol 5 has no position byte (1.8 added it); the client shows the text in its chat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    /// The message as a JSON chat component ([`chat_text`] builds one for plain text).
+    pub json: String,
+}
+
+impl Packet for ChatMessage {
+    const ID: i32 = 0x02;
+
+    fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        put_string(out, &self.json, MAX_JSON_CHARS, "json")
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Self { json: r.string(MAX_JSON_CHARS, "json")?.to_owned() })
+    }
+}
+
 /// Plugin Message, state Play: clientbound S3F (id 0x3F) and serverbound C17 (id 0x17) share the layout
 /// `String channel` (≤ 20), `i16 length`, `byte[length] data` (so data ≤ 32,767 bytes in protocol 5).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -597,6 +617,11 @@ mod tests {
         assert_eq!(&KeepAlive { id: 7 }.to_frame_bytes().unwrap()[..], &[0x05, 0x00, 0, 0, 0, 7]);
         let d = PlayDisconnect { reason_json: chat_text("bye") };
         assert_eq!(&d.to_frame_bytes().unwrap()[..3], &[0x10, 0x40, 0x0e]);
+        // {"text":"hi"}: 13 bytes, so length 15, id 0x02, string length 13.
+        let chat = ChatMessage { json: chat_text("hi") };
+        let bytes = chat.to_frame_bytes().unwrap();
+        assert_eq!(&bytes[..], b"\x0f\x02\x0d{\"text\":\"hi\"}");
+        assert_eq!(one_frame(&bytes).decode::<ChatMessage>().unwrap(), chat);
     }
 
     #[test]
