@@ -6,9 +6,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
+use moonbridge_protocol::error::EncodeError;
+use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid, Property};
+use moonbridge_protocol::handshake::HostField;
+use moonbridge_protocol::packets::{Handshake, Packet};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::auth::Profile;
 use crate::config::{BackendSettings, Forwarding};
 use crate::metrics::{BackendMetrics, Metrics};
 use crate::proxy_header::{v2_header, ProxyHeaderError};
@@ -142,5 +148,78 @@ impl Backend {
             s.write_all(&header).await.map_err(|source| BackendError::Write { address: address(), source })?;
         }
         Ok(s)
+    }
+}
+
+/// The name of the property BungeeGuard-style backends check against their configured token.
+const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
+
+/// Who a player is, as every backend they are sent to must hear it: the login, then each server transfer,
+/// opens a backend with the same handshake and Login Start (with that backend's forwarding applied).
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    /// The handshake as the player sent it.
+    pub(crate) handshake: Handshake,
+    /// The Login Start frame as the player sent it.
+    pub(crate) login_raw: BytesMut,
+    /// The name in Login Start.
+    pub(crate) name: String,
+    /// The player's real address.
+    pub(crate) client: SocketAddr,
+    /// The profile the session server vouched for (online mode).
+    pub(crate) profile: Option<Profile>,
+}
+
+impl Identity {
+    /// The handshake host `backend` receives: as sent, or with BungeeCord forwarding (the player's address,
+    /// UUID — the verified one in online mode, else the offline UUID of the name — and properties: the
+    /// profile's, Forge's marker, the backend's `bungeeguard-token`).
+    fn server_address(&self, backend: &Backend) -> String {
+        match backend.forwarding {
+            Forwarding::None | Forwarding::ProxyProtocol => self.handshake.server_address.clone(),
+            Forwarding::Bungeecord => {
+                let host = HostField::parse(&self.handshake.server_address);
+                let mut props: Vec<Property> = Vec::new();
+                let uuid = match &self.profile {
+                    Some(profile) => {
+                        props.extend(profile.properties.iter().cloned());
+                        profile.id
+                    }
+                    None => offline_uuid(&self.name),
+                };
+                if let Some(marker) = host.marker.filter(|_| host.is_forge()) {
+                    props.extend(forge_properties(marker));
+                }
+                if let Some(secret) = &backend.forwarding_secret {
+                    props.push(Property { name: BUNGEEGUARD_PROPERTY.into(), value: secret.clone(), signature: None });
+                }
+                bungeecord_address(host.hostname, self.client.ip(), uuid, &props)
+            }
+        }
+    }
+
+    /// Whether the player's handshake carries Forge's marker (`\0FML\0`): a Forge client.
+    pub(crate) fn is_forge(&self) -> bool {
+        HostField::parse(&self.handshake.server_address).is_forge()
+    }
+
+    /// What `backend` is sent first: the handshake (forwarding applied) and Login Start, then `rest`.
+    ///
+    /// # Errors
+    /// The forwarded handshake host is over its limit ([`moonbridge_protocol::packets::MAX_FORWARDED_HOST_CHARS`]).
+    pub(crate) fn opening(&self, backend: &Backend, rest: &[u8]) -> Result<BytesMut, EncodeError> {
+        let server_address = self.server_address(backend);
+        let mut out = BytesMut::with_capacity(server_address.len() + self.login_raw.len() + rest.len() + 16);
+        let h = &self.handshake;
+        let handshake = Handshake {
+            protocol_version: h.protocol_version,
+            server_address,
+            server_port: h.server_port,
+            next_state: h.next_state,
+        };
+        handshake.encode_frame(&mut out)?;
+        out.extend_from_slice(&self.login_raw);
+        out.extend_from_slice(rest);
+        Ok(out)
     }
 }

@@ -57,6 +57,7 @@ mod session;
 mod state;
 mod tcp;
 pub mod tls;
+mod transfer;
 pub mod trusted;
 mod workers;
 mod ws;

@@ -51,6 +51,8 @@ const LOGIN_OUTCOMES: [&str; 19] = [
 /// The `outcome` values of `moonbridge_resumes_total` (carriage v2).
 const RESUME_OUTCOMES: [&str; 6] =
     ["resumed", "refused_unknown", "refused_other_instance", "refused_out_of_range", "refused_used", "expired"];
+/// The `outcome` values of `moonbridge_transfers_total` (server transfers, docs/network.md).
+pub(crate) const TRANSFER_OUTCOMES: [&str; 4] = ["moved", "refused", "failed", "fallback_failed"];
 /// The `version` values of `moonbridge_tls_handshakes_total`.
 const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 
@@ -139,6 +141,9 @@ pub(crate) struct Metrics {
     connect_failures: IntCounterVec,
     tls_handshakes: IntCounterVec,
     resumes: IntCounterVec,
+    transfers: IntCounterVec,
+    /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
+    pub(crate) transfer_seconds: Histogram,
     pub(crate) tls_reloads_ok: IntCounter,
     pub(crate) tls_reloads_kept: IntCounter,
     pub(crate) ws: WsMetrics,
@@ -227,6 +232,22 @@ impl Metrics {
             "Carriage v2 resumes after a dropped WebSocket, by outcome (resumed, refused_*, expired).",
             &["outcome"],
         )?;
+        let transfers = counter_vec(
+            &r,
+            "moonbridge_transfers_total",
+            "Server transfers, by outcome (moved, refused, failed, fallback_failed).",
+            &["outcome"],
+        )?;
+        let transfer_seconds = reg(
+            &r,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "moonbridge_transfer_seconds",
+                    "Server transfers that moved the player: from the request to the new backend's Join Game.",
+                )
+                .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            )?,
+        )?;
         let reloads = counter_vec(
             &r,
             "moonbridge_tls_certificate_reloads_total",
@@ -265,6 +286,7 @@ impl Metrics {
             (&logins, &LOGIN_OUTCOMES[..]),
             (&tls_handshakes, &TLS_VERSIONS[..]),
             (&resumes, &RESUME_OUTCOMES[..]),
+            (&transfers, &TRANSFER_OUTCOMES[..]),
         ] {
             for v in values {
                 let _ = family.with_label_values(&[v]);
@@ -282,6 +304,8 @@ impl Metrics {
             connect_failures,
             tls_handshakes,
             resumes,
+            transfers,
+            transfer_seconds,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
             tls_reloads_kept: reloads.with_label_values(&["kept_previous"]),
             ws: WsMetrics {
@@ -324,6 +348,11 @@ impl Metrics {
     /// Counts a resume attempt (or a session whose window passed) by outcome.
     pub(crate) fn resume(&self, outcome: &str) {
         self.resumes.with_label_values(&[outcome]).inc();
+    }
+
+    /// Counts a server transfer by outcome (one of [`TRANSFER_OUTCOMES`]).
+    pub(crate) fn transfer(&self, outcome: &str) {
+        self.transfers.with_label_values(&[outcome]).inc();
     }
 
     /// Counts a login by outcome.

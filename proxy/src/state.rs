@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use crate::auth::OnlineAuth;
 use crate::backend::Backend;
-use crate::config::{AuthMode, CompressionConfig, LimitsConfig, RateLimitsConfig, Settings, StatusConfig};
+use crate::config::{
+    AuthMode, CompressionConfig, LimitsConfig, RateLimitsConfig, Settings, StatusConfig, TransferConfig,
+};
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
 use crate::rate::RateLimiter;
@@ -26,6 +28,8 @@ pub(crate) struct Live {
     pub(crate) rate_limits: RateLimitsConfig,
     /// `[compression]`.
     pub(crate) compression: CompressionConfig,
+    /// `[transfer]`.
+    pub(crate) transfer: TransferConfig,
     backends: Vec<Backend>,
     routes: HashMap<String, usize>,
     default_backend: usize,
@@ -50,6 +54,7 @@ impl Live {
             status: settings.status.clone(),
             rate_limits: settings.rate_limits.clone(),
             compression: settings.compression.clone(),
+            transfer: settings.transfer.clone(),
             backends,
             routes: settings.routes.hosts.clone(),
             default_backend: settings.routes.default_backend,
@@ -65,6 +70,11 @@ impl Live {
     /// The backend legacy pings go to (`None` only without backends, which validation refuses).
     pub(crate) fn default_backend(&self) -> Option<&Backend> {
         self.backends.get(self.default_backend).or_else(|| self.backends.first())
+    }
+
+    /// The backend called `name`.
+    pub(crate) fn backend_named(&self, name: &str) -> Option<&Backend> {
+        self.backends.iter().find(|b| b.name == name)
     }
 
     /// Every backend, in configuration order.

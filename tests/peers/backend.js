@@ -11,10 +11,19 @@
 // (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>"; the chat
 // message "bye" makes the backend disconnect the player instead, and "big <count> <size>" makes it send
 // <count> plugin messages (channel MB|Big) of burstPayload(1000 + k, size) before the echo.
+// Server transfers (docs/network.md): "entityId" (default 1) is the player's id in Join Game; "label" prefixes
+// the echo with "[label] "; the chat message "connect <server>" makes the backend send BungeeCord's Connect
+// message (S3F on channel BungeeCord, writeUTF "Connect", writeUTF server) as a server plugin does; "entity"
+// makes it send packets about the player's own entity (metadata, animation, velocity) and, with
+// "otherEntityId", a velocity for that other entity; "decorate" makes it send a scoreboard objective
+// "obj_<label>", a team "team_<label>", a tab-list entry "Ghost_<label>" and open window 5;
+// "kick <reason>" disconnects the player with <reason>.
+// With a label, a player leaving is an event "left".
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
-const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000, keepAlive: true },
+const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000, keepAlive: true,
+  entityId: 1, label: null, otherEntityId: null },
   JSON.parse(process.argv[2] || '{}'))
 
 const server = mc.createServer({
@@ -58,7 +67,7 @@ server.on('login', (client) => {
     emit({ event: 'forwarding_mismatch', username: client.username, problems: forwarded.problems })
     return client.end('Forwarded identity mismatch: ' + forwarded.problems.join(', '))
   }
-  client.write('login', { entityId: 1, gameMode: 0, dimension: 0, difficulty: 2, maxPlayers: 100, levelType: 'default' })
+  client.write('login', { entityId: opts.entityId, gameMode: 0, dimension: 0, difficulty: 2, maxPlayers: 100, levelType: 'default' })
   client.write('position', { x: 0, y: 64, z: 0, yaw: 0, pitch: 0, onGround: true })
   for (let n = 0; n < opts.burstCount; n++) {
     client.write('custom_payload', { channel: BURST_CHANNEL, data: burstPayload(n, opts.burstSize) })
@@ -67,16 +76,43 @@ server.on('login', (client) => {
     emit({ event: 'chat', username: client.username, message: p.message })
     // "bye" asks the backend to end the session (a server-side close).
     if (p.message === 'bye') return client.end('Bye from the backend')
+    const kick = /^kick (.+)$/.exec(p.message)
+    if (kick) return client.end(kick[1])
+    const connect = /^connect (.+)$/.exec(p.message)
+    if (connect) return client.write('custom_payload', { channel: 'BungeeCord', data: Buffer.concat([writeUTF('Connect'), writeUTF(connect[1])]) })
+    if (p.message === 'decorate') {
+      // What a server leaves on a client: a scoreboard objective, a team, a tab-list entry, an open window.
+      client.write('scoreboard_objective', { name: 'obj_' + opts.label, displayText: 'Kills', action: 0 })
+      client.write('scoreboard_team', { team: 'team_' + opts.label, mode: 0, name: 'Team', prefix: '', suffix: '', friendlyFire: 1, players: [client.username] })
+      client.write('player_info', { playerName: 'Ghost_' + opts.label, online: true, ping: 5 })
+      client.write('open_window', { windowId: 5, inventoryType: 0, windowTitle: 'Chest', slotCount: 27, useProvidedTitle: true })
+    }
+    if (p.message === 'entity') {
+      const id = opts.entityId
+      client.write('entity_metadata', { entityId: id, metadata: [{ type: 0, key: 0, value: 2 }] })
+      client.write('animation', { entityId: id, animation: 0 })
+      client.write('entity_velocity', { entityId: id, velocity: { x: 1, y: 2, z: 3 } })
+      if (opts.otherEntityId !== null) client.write('entity_velocity', { entityId: opts.otherEntityId, velocity: { x: 4, y: 5, z: 6 } })
+    }
     const big = /^big (\d+) (\d+)$/.exec(p.message)
     if (big) {
       for (let k = 0; k < Number(big[1]); k++) {
         client.write('custom_payload', { channel: 'MB|Big', data: burstPayload(1000 + k, Number(big[2])) })
       }
     }
-    client.write('chat', { message: JSON.stringify({ text: 'echo:' + p.message }) })
+    client.write('chat', { message: JSON.stringify({ text: (opts.label ? '[' + opts.label + '] ' : '') + 'echo:' + p.message }) })
   })
+  if (opts.label) client.on('end', () => emit({ event: 'left', username: client.username }))
   client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))
 })
+
+// Java's DataOutput.writeUTF: u16 byte length, then the bytes (modified UTF-8; plain ASCII here).
+function writeUTF (s) {
+  const b = Buffer.from(s, 'utf8')
+  const len = Buffer.alloc(2)
+  len.writeUInt16BE(b.length)
+  return Buffer.concat([len, b])
+}
 
 server.on('error', (e) => { emit({ event: 'error', error: String(e) }); process.exit(1) })
 server.on('listening', () => emit({ event: 'listening', port: server.socketServer.address().port }))

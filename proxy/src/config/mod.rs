@@ -60,6 +60,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// `[compression]`: zstd on the WebSocket hop (carriage `moonbridge.v2.zstd`).
     pub compression: CompressionConfig,
+    /// `[transfer]`: moving connected players between backends (BungeeCord `Connect`, fallbacks).
+    pub transfer: TransferConfig,
 }
 
 /// `[compression]`: per-message zstd compression on WebSocket connections whose client offers
@@ -165,6 +167,59 @@ impl Default for RateLimitsConfig {
     }
 }
 
+/// `[transfer]`: moving a connected player from one backend to another without a reconnect (docs/network.md).
+/// A backend asks for it with the BungeeCord plugin channel's `Connect` message; a fallback catches players a
+/// backend disconnects. Off by default: with no `targets` and no `fallback`, sessions run as before, and only
+/// sessions whose backend can send players on (a `targets` list, or a `fallback` entry) pay for the transfer
+/// layer. Applies to sessions that start after a reload.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TransferConfig {
+    /// `targets`: the backends (by `name`) a `Connect` message may send a player to. A `Connect` naming any
+    /// other backend is refused with a chat message. Default: empty (no `Connect` is obeyed).
+    pub targets: Vec<String>,
+    /// `[transfer.fallback]`: backend name → the backend a player is sent to when that one disconnects them
+    /// (a Play Disconnect), such as `"survival" = "lobby"`; the player sees the reason in chat. When the
+    /// fallback cannot take the player either, the original disconnect reaches them. Default: empty.
+    pub fallback: BTreeMap<String, String>,
+    /// `switch_timeout_seconds`: from the request to the new backend's Join Game (connect, login and, for
+    /// vanilla clients, the cutover). The player keeps playing on the old backend meanwhile. Default 15
+    /// seconds, 1 to 300.
+    pub switch_timeout_seconds: u64,
+    /// `forge_handshake_timeout_seconds`: the same deadline when the new backend runs the Forge handshake
+    /// (`FML|HS`) with a Forge client, from the request. Default 30 seconds, 1 to 300.
+    pub forge_handshake_timeout_seconds: u64,
+}
+
+/// Default `[transfer] switch_timeout_seconds`.
+pub const DEFAULT_SWITCH_TIMEOUT_SECONDS: u64 = 15;
+/// Default `[transfer] forge_handshake_timeout_seconds`.
+pub const DEFAULT_FORGE_HANDSHAKE_TIMEOUT_SECONDS: u64 = 30;
+
+impl Default for TransferConfig {
+    fn default() -> Self {
+        Self {
+            targets: Vec::new(),
+            fallback: BTreeMap::new(),
+            switch_timeout_seconds: DEFAULT_SWITCH_TIMEOUT_SECONDS,
+            forge_handshake_timeout_seconds: DEFAULT_FORGE_HANDSHAKE_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+impl TransferConfig {
+    /// The switch deadline for a vanilla client.
+    pub fn switch_timeout(&self) -> Duration {
+        Duration::from_secs(self.switch_timeout_seconds)
+    }
+
+    /// The switch deadline once the new backend runs the Forge handshake.
+    pub fn forge_handshake_timeout(&self) -> Duration {
+        Duration::from_secs(self.forge_handshake_timeout_seconds)
+    }
+}
+
 /// Default `[status] cache_seconds`.
 pub const DEFAULT_STATUS_CACHE_SECONDS: u64 = 5;
 
@@ -220,6 +275,7 @@ impl Default for Config {
             rate_limits: RateLimitsConfig::default(),
             runtime: RuntimeConfig::default(),
             compression: CompressionConfig::default(),
+            transfer: TransferConfig::default(),
         }
     }
 }

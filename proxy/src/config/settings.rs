@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::{
     AuthConfig, AuthMode, CompressionConfig, Config, ConfigError, ConfigProblem, Forwarding, LimitsConfig,
-    ListenerConfig, MetricsConfig, RateLimitsConfig, RealIpHeader, RuntimeConfig, StatusConfig, Transport,
-    DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    ListenerConfig, MetricsConfig, RateLimitsConfig, RealIpHeader, RuntimeConfig, StatusConfig, TransferConfig,
+    Transport, DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use crate::trusted::TrustedProxies;
 
@@ -36,6 +36,8 @@ pub struct Settings {
     pub runtime: RuntimeConfig,
     /// `[compression]`.
     pub compression: CompressionConfig,
+    /// `[transfer]` (every name checked against the backends).
+    pub transfer: TransferConfig,
 }
 
 /// One listener.
@@ -237,6 +239,7 @@ impl Config {
         if self.runtime.workers > 1024 {
             push("runtime.workers".into(), "must be between 0 (one per core) and 1024".into());
         }
+        check_transfer(&self.transfer, &|name| index(name).is_some(), &mut push);
         check_limits(&self.limits, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
@@ -267,7 +270,36 @@ impl Config {
             rate_limits: self.rate_limits.clone(),
             runtime: self.runtime.clone(),
             compression: self.compression.clone(),
+            transfer: self.transfer.clone(),
         })
+    }
+}
+
+/// Checks `[transfer]`: every name is a backend, a fallback is not its own, the deadlines are in range.
+fn check_transfer(t: &TransferConfig, known: &dyn Fn(&str) -> bool, push: &mut impl FnMut(String, String)) {
+    for (i, name) in t.targets.iter().enumerate() {
+        if !known(name) {
+            push(format!("transfer.targets[{i}]"), format!("no [[backend]] is named \"{name}\""));
+        }
+    }
+    for (from, to) in &t.fallback {
+        let key = format!("transfer.fallback.\"{from}\"");
+        if !known(from) {
+            push(key.clone(), format!("no [[backend]] is named \"{from}\""));
+        }
+        if !known(to) {
+            push(key.clone(), format!("no [[backend]] is named \"{to}\""));
+        } else if from == to {
+            push(key, "a backend cannot be its own fallback".into());
+        }
+    }
+    for (key, value) in [
+        ("transfer.switch_timeout_seconds", t.switch_timeout_seconds),
+        ("transfer.forge_handshake_timeout_seconds", t.forge_handshake_timeout_seconds),
+    ] {
+        if !(1..=300).contains(&value) {
+            push(key.into(), "must be between 1 and 300 seconds".into());
+        }
     }
 }
 
@@ -644,6 +676,50 @@ mod tests {
             ]
         );
         assert!(problems[6].message.contains("\"not-an-ip\""), "{}", problems[6]);
+    }
+
+    #[test]
+    fn transfer_names_backends_and_bounds_its_deadlines() {
+        let c = Config::from_toml(
+            r#"
+            [[backend]]
+            name = "survival"
+            address = "127.0.0.1:25566"
+            [[backend]]
+            name = "lobby"
+            address = "127.0.0.1:25567"
+            [transfer]
+            targets = ["lobby", "creative"]
+            switch_timeout_seconds = 0
+            forge_handshake_timeout_seconds = 301
+            [transfer.fallback]
+            "survival" = "lobby"
+            "lobby" = "lobby"
+            "hub" = "void"
+            "#,
+        )
+        .unwrap();
+        let problems = c.check();
+        let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "transfer.targets[1]: no [[backend]] is named \"creative\"",
+                "transfer.fallback.\"hub\": no [[backend]] is named \"hub\"",
+                "transfer.fallback.\"hub\": no [[backend]] is named \"void\"",
+                "transfer.fallback.\"lobby\": a backend cannot be its own fallback",
+                "transfer.switch_timeout_seconds: must be between 1 and 300 seconds",
+                "transfer.forge_handshake_timeout_seconds: must be between 1 and 300 seconds",
+            ]
+        );
+        let ok = Config::from_toml(
+            "[[backend]]\nname = \"a\"\naddress = \"h:1\"\n[[backend]]\nname = \"b\"\naddress = \"h:2\"\n\
+             [transfer]\ntargets = [\"b\"]\n[transfer.fallback]\n\"a\" = \"b\"\n",
+        )
+        .unwrap();
+        let t = ok.settings().unwrap().transfer;
+        assert_eq!(t.fallback.get("a").map(String::as_str), Some("b"));
+        assert_eq!((t.switch_timeout_seconds, t.forge_handshake_timeout_seconds), (15, 30));
     }
 
     #[test]

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use moonbridge_protocol::crypto::Cfb8Encryptor;
-use moonbridge_protocol::forwarding::{bungeecord_address, forge_properties, offline_uuid, Property};
 use moonbridge_protocol::frame::peek_packet_id;
 use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::packets::{
@@ -18,13 +17,14 @@ use tracing::warn;
 
 use super::online::{authenticate, encryptor};
 use super::{Finish, Player, PlayerGone, Session, Summary};
-use crate::backend::Backend;
-use crate::config::{AuthMode, Forwarding};
+use crate::backend::Identity;
+use crate::config::AuthMode;
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
 use crate::relay::{RelayStart, SHUTDOWN_REASON};
+use crate::transfer::{self, SwitchStart, Switchboard};
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
 const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
@@ -37,9 +37,6 @@ enum BackendWait {
     Connect(crate::backend::BackendError),
     Write(std::io::Error),
 }
-
-/// The name of the property BungeeGuard-style backends check against their configured token.
-const BUNGEEGUARD_PROPERTY: &str = "bungeeguard-token";
 
 /// What the handshake stage read for a login.
 pub(super) struct LoginRequest {
@@ -66,38 +63,6 @@ pub(super) async fn login_disconnect<P: Player>(
         let _ = player.send(&frame).await;
     }
     player.finish(finish).await;
-}
-
-/// The handshake the backend receives: as sent, or with BungeeCord forwarding in the host field.
-fn forwarded_address(
-    s: &Session<'_, impl Player>,
-    backend: &Backend,
-    handshake: &Handshake,
-    host: &HostField<'_>,
-    name: &str,
-    verified: Option<&crate::auth::Profile>,
-) -> String {
-    match backend.forwarding {
-        Forwarding::None | Forwarding::ProxyProtocol => handshake.server_address.clone(),
-        Forwarding::Bungeecord => {
-            let mut props: Vec<Property> = Vec::new();
-            let uuid = match (verified, s.state.auth) {
-                (Some(profile), _) => {
-                    props.extend(profile.properties.iter().cloned());
-                    profile.id
-                }
-                // Passthrough with bungeecord is refused by config validation; never reached.
-                (None, AuthMode::Offline | AuthMode::Passthrough | AuthMode::Online) => offline_uuid(name),
-            };
-            if let Some(marker) = host.marker.filter(|_| host.is_forge()) {
-                props.extend(forge_properties(marker));
-            }
-            if let Some(secret) = &backend.forwarding_secret {
-                props.push(Property { name: BUNGEEGUARD_PROPERTY.into(), value: secret.clone(), signature: None });
-            }
-            bungeecord_address(host.hostname, s.info.client.ip(), uuid, &props)
-        }
-    }
 }
 
 /// The login stage, from the route to the end of the relay.
@@ -148,17 +113,20 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         }
     };
 
-    let server_address = forwarded_address(&s, backend, &handshake, &host, &login.name, verified.as_ref());
-    let mut opening = BytesMut::with_capacity(server_address.len() + login_raw.len() + rest.len() + 16);
-    if (Handshake { server_address, ..handshake }).encode_frame(&mut opening).is_err() {
+    if let Some(profile) = &verified {
+        summary.player = Some(profile.name.clone());
+    }
+    // Boxed: it waits across the whole session (for the transfer layer) and would otherwise size every task.
+    let identity =
+        Box::new(Identity { handshake, login_raw, name: login.name, client: s.info.client, profile: verified });
+    let Ok(opening) = identity.opening(backend, &rest) else {
         login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
             .await;
         summary.reason = "forwarded handshake too long".into();
         summary.outcome = Some("bad_handshake");
         return summary;
-    }
-    opening.extend_from_slice(&login_raw);
-    opening.extend_from_slice(&rest);
+    };
+    drop(rest);
     let up = opening.len() as u64;
 
     let unreachable = format!("Server {} is unreachable", backend.name);
@@ -245,22 +213,20 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         summary.outcome = Some(outcome);
         return summary;
     }
-    if let Some(profile) = &verified {
-        summary.player = Some(profile.name.clone());
-    }
+    let logged_in = matches!(first_id, Ok(Some(id)) if id == LoginSuccess::ID);
+    // Sessions whose backend can send players on run through the transfer layer: the relay works on a
+    // loopback hop, and the switchboard behind it sees every frame (crate::transfer).
+    let transfer = logged_in && transfer::applies(&live, backend);
     // Login Success means the clientbound stream stays plaintext Minecraft: follow its frames so a shutdown can
     // insert a Disconnect between two of them. Anything else (backend encryption) is relayed opaquely.
-    let scanner = match first_id {
-        Ok(Some(id)) if id == LoginSuccess::ID => {
+    let scanner = match (logged_in, transfer) {
+        (true, true) => Some(FrameScanner::new()),
+        (true, false) => {
             let mut scanner = FrameScanner::new();
             scanner.scan(&first).ok().map(|_| scanner)
         }
-        _ => None,
+        (false, _) => None,
     };
-    let down = first.len() as u64;
-    if let Some(e) = encryptor(&mut cipher) {
-        e.apply(&mut first);
-    }
     // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
     // Success.
     if matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID) {
@@ -276,12 +242,6 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         });
     }
     backend.metrics.to_backend.inc_by(up);
-    backend.metrics.to_player.inc_by(down);
-    if let Err(e) = s.player.send(&first).await {
-        summary.reason = format!("player write failed: {e}");
-        return summary;
-    }
-    drop(first);
     let write_stall = live.limits.write_stall_timeout();
     let metrics = &backend.metrics;
     let resume = live.limits.resume_window().map(|window| {
@@ -292,10 +252,66 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             metrics: Arc::clone(&s.state.metrics),
         })
     });
-    let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics, resume };
-    let report = s.player.relay(stream, start).await;
+    let report = if transfer {
+        // The first answer goes through the switchboard (it learns the player's entity id from Join Game) and
+        // is counted by the relay like every later byte.
+        let start = RelayStart { shutdown: s.shutdown, scanner, up, down: 0, write_stall, cipher, metrics, resume };
+        let switch = SwitchStart {
+            live: Arc::clone(&live),
+            identity: *identity,
+            metrics: Arc::clone(&state.metrics),
+            backend: backend.clone(),
+            stream,
+            early: first,
+        };
+        // Boxed: every session's task is sized by its largest state, and most sessions never take this path.
+        match Box::pin(relay_through_switchboard(s.player, start, switch)).await {
+            Ok(report) => report,
+            Err((e, mut cipher)) => {
+                // Nothing reached the player yet: its Login Success waits in the switchboard's first bytes.
+                warn!("transfer hop could not be opened: {e}");
+                let message = format!("Server {} is unreachable", backend.name);
+                login_disconnect(s.player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+                summary.reason = format!("transfer hop: {e}");
+                return summary;
+            }
+        }
+    } else {
+        drop(identity);
+        let down = first.len() as u64;
+        if let Some(e) = encryptor(&mut cipher) {
+            e.apply(&mut first);
+        }
+        backend.metrics.to_player.inc_by(down);
+        if let Err(e) = s.player.send(&first).await {
+            summary.reason = format!("player write failed: {e}");
+            return summary;
+        }
+        drop(first);
+        let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics, resume };
+        s.player.relay(stream, start).await
+    };
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
     summary
+}
+
+/// The relay of a session with the transfer layer: the relay on one end of a loopback hop, the switchboard on
+/// the other, until both end.
+///
+/// # Errors
+/// The hop could not be opened (out of file descriptors or local ports): nothing was sent to the player, whose
+/// cipher (online mode) comes back for the Login Disconnect.
+async fn relay_through_switchboard<P: Player>(
+    player: &mut P,
+    start: RelayStart<'_>,
+    switch: SwitchStart,
+) -> Result<crate::relay::RelayReport, (std::io::Error, Option<Box<crate::relay::ClientCipher>>)> {
+    let (relay_end, switch_end) = match transfer::hop().await {
+        Ok(pair) => pair,
+        Err(e) => return Err((e, start.cipher)),
+    };
+    let (report, ()) = tokio::join!(player.relay(relay_end, start), Switchboard::run(switch, switch_end));
+    Ok(report)
 }

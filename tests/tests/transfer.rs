@@ -1,0 +1,338 @@
+//! Server transfer (docs/network.md) against real node-minecraft-protocol 1.7.10 backends: a player moved by
+//! its backend's BungeeCord `Connect` message (a node client over tcp, and the client library over ws), the
+//! fallback when a backend disconnects a player, and the failure paths (a backend that refuses the login, one
+//! that never answers, an unknown name), after which the player is still on its first backend.
+//!
+//! What reaches the player is checked packet by packet: the world reset (two Respawns), the player's entity id
+//! as the client first learned it in every packet the new backend sends about the player (and the swap for a
+//! new-backend entity that has the client's id), the chat round trip on the new backend.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::time::Duration;
+
+use moonbridge_client::{Connection, Options};
+use moonbridge_protocol::codec::{put_string, Reader};
+use moonbridge_protocol::packets::{chat_text, JoinGame, KeepAlive, LoginDisconnect, LoginSuccess, Packet, Respawn};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::{send_login, FrameReader};
+use moonbridge_tests::{node_backend, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
+use serde_json::{json, Value};
+
+/// The player's entity id on the first backend ("survival") and on the second ("lobby").
+const FIRST_ID: i64 = 1;
+const LOBBY_ID: i64 = 42;
+
+struct Network {
+    survival: NodePeer,
+    lobby: NodePeer,
+    proxy: Proxy,
+}
+
+/// Two node backends (survival, where players land, and lobby) behind a proxy with tcp and ws listeners,
+/// transfers allowed to both, `extra_backends` and `transfer_extra` added to the configuration.
+async fn network(extra_backends: &str, transfer_extra: &str) -> Network {
+    let (survival, a) = node_backend(json!({ "burstCount": 0, "label": "survival", "entityId": FIRST_ID })).await;
+    let (lobby, b) =
+        node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID, "otherEntityId": FIRST_ID }))
+            .await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n\
+         [[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n{extra_backends}\n\
+         [transfer]\n{transfer_extra}\n"
+    ))
+    .await;
+    Network { survival, lobby, proxy }
+}
+
+/// Runs the scripted node client against the proxy's tcp listener and returns its transcript line.
+async fn scripted(proxy: &Proxy, name: &str, steps: Value) -> Value {
+    let port = proxy.addr(Transport::Tcp).port();
+    let mut client =
+        NodePeer::spawn("scripted-client.js", &json!({ "port": port, "username": name, "steps": steps })).await;
+    let line = client.next_lines(1, Duration::from_secs(40)).await.remove(0);
+    assert_eq!(line["event"], "transcript", "{line}");
+    assert_eq!(line["entityId"], FIRST_ID, "the client joined the first backend");
+    line
+}
+
+/// A transcript's packets as (name, data).
+fn packets(transcript: &Value) -> Vec<(String, Value)> {
+    transcript["packets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["data"].clone()))
+        .collect()
+}
+
+fn chat_of(data: &Value) -> String {
+    let v: Value = serde_json::from_str(data["message"].as_str().unwrap()).unwrap();
+    v["text"].as_str().unwrap().to_string()
+}
+
+/// The node backend's next event line of kind `name` for `player`.
+async fn event_for(peer: &mut NodePeer, name: &str, player: &str) -> Value {
+    loop {
+        let e = peer.event(name, STEP).await;
+        if e["username"] == player {
+            return e;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_moves_a_tcp_player_with_its_entity_id_and_a_clean_world() {
+    let mut net = network("", "targets = [\"lobby\", \"survival\"]").await;
+    let transcript = scripted(
+        &net.proxy,
+        "Mover",
+        json!([
+            { "say": "decorate", "until": "chat" },
+            { "say": "connect lobby", "until": "respawn", "count": 2 },
+            { "say": "entity", "until": "chat" },
+            { "say": "hello", "until": "chat" },
+        ]),
+    )
+    .await;
+    let mut got = packets(&transcript);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "position",
+            "scoreboard_objective",
+            "scoreboard_team",
+            "player_info",
+            "open_window",
+            "chat",
+            "close_window",
+            "scoreboard_objective",
+            "scoreboard_team",
+            "player_info",
+            "respawn",
+            "respawn",
+            "position",
+            "entity_metadata",
+            "animation",
+            "entity_velocity",
+            "entity_velocity",
+            "chat",
+            "chat"
+        ],
+        "{transcript}"
+    );
+    // Survival's Player Position And Look after its Join Game, what "decorate" made it leave, the echo.
+    got.drain(..5);
+    assert_eq!(chat_of(&got[0].1), "[survival] echo:decorate");
+    // Before the world reset, all of it is removed.
+    assert_eq!(got[1].1, json!({ "windowId": 5 }));
+    assert_eq!(got[2].1, json!({ "name": "obj_survival", "displayText": "", "action": 1 }));
+    assert_eq!(got[3].1["team"], "team_survival");
+    assert_eq!(got[3].1["mode"], 1);
+    assert_eq!(got[4].1, json!({ "playerName": "Ghost_survival", "online": false, "ping": 0 }));
+    got.drain(1..5);
+    // The world reset: first another dimension (the nether), then the lobby's (the overworld).
+    assert_eq!(got[1].1["dimension"], -1);
+    assert_eq!(got[2].1["dimension"], 0);
+    assert_eq!(got[2].1["levelType"], "default");
+    // The lobby calls the player 42; the client still knows itself as 1, in every packet about it.
+    assert_eq!(got[4].1["entityId"], FIRST_ID);
+    assert_eq!(got[5].1["entityId"], FIRST_ID);
+    assert_eq!(got[6].1["entityId"], FIRST_ID);
+    assert_eq!(got[6].1["velocity"], json!({ "x": 1, "y": 2, "z": 3 }));
+    // The lobby's own entity 1 is not the player: the client sees it as 42.
+    assert_eq!(got[7].1["entityId"], LOBBY_ID);
+    assert_eq!(got[7].1["velocity"], json!({ "x": 4, "y": 5, "z": 6 }));
+    assert_eq!(chat_of(&got[8].1), "[lobby] echo:entity");
+    assert_eq!(chat_of(&got[9].1), "[lobby] echo:hello");
+
+    // Survival heard the player until the Connect, then lost it; the lobby logged it in and heard the rest.
+    assert_eq!(event_for(&mut net.survival, "chat", "Mover").await["message"], "decorate");
+    assert_eq!(event_for(&mut net.survival, "chat", "Mover").await["message"], "connect lobby");
+    event_for(&mut net.survival, "left", "Mover").await;
+    event_for(&mut net.lobby, "login", "Mover").await;
+    assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "entity");
+    assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "hello");
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+fn chat_frame(message: &str) -> Vec<u8> {
+    let mut fields = Vec::new();
+    put_string(&mut fields, message, 100, "message").unwrap();
+    let mut out = Vec::new();
+    moonbridge_protocol::frame::encode_frame(&mut out, 0x01, &fields).unwrap();
+    out
+}
+
+/// The next frame that is not a Keep Alive (answered on the way, as the client does).
+fn next_frame(conn: &Connection, r: &mut FrameReader<'_>) -> moonbridge_protocol::frame::Frame {
+    loop {
+        let f = r.next(STEP);
+        if f.id != KeepAlive::ID {
+            return f;
+        }
+        let ka: KeepAlive = f.decode().unwrap();
+        conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+        conn.end_tick().unwrap();
+    }
+}
+
+fn say(conn: &Connection, message: &str) {
+    conn.send(&chat_frame(message)).unwrap();
+    conn.end_tick().unwrap();
+}
+
+fn chat_text_of(f: &moonbridge_protocol::frame::Frame) -> String {
+    assert_eq!(f.id, 0x02, "a Chat Message");
+    let json = Reader::new(&f.body).string(32767, "json").unwrap().to_string();
+    serde_json::from_str::<Value>(&json).unwrap()["text"].as_str().unwrap().to_string()
+}
+
+fn i32_at(body: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(body[at..at + 4].try_into().unwrap())
+}
+
+/// The client library's player over ws: the same move, checked frame by frame.
+fn library_player(url: &str) {
+    let conn = Connection::connect(url, Options::from_json(None).unwrap()).unwrap();
+    let mut r = FrameReader::new(&conn);
+    send_login(&conn, "Walker", false);
+    let success: LoginSuccess = r.next(STEP).decode().expect("Login Success");
+    assert_eq!(success.name, "Walker");
+    let join: JoinGame = next_frame(&conn, &mut r).decode().expect("Join Game");
+    assert_eq!(i64::from(join.entity_id), FIRST_ID);
+    assert_eq!(next_frame(&conn, &mut r).id, 0x08, "Player Position And Look");
+    say(&conn, "connect lobby");
+    let first: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+    let second: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+    assert_eq!((first.dimension, second.dimension), (-1, 0));
+    assert_eq!(next_frame(&conn, &mut r).id, 0x08, "the lobby's Player Position And Look");
+    say(&conn, "entity");
+    let metadata = next_frame(&conn, &mut r);
+    assert_eq!((metadata.id, i64::from(i32_at(&metadata.body, 0))), (0x1c, FIRST_ID));
+    let animation = next_frame(&conn, &mut r);
+    assert_eq!(animation.id, 0x0b);
+    assert_eq!(&animation.body[..], &[FIRST_ID as u8, 0], "VarInt entity id 1, animation 0");
+    let own = next_frame(&conn, &mut r);
+    assert_eq!((own.id, i64::from(i32_at(&own.body, 0))), (0x12, FIRST_ID));
+    let other = next_frame(&conn, &mut r);
+    assert_eq!((other.id, i64::from(i32_at(&other.body, 0))), (0x12, LOBBY_ID));
+    assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:entity");
+    say(&conn, "hello");
+    assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:hello");
+    conn.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_moves_a_client_library_player_over_ws() {
+    let mut net = network("", "targets = [\"lobby\"]").await;
+    let url = format!("ws://127.0.0.1:{}/mc", net.proxy.addr(Transport::Ws).port());
+    tokio::time::timeout(Duration::from_secs(60), tokio::task::spawn_blocking(move || library_player(&url)))
+        .await
+        .expect("the player's script ends in time")
+        .expect("the player's checks pass");
+    event_for(&mut net.survival, "left", "Walker").await;
+    assert_eq!(event_for(&mut net.lobby, "chat", "Walker").await["message"], "entity");
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnected_player_lands_on_the_fallback_with_the_reason() {
+    let mut net = network("", "[transfer.fallback]\n\"survival\" = \"lobby\"").await;
+    let transcript = scripted(
+        &net.proxy,
+        "Faller",
+        json!([
+            { "say": "kick Server restarting", "until": "chat" },
+            { "say": "hello", "until": "chat" },
+        ]),
+    )
+    .await;
+    let got = packets(&transcript);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["position", "respawn", "respawn", "chat", "position", "chat"], "{transcript}");
+    assert_eq!(chat_of(&got[3].1), "survival disconnected you: Server restarting");
+    assert_eq!(chat_of(&got[5].1), "[lobby] echo:hello");
+    event_for(&mut net.lobby, "login", "Faller").await;
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_switch_leaves_the_player_where_it_was_with_the_reason() {
+    let refusal = LoginDisconnect { reason_json: chat_text("You are not whitelisted") }.to_frame_bytes().unwrap();
+    let refuser = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: refusal.to_vec() }).await;
+    let silent = RawBackend::start(RawBehaviour::Silent).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = format!(
+        "[[backend]]\nname = \"refuser\"\naddress = \"{}\"\n[[backend]]\nname = \"silent\"\naddress = \"{}\"\n\
+         [[backend]]\nname = \"down\"\naddress = \"{closed}\"\n",
+        refuser.addr, silent.addr
+    );
+    let mut net = network(&extra, "targets = [\"refuser\", \"silent\", \"down\"]\nswitch_timeout_seconds = 2").await;
+    let transcript = scripted(
+        &net.proxy,
+        "Stayer",
+        json!([
+            { "say": "connect refuser", "until": "chat" },
+            { "say": "connect silent", "until": "chat" },
+            { "say": "connect down", "until": "chat" },
+            { "say": "connect lobby", "until": "chat" },
+            { "say": "connect nowhere", "until": "chat" },
+            { "say": "hello", "until": "chat" },
+        ]),
+    )
+    .await;
+    let mut got = packets(&transcript);
+    assert_eq!(got.remove(0).0, "position", "survival's, after its Join Game");
+    let got: Vec<String> = got.iter().map(|(n, d)| format!("{n}: {}", chat_of(d))).collect();
+    assert_eq!(
+        got,
+        [
+            "chat: Could not connect you to refuser: it refused the login: You are not whitelisted",
+            "chat: Could not connect you to silent: it did not finish within 2s",
+            "chat: Could not connect you to down: it is unreachable",
+            "chat: Server lobby is not available",
+            "chat: Server nowhere is not available",
+            "chat: [survival] echo:hello",
+        ]
+    );
+    // The refused and the silent connections were opened with the player's login, and closed.
+    let (_, login) = moonbridge_tests::forwarded_login(&silent.wait_frames(0, 2, STEP).await);
+    assert_eq!(login.name, "Stayer");
+    silent.wait_closed(0, STEP).await;
+    refuser.wait_closed(0, STEP).await;
+    assert_eq!(event_for(&mut net.survival, "chat", "Stayer").await["message"], "connect refuser");
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallbacks_are_capped_so_two_backends_cannot_bounce_a_player_forever() {
+    let net = network("", "[transfer.fallback]\n\"survival\" = \"lobby\"\n\"lobby\" = \"survival\"").await;
+    let port = net.proxy.addr(Transport::Tcp).port();
+    let steps = json!([
+        { "say": "kick one", "until": "chat" },
+        { "say": "kick two", "until": "chat" },
+        { "say": "kick three", "until": "chat" },
+        { "say": "kick four", "until": "chat" },
+    ]);
+    let mut client =
+        NodePeer::spawn("scripted-client.js", &json!({ "port": port, "username": "Bouncer", "steps": steps })).await;
+    let line = client.next_lines(1, Duration::from_secs(40)).await.remove(0);
+    // Three fallbacks (survival, lobby, survival, lobby), then the fourth disconnect reaches the player.
+    assert_eq!(line["event"], "failed", "{line}");
+    assert!(line["error"].as_str().unwrap().contains("four"), "{line}");
+    let chats: Vec<String> = packets(&line).iter().filter(|(n, _)| n == "chat").map(|(_, d)| chat_of(d)).collect();
+    assert_eq!(
+        chats,
+        ["survival disconnected you: one", "lobby disconnected you: two", "survival disconnected you: three"]
+    );
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
