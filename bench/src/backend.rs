@@ -4,10 +4,16 @@
 //! Per connection: read the handshake and Login Start, send Login Success, Join Game, Position And Look and
 //! the login burst in one write, then answer the profile: echo every complete frame back (one write per read
 //! batch), or answer every complete client tick with its template (one write per read batch).
+//!
+//! Server transfers (`--mode post-transfer`): a serverbound Plugin Message on [`SWITCH_CHANNEL`] naming a
+//! backend is answered with BungeeCord's `Connect` for it; a login whose name already has a connection open
+//! here is the proxy switching that player, and gets Join Game (entity id [`SWITCHED_ENTITY_ID`]) and Position
+//! And Look without the burst.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use moonbridge_protocol::frame::encode_frame;
 use moonbridge_protocol::packets::{LoginStart, LoginSuccess, Packet, PluginMessage};
@@ -16,6 +22,65 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::workload::{self, Spec, BURST_CHANNEL, LOGIN_BURST};
+
+/// The serverbound plugin channel on which a benchmark client asks to be switched (data: the backend's name).
+pub const SWITCH_CHANNEL: &str = "MB|Switch";
+
+/// The player's entity id in a switched login's Join Game (the first login's is 1): every later packet goes
+/// through the proxy's entity-id swap.
+pub const SWITCHED_ENTITY_ID: i32 = 2;
+
+/// Open connections per player name: a login under a name that is already here is a switch.
+fn live_names() -> &'static Mutex<HashMap<String, usize>> {
+    static LIVE: OnceLock<Mutex<HashMap<String, usize>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
+
+/// Join Game (S01) with `entity_id`: game mode 0, dimension 0, difficulty 2, 20 players, level type default.
+fn join_game(entity_id: i32) -> moonbridge_protocol::packets::JoinGame {
+    moonbridge_protocol::packets::JoinGame {
+        entity_id,
+        game_mode: 0,
+        dimension: 0,
+        difficulty: 2,
+        max_players: 20,
+        level_type: "default".into(),
+    }
+}
+
+/// Position And Look (S08): x, y, z doubles, yaw, pitch floats, on ground.
+fn position(out: &mut Vec<u8>) {
+    let mut pos = Vec::new();
+    for v in [0.0f64, 64.0, 0.0] {
+        pos.extend_from_slice(&v.to_be_bytes());
+    }
+    pos.extend_from_slice(&0f32.to_be_bytes());
+    pos.extend_from_slice(&0f32.to_be_bytes());
+    pos.push(1);
+    let _ = encode_frame(out, 0x08, &pos);
+}
+
+/// What a client receives after a switch to this backend: the proxy's world reset (two Respawns, from
+/// `moonbridge_protocol::transfer::world_reset`) in place of the Join Game, then Position And Look.
+pub fn switch_answer() -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    for r in moonbridge_protocol::transfer::world_reset(&join_game(SWITCHED_ENTITY_ID)) {
+        let _ = r.encode_frame(&mut out);
+    }
+    let mut out = out.to_vec();
+    position(&mut out);
+    out
+}
+
+/// The serverbound Plugin Message that asks this backend to switch the player to `backend`.
+pub fn switch_request(backend: &str) -> Vec<u8> {
+    let mut fields = Vec::new();
+    let _ =
+        PluginMessage { channel: SWITCH_CHANNEL.into(), data: backend.as_bytes().to_vec() }.encode_fields(&mut fields);
+    let mut out = Vec::new();
+    let _ = encode_frame(&mut out, PluginMessage::SERVERBOUND_ID, &fields);
+    out
+}
 
 /// Which answer the backend gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,21 +118,10 @@ const FORGE_REGISTRY_ENTRIES: usize = 62_000;
 
 fn login_answer_rest() -> Vec<u8> {
     let mut out = Vec::with_capacity(LOGIN_BURST.0 * (LOGIN_BURST.1 + 16) + 128);
-    // Join Game (S01): entity id, game mode, dimension, difficulty, max players, level type.
-    let mut join = Vec::new();
-    join.extend_from_slice(&1i32.to_be_bytes());
-    join.extend_from_slice(&[0, 0, 2, 20]);
-    let _ = moonbridge_protocol::codec::put_string(&mut join, "default", 16, "level_type");
-    let _ = encode_frame(&mut out, 0x01, &join);
-    // Position And Look (S08): x, y, z doubles, yaw, pitch floats, on ground.
-    let mut pos = Vec::new();
-    for v in [0.0f64, 64.0, 0.0] {
-        pos.extend_from_slice(&v.to_be_bytes());
-    }
-    pos.extend_from_slice(&0f32.to_be_bytes());
-    pos.extend_from_slice(&0f32.to_be_bytes());
-    pos.push(1);
-    let _ = encode_frame(&mut out, 0x08, &pos);
+    let mut join = bytes::BytesMut::new();
+    let _ = join_game(1).encode_frame(&mut join);
+    out.extend_from_slice(&join);
+    position(&mut out);
     let burst: Vec<(String, Vec<u8>)> = if workload::FORGE.load(Ordering::Relaxed) {
         crate::forge::registry_burst(FORGE_REGISTRY_ENTRIES).into_iter().map(|(c, d)| (c.to_string(), d)).collect()
     } else {
@@ -159,7 +213,18 @@ async fn serve(mut stream: TcpStream, profile: Profile, templates: &[Vec<Spec>])
     let Some((login, frames)) = read_login(&mut stream, &mut dec, &mut buf).await.map_err(|_| Violation)? else {
         return Ok(());
     };
-    stream.write_all(&login_answer(&login.name)).await?;
+    let here = Here::new(&login.name);
+    if here.switched {
+        let mut answer = bytes::BytesMut::new();
+        let uuid = moonbridge_protocol::forwarding::offline_uuid(&login.name).to_string();
+        let _ = LoginSuccess { uuid, name: login.name.clone() }.encode_frame(&mut answer);
+        let _ = join_game(SWITCHED_ENTITY_ID).encode_frame(&mut answer);
+        let mut answer = answer.to_vec();
+        position(&mut answer);
+        stream.write_all(&answer).await?;
+    } else {
+        stream.write_all(&login_answer(&login.name)).await?;
+    }
     let mut pending_tick: Option<(u32, u8)> = None;
     let mut out = Vec::with_capacity(256 * 1024);
     let mut extra = frames.into_iter();
@@ -182,6 +247,45 @@ async fn serve(mut stream: TcpStream, profile: Profile, templates: &[Vec<Spec>])
     }
 }
 
+/// A player's connection counted in [`live_names`] while it lasts.
+struct Here {
+    name: String,
+    /// Another connection of this name was open: the proxy is switching the player here.
+    switched: bool,
+}
+
+impl Here {
+    fn new(name: &str) -> Self {
+        let mut live = live_names().lock().unwrap_or_else(PoisonError::into_inner);
+        let n = live.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        Self { name: name.to_string(), switched: *n > 1 }
+    }
+}
+
+impl Drop for Here {
+    fn drop(&mut self) {
+        let mut live = live_names().lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = live.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// A [`SWITCH_CHANNEL`] request's target backend, if `f` is one.
+fn switch_target(f: &moonbridge_protocol::Frame) -> Option<String> {
+    if f.id != PluginMessage::SERVERBOUND_ID
+        || !f.body.get(1..).is_some_and(|b| b.starts_with(SWITCH_CHANNEL.as_bytes()))
+    {
+        return None;
+    }
+    let p = PluginMessage::decode_fields(&mut moonbridge_protocol::codec::Reader::new(&f.body)).ok()?;
+    (p.channel == SWITCH_CHANNEL).then(|| String::from_utf8_lossy(&p.data).into_owned())
+}
+
 fn answer(
     profile: Profile,
     templates: &[Vec<Spec>],
@@ -189,6 +293,15 @@ fn answer(
     pending: &mut Option<(u32, u8)>,
     out: &mut Vec<u8>,
 ) -> Result<(), Violation> {
+    if let Some(target) = switch_target(f) {
+        let data = moonbridge_protocol::transfer::BungeeRequest::connect_payload(&target).map_err(|_| Violation)?;
+        let mut fields = Vec::new();
+        PluginMessage { channel: moonbridge_protocol::transfer::BUNGEE_CHANNEL.into(), data }
+            .encode_fields(&mut fields)
+            .map_err(|_| Violation)?;
+        let _ = encode_frame(out, PluginMessage::CLIENTBOUND_ID, &fields);
+        return Ok(());
+    }
     match profile {
         Profile::Echo => {
             let _ = encode_frame(out, f.id, &f.body);

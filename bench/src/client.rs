@@ -37,7 +37,13 @@ pub struct ClientSpec {
     /// A light player: in the timed phase, one round trip per `pace` (a game tick) for as long as any busy
     /// client is still in its timed phase, instead of `messages` round trips as fast as the window allows.
     pub pace: Option<Duration>,
+    /// Server transfers before the warmup (`--mode post-transfer`): each asks the backend to switch the player
+    /// to the other of the proxy's two backends and waits for the proxy's world reset.
+    pub switches: usize,
 }
+
+/// The proxy's two backend names in `--mode post-transfer` (both the same fake backend).
+pub const SWITCH_TARGETS: [&str; 2] = ["bench", "bench2"];
 
 /// What one client measured.
 #[derive(Debug, Default)]
@@ -51,6 +57,8 @@ pub struct ClientResult {
     pub round_trips: u64,
     /// Library counters over the timed phase.
     pub stats: Stats,
+    /// Each switch, from the request to the last byte of the world reset.
+    pub switch_times: Vec<Duration>,
     pub error: Option<String>,
 }
 
@@ -339,6 +347,27 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
         stage = 1;
         if got != answer {
             anyhow::bail!("login answer differs from what the backend sent");
+        }
+        if spec.switches > 0 {
+            let expected = crate::backend::switch_answer();
+            for k in 0..spec.switches {
+                let to = if k % 2 == 0 { SWITCH_TARGETS[1] } else { SWITCH_TARGETS[0] };
+                let asked = Instant::now();
+                link.send(&crate::backend::switch_request(to))?;
+                link.end_tick()?;
+                let mut seen = Vec::with_capacity(expected.len());
+                while seen.len() < expected.len() {
+                    let n = link.recv(&mut buf, Duration::from_secs(30))?;
+                    if n == 0 {
+                        anyhow::bail!("switch {k} to {to} not done within 30 s");
+                    }
+                    seen.extend_from_slice(buf.get(..n).unwrap_or_default());
+                }
+                if seen != expected {
+                    anyhow::bail!("switch {k} to {to}: the client saw other bytes than the world reset");
+                }
+                result.switch_times.push(asked.elapsed());
+            }
         }
         let mut driver = Driver {
             link,

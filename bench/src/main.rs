@@ -54,6 +54,15 @@ enum PeerArg {
     Websocat,
 }
 
+/// What the benchmark measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ModeArg {
+    /// The relay.
+    Relay,
+    /// The server-transfer layer, before and after a switch.
+    PostTransfer,
+}
+
 /// `[runtime] mode` of a proxy under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum RuntimeArg {
@@ -151,6 +160,16 @@ struct Args {
     /// 1: the client library offers `moonbridge.v2.zstd` (compressed WebSocket messages, its default); 0: not.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     client_compress: u8,
+    /// `relay` (the proxy as players use it) or `post-transfer`: the cost of the server-transfer layer, with
+    /// two more variants on one moonbridge with `[transfer]` on and two backends (`bench`, `bench2`, both the
+    /// fake backend): `moonbridge-transfer` (players who never switch) and `moonbridge-switched` (each player is
+    /// switched `--switches` times before its warmup, so its timed phase runs through the entity-id swap).
+    /// Switch times are reported per phase (median and p95 over every switch).
+    #[arg(long, value_enum, default_value = "relay")]
+    mode: ModeArg,
+    /// Switches per player of `moonbridge-switched` (`--mode post-transfer`).
+    #[arg(long, default_value_t = 13)]
+    switches: usize,
     /// Print one JSON object per phase instead of text.
     #[arg(long)]
     json: bool,
@@ -204,6 +223,11 @@ struct PhaseResult {
     /// The same per tick (round trip) in the timed phase, towards the player and from it.
     wire_bytes_down_per_tick: Option<f64>,
     wire_bytes_up_per_tick: Option<f64>,
+    /// Server transfers done before the warmup (`--mode post-transfer`), and their median and 95th-percentile
+    /// time in ms (from the request to the end of the world reset at the client).
+    switches: usize,
+    switch_p50_ms: Option<f64>,
+    switch_p95_ms: Option<f64>,
     errors: u64,
 }
 
@@ -347,8 +371,11 @@ fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path
     Ok(s)
 }
 
+#[derive(Clone)]
 struct Variant {
     name: String,
+    /// Server transfers per player before the warmup.
+    switches: usize,
     url: String,
     options: Options,
     pid: Option<u32>,
@@ -399,6 +426,7 @@ fn run_phase(
             name: format!("Bench{repeat}x{i}"),
             online: variant.online,
             pace: is_light.then(|| Duration::from_millis(args.light_tick_ms.max(1))),
+            switches: if is_light { 0 } else { variant.switches },
         };
         let (t, s) = (Arc::clone(templates), Arc::clone(&sync));
         handles.push(std::thread::Builder::new().name("bench-client".into()).spawn(move || run_client(spec, t, s))?);
@@ -440,6 +468,10 @@ fn run_phase(
     let (mut frames, mut round_trips, mut messages_up) = (0u64, 0u64, 0u64);
     let mut bursts = Vec::new();
     let mut light_p99: Option<f64> = None;
+    let mut switch_times: Vec<Duration> = results.iter().flat_map(|r| r.switch_times.iter().copied()).collect();
+    switch_times.sort_unstable();
+    let switch_ms =
+        |p: f64| (!switch_times.is_empty()).then(|| metrics::percentile(&switch_times, p).as_secs_f64() * 1000.0);
     for (r, &is_light) in results.iter().zip(&order) {
         if let Some(e) = &r.error {
             eprintln!("error: {e}");
@@ -512,6 +544,9 @@ fn run_phase(
             (Some(a), Some(b)) if round_trips > 0 => Some(b.0.saturating_sub(a.0) as f64 / round_trips as f64),
             _ => None,
         },
+        switches: switch_times.len(),
+        switch_p50_ms: switch_ms(50.0),
+        switch_p95_ms: switch_ms(95.0),
         errors,
     })
 }
@@ -526,11 +561,12 @@ fn print_phase(r: &PhaseResult, json: bool) {
         "repeat={} variant={} transport={} profile={} window={} coalesce={} frames_per_s={:.0} p50_ms={:.3} p95_ms={:.3} p99_ms={:.3} \
          proxy_cpu_ns_per_frame={} client_cpu_ns_per_frame={:.0} client_io_cpu_ns_per_frame={:.0} client_cpu_ns_per_tick={:.0} \
          messages_per_tick_up={:.2} tcp_segments_per_frame={} login_burst_ms={:.1} proxy_rss_kib_per_conn={} light_p99_ms={} login_wire_bytes={} \
-         wire_bytes_down_per_tick={} wire_bytes_up_per_tick={} errors={}",
+         wire_bytes_down_per_tick={} wire_bytes_up_per_tick={} switches={} switch_p50_ms={} switch_p95_ms={} errors={}",
         r.repeat, r.variant, r.transport, r.profile, r.window, r.client_coalesce, r.frames_per_s, r.p50_ms, r.p95_ms, r.p99_ms,
         opt(r.proxy_cpu_ns_per_frame, 0), r.client_cpu_ns_per_frame, r.client_io_cpu_ns_per_frame, r.client_cpu_ns_per_tick,
         r.messages_per_tick_up, opt(r.tcp_segments_per_frame, 3), r.login_burst_ms, opt(r.proxy_rss_kib_per_conn, 0), opt(r.light_p99_ms, 3), opt(r.login_wire_bytes, 0),
-        opt(r.wire_bytes_down_per_tick, 0), opt(r.wire_bytes_up_per_tick, 0), r.errors
+        opt(r.wire_bytes_down_per_tick, 0), opt(r.wire_bytes_up_per_tick, 0), r.switches, opt(r.switch_p50_ms, 1),
+        opt(r.switch_p95_ms, 1), r.errors
     );
 }
 
@@ -547,7 +583,7 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             format!("{m:.1} [{lo:.1}-{hi:.1}]")
         };
         println!(
-            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {} | light_p99_ms {} | login_wire_bytes {} | wire_bytes_down_per_tick {}",
+            "{v}: frames_per_s {} | p50_ms {} | proxy_cpu_ns_per_frame {} | client_cpu_ns_per_frame {} | login_burst_ms {} | messages_per_tick_up {} | light_p99_ms {} | login_wire_bytes {} | wire_bytes_down_per_tick {} | switch_p50_ms {} | switch_p95_ms {}",
             col(&|r| Some(r.frames_per_s)),
             col(&|r| Some(r.p50_ms)),
             col(&|r| r.proxy_cpu_ns_per_frame),
@@ -557,6 +593,8 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             col(&|r| r.light_p99_ms),
             col(&|r| r.login_wire_bytes),
             col(&|r| r.wire_bytes_down_per_tick),
+            col(&|r| r.switch_p50_ms),
+            col(&|r| r.switch_p95_ms),
         );
     }
     // Per-pair ratios within each repeat.
@@ -592,7 +630,17 @@ fn summary(results: &[PhaseResult], variants: &[String], json: bool) {
             pairs("moonbridge-online", "moonbridge", &|r| Some(r.frames_per_s)),
         );
     }
-    for peer in variants.iter().filter(|v| !matches!(v.as_str(), "direct" | "moonbridge" | "moonbridge-online")) {
+    for v in ["moonbridge-transfer", "moonbridge-switched"] {
+        if variants.iter().any(|x| x == v) {
+            show(
+                &format!("{v}/moonbridge proxy_cpu_ns_per_frame"),
+                pairs(v, "moonbridge", &|r| r.proxy_cpu_ns_per_frame),
+            );
+            show(&format!("{v}/moonbridge p50_ms"), pairs(v, "moonbridge", &|r| Some(r.p50_ms)));
+        }
+    }
+    let transfer_variants = ["direct", "moonbridge", "moonbridge-online", "moonbridge-transfer", "moonbridge-switched"];
+    for peer in variants.iter().filter(|v| !transfer_variants.contains(&v.as_str())) {
         show(
             &format!("moonbridge/{peer} proxy_cpu_ns_per_frame"),
             pairs("moonbridge", peer, &|r| r.proxy_cpu_ns_per_frame),
@@ -659,6 +707,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut variants = vec![Variant {
         name: "direct".into(),
+        switches: 0,
         url: scheme(TransportArg::Tcp, backend_addr),
         options: direct_options,
         pid: None,
@@ -674,27 +723,47 @@ fn main() -> anyhow::Result<()> {
                 None => std::env::current_exe()?.with_file_name("moonbridge"),
             };
             // Each moonbridge variant: its own process, config and name.
-            let mut add_proxy = |name: String, session_server: Option<&str>, runtime: Option<RuntimeArg>| {
-                let runtime = runtime_toml(runtime, args.proxy_workers, args.proxy_zstd_level);
-                let p = spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), session_server, &runtime)?;
-                variants.push(Variant {
-                    name,
-                    url: scheme(args.transport, p.addr),
-                    options: options.clone(),
-                    pid: Some(p.child.id()),
-                    online: session_server.is_some(),
-                    metrics: p.metrics,
-                });
-                _keep.push(p);
-                anyhow::Ok(())
-            };
-            add_proxy("moonbridge".into(), None, args.proxy_runtime)?;
+            let mut add_proxy =
+                |name: String, session_server: Option<&str>, runtime: Option<RuntimeArg>, extra: &str| {
+                    // The `[runtime]` sections, then the variant's own (a second backend, `[transfer]`).
+                    let runtime = runtime_toml(runtime, args.proxy_workers, args.proxy_zstd_level) + extra;
+                    let p =
+                        spawn_proxy(&bin, args.transport, backend_addr, &dir, cert.as_ref(), session_server, &runtime)?;
+                    variants.push(Variant {
+                        name,
+                        switches: 0,
+                        url: scheme(args.transport, p.addr),
+                        options: options.clone(),
+                        pid: Some(p.child.id()),
+                        online: session_server.is_some(),
+                        metrics: p.metrics,
+                    });
+                    _keep.push(p);
+                    anyhow::Ok(())
+                };
+            add_proxy("moonbridge".into(), None, args.proxy_runtime, "")?;
             if let Some(runtime) = args.also_runtime {
-                add_proxy(format!("moonbridge-{}", runtime.name()), None, Some(runtime))?;
+                add_proxy(format!("moonbridge-{}", runtime.name()), None, Some(runtime), "")?;
             }
             if args.online {
                 let url = format!("http://{}", sessions::start()?);
-                add_proxy("moonbridge-online".into(), Some(&url), args.proxy_runtime)?;
+                add_proxy("moonbridge-online".into(), Some(&url), args.proxy_runtime, "")?;
+            }
+            if args.mode == ModeArg::PostTransfer {
+                // One proxy with the transfer layer on, measured with players who never switch and with players
+                // switched before their warmup: the second backend is the same fake backend.
+                let [first, second] = client::SWITCH_TARGETS;
+                let extra = format!(
+                    "[[backend]]\nname = \"{second}\"\naddress = \"{backend_addr}\"\n\
+                     [transfer]\ntargets = [\"{first}\", \"{second}\"]\n"
+                );
+                add_proxy("moonbridge-transfer".into(), None, args.proxy_runtime, &extra)?;
+                let mut switched = variants.last().map(|v| Variant {
+                    name: "moonbridge-switched".into(),
+                    switches: args.switches.max(1),
+                    ..v.clone()
+                });
+                variants.extend(switched.take());
             }
             if let Some(peer) = args.peer {
                 let want = match peer {
@@ -709,6 +778,7 @@ fn main() -> anyhow::Result<()> {
                 o.subprotocol = false; // plain bridges do not echo moonbridge.v1
                 variants.push(Variant {
                     name: format!("{peer:?}").to_lowercase(),
+                    switches: 0,
                     url: scheme(args.transport, p.addr),
                     options: o,
                     pid: Some(p.child.id()),
@@ -731,6 +801,7 @@ fn main() -> anyhow::Result<()> {
             };
             variants.push(Variant {
                 name: "target".into(),
+                switches: 0,
                 url,
                 options: options.clone(),
                 pid: args.target_pid,
