@@ -1,5 +1,7 @@
-//! A raw online-mode client for the failure tests: the protocol 5 encryption handshake done by hand, so a
-//! test can send a wrong verify token, a secret of the wrong length, or nothing at all.
+//! Online-mode helpers: the test profiles and the session server STAND-IN (`peers/session-server.js`: the real
+//! sessionserver.mojang.com cannot be reached from the test machines), and a raw online-mode client for the
+//! failure tests: the protocol 5 encryption handshake done by hand, so a test can send a wrong verify token, a
+//! secret of the wrong length, or nothing at all.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::{login_disconnect_reason, read_to_close, STEP};
+use serde_json::{json, Value};
+
+use crate::{login_disconnect_reason, read_to_close, NodePeer, STEP};
 
 /// A connection that has sent handshake and Login Start and received the proxy's Encryption Request.
 pub struct OnlineStart {
@@ -67,4 +71,32 @@ impl OnlineStart {
         }
         login_disconnect_reason(&bytes)
     }
+}
+
+/// Test profiles: name, UUID (32 hex digits), access token and a textures property (with a stand-in
+/// signature: only Mojang's key can make real ones).
+pub fn profiles(names: &[&str]) -> Vec<Value> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            json!({
+                "name": name,
+                "id": format!("{:08x}1234412389ab{:012x}", 0x5eed_0000 + i, i + 1),
+                "accessToken": format!("access-token-{name}"),
+                "properties": [{
+                    "name": "textures",
+                    "value": format!("dGV4dHVyZXMgb2Yg{name}"),
+                    "signature": format!("c3RhbmQtaW4tc2lnbmF0dXJl{name}")
+                }]
+            })
+        })
+        .collect()
+}
+
+/// Starts the session server stand-in with `opts` and returns it with its URL.
+pub async fn session_server(opts: Value) -> (NodePeer, String) {
+    let mut peer = NodePeer::spawn("session-server.js", &opts).await;
+    let port = peer.event("listening", STEP).await["port"].as_u64().unwrap();
+    (peer, format!("http://127.0.0.1:{port}"))
 }

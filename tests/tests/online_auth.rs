@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
 use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::online::{rsa_encrypt, start_online_login};
+use moonbridge_tests::online::{profiles, rsa_encrypt, session_server, start_online_login};
 use moonbridge_tests::{
     frames, login_handshake, login_start, login_success, node_backend, read_to_close, tcp_config, ws_connect, KeyType,
     Message, NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP,
@@ -27,32 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 const TOKEN: &str = "bungeeguard-secret-0123456789";
-
-/// Test profiles: name, UUID (32 hex digits) and a textures property.
-fn profiles(names: &[&str]) -> Vec<Value> {
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            json!({
-                "name": name,
-                "id": format!("{:08x}1234412389ab{:012x}", 0x5eed_0000 + i, i + 1),
-                "accessToken": format!("access-token-{name}"),
-                "properties": [{
-                    "name": "textures",
-                    "value": format!("dGV4dHVyZXMgb2Yg{name}"),
-                    "signature": format!("c3RhbmQtaW4tc2lnbmF0dXJl{name}")
-                }]
-            })
-        })
-        .collect()
-}
-
-async fn session_server(opts: Value) -> (NodePeer, String) {
-    let mut peer = NodePeer::spawn("session-server.js", &opts).await;
-    let port = peer.event("listening", STEP).await["port"].as_u64().unwrap();
-    (peer, format!("http://127.0.0.1:{port}"))
-}
 
 fn online_auth_toml(session_server: &str, extra: &str) -> String {
     format!("\n[auth]\nmode = \"online\"\nsession_server = \"{session_server}\"\n{extra}")

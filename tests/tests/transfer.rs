@@ -336,3 +336,54 @@ async fn fallbacks_are_capped_so_two_backends_cannot_bounce_a_player_forever() {
     net.proxy.wait_connections(0, STEP).await;
     net.proxy.shutdown().await;
 }
+
+/// Online mode with BungeeCord forwarding: both backends check the forwarded identity (UUID, signed textures,
+/// bungeeguard token) and kick on a mismatch, so a switch that lost any of it would fail. The session server
+/// is the stand-in `peers/session-server.js` (the real one cannot be reached from here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_identity_and_forwarding_carry_over_to_the_new_backend() {
+    use moonbridge_tests::online::{profiles, session_server};
+    const TOKEN: &str = "bungeeguard-secret-0123456789";
+    let profiles = profiles(&["Alice"]);
+    let profile = profiles[0].clone();
+    let (_sessions, url) = session_server(json!({ "profiles": profiles })).await;
+    let expect =
+        json!({ "Alice": { "uuid": profile["id"], "textures": profile["properties"][0]["value"], "token": TOKEN } });
+    let (mut survival, a) =
+        node_backend(json!({ "burstCount": 0, "label": "survival", "expectForwarded": expect })).await;
+    let (mut lobby, b) =
+        node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID, "expectForwarded": expect }))
+            .await;
+    let forwarding = format!("forwarding = \"bungeecord\"\nforwarding_secret = \"{TOKEN}\"");
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n{forwarding}\n\
+         [[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n{forwarding}\n\
+         [auth]\nmode = \"online\"\nsession_server = \"{url}\"\n\
+         [transfer]\ntargets = [\"lobby\"]\n"
+    ))
+    .await;
+    let opts = json!({
+        "port": proxy.addr(Transport::Tcp).port(),
+        "online": { "sessionServer": url, "profile": profile },
+        "steps": [
+            { "say": "connect lobby", "until": "respawn", "count": 2 },
+            { "say": "hello", "until": "chat" },
+        ],
+    });
+    let mut client = NodePeer::spawn("scripted-client.js", &opts).await;
+    let line = client.next_lines(1, Duration::from_secs(40)).await.remove(0);
+    assert_eq!(line["event"], "transcript", "{line}");
+    let got = packets(&line);
+    assert_eq!(chat_of(&got.last().unwrap().1), "[lobby] echo:hello", "{line}");
+    for backend in [&mut survival, &mut lobby] {
+        let login = event_for(backend, "login", "Alice").await;
+        let f = &login["forwarded"];
+        assert_eq!((&f["uuid"], &f["ip"]), (&profile["id"], &json!("127.0.0.1")), "{login}");
+        let props = f["properties"].as_array().unwrap();
+        let textures = props.iter().find(|x| x["name"] == "textures").unwrap();
+        assert_eq!(textures, &profile["properties"][0], "textures with their signature");
+    }
+    proxy.wait_connections(0, STEP).await;
+    proxy.shutdown().await;
+}
