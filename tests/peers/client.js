@@ -10,7 +10,7 @@
 // of the plugin-message burst, completes a chat round trip and disconnects. One JSON line per client, then a
 // summary line {"event":"done","ok":N,"failed":M,"ms":T}; the exit code is 0 only when every client passed.
 const mc = require('minecraft-protocol')
-const { burstPayload, emit, BURST_CHANNEL } = require('./common')
+const { authOptions, burstPayload, emit, BURST_CHANNEL } = require('./common')
 
 const opts = Object.assign({ host: '127.0.0.1', count: 1, serverHost: 'mc.example.com', forge: false,
   burstCount: 70, burstSize: 30000, timeoutMs: 60000, prefix: 'Player' }, JSON.parse(process.argv[2] || '{}'))
@@ -43,15 +43,7 @@ function runOne (i) {
     const forge = opts.forge === 'alternate' ? i % 2 === 0 : Boolean(opts.forge)
     result.forge = forge
     const host = opts.serverHost + (forge ? '\0FML\0' : '')
-    const auth = profile
-      ? {
-          auth: 'mojang',
-          sessionServer: opts.online.sessionServer,
-          session: { accessToken: profile.accessToken, clientToken: 'moonbridge-tests', selectedProfile: { id: profile.id, name: profile.name } },
-          skipValidation: true,
-          profilesFolder: false
-        }
-      : { auth: 'offline' }
+    const auth = authOptions(profile, opts.online && opts.online.sessionServer)
     const client = mc.createClient(Object.assign({
       host: opts.host, port: opts.port, username, version: '1.7.10', fakeHost: host,
       connect: wsConnect(opts, result), keepAlive: true

@@ -13,4 +13,17 @@ function emit (obj) {
   process.stdout.write(JSON.stringify(obj) + '\n')
 }
 
-module.exports = { burstPayload, emit, BURST_CHANNEL: 'MB|Burst' }
+// node-minecraft-protocol client options for logging in as `profile` ({name, id, accessToken}) with auth
+// 'mojang' against `sessionServer` (the stand-in of session-server.js), or offline without a profile.
+function authOptions (profile, sessionServer) {
+  if (!profile) return { auth: 'offline' }
+  return {
+    auth: 'mojang',
+    sessionServer,
+    session: { accessToken: profile.accessToken, clientToken: 'moonbridge-tests', selectedProfile: { id: profile.id, name: profile.name } },
+    skipValidation: true,
+    profilesFolder: false
+  }
+}
+
+module.exports = { authOptions, burstPayload, emit, BURST_CHANNEL: 'MB|Burst' }

@@ -11,21 +11,13 @@
 // With "online":{"sessionServer":URL,"profile":{"name","id","accessToken"}} it logs in as that profile with
 // auth 'mojang' against the session server stand-in (session-server.js) and encrypts its stream.
 const mc = require('minecraft-protocol')
-const { emit } = require('./common')
+const { authOptions, emit } = require('./common')
 
 const opts = Object.assign({ host: '127.0.0.1', username: 'Mover', serverHost: 'mc.example.com', steps: [], timeoutMs: 30000 },
   JSON.parse(process.argv[2] || '{}'))
 
 const profile = opts.online ? opts.online.profile : null
-const auth = profile
-  ? {
-      auth: 'mojang',
-      sessionServer: opts.online.sessionServer,
-      session: { accessToken: profile.accessToken, clientToken: 'moonbridge-tests', selectedProfile: { id: profile.id, name: profile.name } },
-      skipValidation: true,
-      profilesFolder: false
-    }
-  : { auth: 'offline' }
+const auth = authOptions(profile, opts.online && opts.online.sessionServer)
 const client = mc.createClient(Object.assign({ host: opts.host, port: opts.port, username: profile ? profile.name : opts.username, version: '1.7.10', fakeHost: opts.serverHost }, auth))
 const packets = []
 let entityId = null
