@@ -506,13 +506,9 @@ pub fn main(args: CapacityArgs) -> anyhow::Result<()> {
     rt.block_on(run(args))
 }
 
-/// The `q` quantile of sorted microseconds, in milliseconds.
-fn quantile_ms(sorted: &[u32], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
-    f64::from(sorted[i]) / 1000.0
+/// The nearest-rank percentile `p` of sorted microseconds ([`metrics::percentile`]), in milliseconds.
+fn percentile_ms(sorted: &[u32], p: f64) -> f64 {
+    f64::from(metrics::percentile(sorted, p)) / 1000.0
 }
 
 /// The kernel's TCP buffer memory in KiB: `/proc/net/sockstat`'s `TCP: … mem N` (pages of 4 KiB).
@@ -760,11 +756,11 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         ticks_sent: shared.ticks_sent.load(Ordering::Relaxed),
         ticks_answered: shared.ticks_answered.load(Ordering::Relaxed),
         ticks_unanswered: shared.ticks_unanswered.load(Ordering::Relaxed),
-        rtt_ms_p50: quantile_ms(&rtt, 0.50),
-        rtt_ms_p99: quantile_ms(&rtt, 0.99),
-        rtt_ms_p999: quantile_ms(&rtt, 0.999),
+        rtt_ms_p50: percentile_ms(&rtt, 50.0),
+        rtt_ms_p99: percentile_ms(&rtt, 99.0),
+        rtt_ms_p999: percentile_ms(&rtt, 99.9),
         rtt_ms_max: rtt.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
-        timer_late_ms_p99: quantile_ms(&late, 0.99),
+        timer_late_ms_p99: percentile_ms(&late, 99.0),
         kernel_tcp_kib_per_player: tcp_mem1.saturating_sub(tcp_mem0) as f64 / (in_play.max(1) as f64),
         proxy_cpu_cores: cores[..n].iter().sum(),
         load_generator_cpu_cores: cores[n],

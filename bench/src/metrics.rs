@@ -85,9 +85,9 @@ pub fn tcp_out_segments() -> Option<u64> {
 }
 
 /// Nearest-rank percentile of sorted values: the smallest value with at least `p` percent at or below it.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
     if sorted.is_empty() {
-        return Duration::ZERO;
+        return T::default();
     }
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
     sorted.get(rank.min(sorted.len()) - 1).copied().unwrap_or_default()

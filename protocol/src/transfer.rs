@@ -137,27 +137,25 @@ impl EntityIdSwap {
             return Ok(false);
         }
         match layout {
-            Layout::Ints(offsets) => {
-                check_ints(body, offsets.iter().copied())?;
-                Ok(self.swap_ints(body, offsets.iter().copied()))
+            Layout::Ints(offsets) => self.swap_ints(body, offsets.iter().copied()),
+            Layout::VarIntFirst => {
+                let (old, n) = first_var_int(body)?;
+                Ok(self.swap_var_int(body, old, n))
             }
-            Layout::VarIntFirst => self.swap_var_int_first(body),
             Layout::SpawnObject => {
-                let (_, n) = VarInt::decode_partial(body)
-                    .map_err(|source| DecodeError::VarInt { field: "entity id", source })?;
+                let (old, n) = first_var_int(body)?;
                 let kind = *body.get(n).ok_or(DecodeError::UnexpectedEnd("type"))? as i8;
                 // data: after type (1), x, y, z (12), pitch and yaw (2).
                 let data = n + 15;
                 let changed = OWNER_OBJECT_TYPES.contains(&kind) && self.swap_owner(body, data)?;
-                Ok(self.swap_var_int_first(body)? | changed)
+                // The owner sits after the VarInt, so swapping the VarInt last keeps `data` right.
+                Ok(self.swap_var_int(body, old, n) | changed)
             }
             Layout::DestroyEntities => {
                 let count = *body.first().ok_or(DecodeError::UnexpectedEnd("count"))? as i8;
                 let count = usize::try_from(count)
                     .map_err(|_| DecodeError::InvalidValue { field: "count", reason: "negative" })?;
-                let offsets = (0..count).map(|k| 1 + 4 * k);
-                check_ints(body, offsets.clone())?;
-                Ok(self.swap_ints(body, offsets))
+                self.swap_ints(body, (0..count).map(|k| 1 + 4 * k))
             }
             Layout::OpenWindow => {
                 let mut r = Reader::new(body);
@@ -170,8 +168,7 @@ impl EntityIdSwap {
                     return Ok(false);
                 }
                 let at = body.len() - r.remaining().len();
-                check_ints(body, [at])?;
-                Ok(self.swap_ints(body, [at]))
+                self.swap_ints(body, [at])
             }
         }
     }
@@ -179,8 +176,7 @@ impl EntityIdSwap {
     /// Swaps S0E's `data` at `at`. The three velocity shorts follow it only when it is positive
     /// (`S0EPacketSpawnObject.readPacketData`), so a swap across zero adds them (as zeros) or drops them.
     fn swap_owner(&self, body: &mut Vec<u8>, at: usize) -> Result<bool, DecodeError> {
-        let field = body.get(at..at.saturating_add(4)).ok_or(DecodeError::UnexpectedEnd("data"))?;
-        let old = i32::from_be_bytes(<[u8; 4]>::try_from(field).map_err(|_| DecodeError::UnexpectedEnd("data"))?);
+        let old = i32_at(body, at).ok_or(DecodeError::UnexpectedEnd("data"))?;
         let new = self.map(old);
         if new == old {
             return Ok(false);
@@ -202,44 +198,53 @@ impl EntityIdSwap {
         Ok(true)
     }
 
-    /// Swaps the `i32` at each offset (checked before by [`check_ints`]); true when one changed.
-    fn swap_ints(&self, body: &mut [u8], offsets: impl IntoIterator<Item = usize>) -> bool {
+    /// Swaps the `i32` at each offset; true when one changed.
+    ///
+    /// # Errors
+    /// [`DecodeError::UnexpectedEnd`] when a field does not fit in the body; nothing is changed then.
+    fn swap_ints(
+        &self,
+        body: &mut [u8],
+        offsets: impl IntoIterator<Item = usize, IntoIter: Clone>,
+    ) -> Result<bool, DecodeError> {
+        let offsets = offsets.into_iter();
+        if offsets.clone().any(|at| i32_at(body, at).is_none()) {
+            return Err(DecodeError::UnexpectedEnd("entity id"));
+        }
         let mut changed = false;
         for at in offsets {
-            let Some(field) = body.get_mut(at..at.saturating_add(4)) else { continue };
-            if let Ok(bytes) = <[u8; 4]>::try_from(&*field) {
-                let old = i32::from_be_bytes(bytes);
-                let new = self.map(old);
-                if new != old {
-                    field.copy_from_slice(&new.to_be_bytes());
-                    changed = true;
-                }
+            let Some(old) = i32_at(body, at) else { continue };
+            let new = self.map(old);
+            if let (true, Some(field)) = (new != old, body.get_mut(at..at.saturating_add(4))) {
+                field.copy_from_slice(&new.to_be_bytes());
+                changed = true;
             }
         }
-        changed
+        Ok(changed)
     }
 
-    /// Swaps the VarInt at the start of `body`, re-encoding it (its length may change).
-    fn swap_var_int_first(&self, body: &mut Vec<u8>) -> Result<bool, DecodeError> {
-        let (old, n) =
-            VarInt::decode_partial(body).map_err(|source| DecodeError::VarInt { field: "entity id", source })?;
+    /// Swaps the VarInt `old`, `n` bytes long, at the start of `body`, re-encoding it (its length may change).
+    fn swap_var_int(&self, body: &mut Vec<u8>, old: i32, n: usize) -> bool {
         let new = self.map(old);
         if new == old {
-            return Ok(false);
+            return false;
         }
         let mut encoded = Vec::with_capacity(VarInt::MAX_SIZE);
         VarInt(new).encode(&mut encoded);
         body.splice(..n, encoded);
-        Ok(true)
+        true
     }
 }
 
-/// Checks that a 4-byte field fits at every offset.
-fn check_ints(body: &[u8], offsets: impl IntoIterator<Item = usize>) -> Result<(), DecodeError> {
-    match offsets.into_iter().all(|at| at.checked_add(4).is_some_and(|end| end <= body.len())) {
-        true => Ok(()),
-        false => Err(DecodeError::UnexpectedEnd("entity id")),
-    }
+/// The VarInt entity id at the start of `body`, and its length in bytes.
+fn first_var_int(body: &[u8]) -> Result<(i32, usize), DecodeError> {
+    VarInt::decode_partial(body).map_err(|source| DecodeError::VarInt { field: "entity id", source })
+}
+
+/// The big-endian `i32` at `at`, if it fits.
+fn i32_at(body: &[u8], at: usize) -> Option<i32> {
+    let field = body.get(at..at.checked_add(4)?)?;
+    Some(i32::from_be_bytes(<[u8; 4]>::try_from(field).ok()?))
 }
 
 /// The BungeeCord plugin channel, as server plugins name it (`BungeeCord`).

@@ -387,3 +387,71 @@ async fn online_identity_and_forwarding_carry_over_to_the_new_backend() {
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
 }
+
+/// The transfer layer under carriage v2: a player switched to the lobby over `wss` loses its connection (a
+/// FIN mid-session) and resumes it; the session, the lobby and the entity-id swap carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switched_player_resumes_a_dropped_websocket() {
+    use moonbridge_tests::{CutKind, Cutter, KeyType, TestCert};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let cert = TestCert::generate("transfer-resume", KeyType::Ec).unwrap();
+    let (_survival, a) = node_backend(json!({ "burstCount": 0, "label": "survival", "entityId": FIRST_ID })).await;
+    let (mut lobby, b) = node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID })).await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n\
+         tls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n\
+         [[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n\
+         [transfer]\ntargets = [\"lobby\"]\n",
+        cert.cert.display(),
+        cert.key.display()
+    ))
+    .await;
+    let cutter = Arc::new(Cutter::start(proxy.addr(Transport::Wss), &cert).await);
+    let url = format!("wss://localhost:{}/mc", cutter.addr.port());
+    let options =
+        Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500 }).to_string())).unwrap();
+    let c = Arc::clone(&cutter);
+    let resumes = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || {
+            let conn = Connection::connect(&url, options).unwrap();
+            let mut r = FrameReader::new(&conn);
+            send_login(&conn, "Resumer", false);
+            let _: LoginSuccess = r.next(STEP).decode().expect("Login Success");
+            let join: JoinGame = next_frame(&conn, &mut r).decode().expect("Join Game");
+            assert_eq!(i64::from(join.entity_id), FIRST_ID);
+            assert_eq!(next_frame(&conn, &mut r).id, 0x08);
+            say(&conn, "connect lobby");
+            let first: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+            let second: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+            assert_eq!((first.dimension, second.dimension), (-1, 0));
+            assert_eq!(next_frame(&conn, &mut r).id, 0x08, "the lobby's Player Position And Look");
+            c.cut(CutKind::Fin);
+            let deadline = std::time::Instant::now() + STEP;
+            while c.cuts.load(Ordering::SeqCst) < 1 {
+                assert!(std::time::Instant::now() < deadline, "the cut was not carried out");
+                std::thread::yield_now();
+            }
+            say(&conn, "entity");
+            let metadata = next_frame(&conn, &mut r);
+            assert_eq!((metadata.id, i64::from(i32_at(&metadata.body, 0))), (0x1c, FIRST_ID));
+            for _ in 0..2 {
+                next_frame(&conn, &mut r);
+            }
+            assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:entity");
+            let resumes = conn.stats().resumes;
+            conn.close();
+            resumes
+        }),
+    )
+    .await
+    .expect("the player's script ends in time")
+    .expect("the player's checks pass");
+    assert_eq!(resumes, 1, "the client resumed once");
+    assert_eq!(cutter.accepted.load(Ordering::SeqCst), 2, "one new connection for the resume, no new login");
+    assert_eq!(event_for(&mut lobby, "chat", "Resumer").await["message"], "entity");
+    proxy.wait_connections(0, STEP).await;
+    proxy.shutdown().await;
+}
