@@ -293,6 +293,10 @@ fn answer(
     pending: &mut Option<(u32, u8)>,
     out: &mut Vec<u8>,
 ) -> Result<(), Violation> {
+    if f.id == PluginMessage::SERVERBOUND_ID && f.body.get(1..).is_some_and(|b| b.starts_with(b"REGISTER")) {
+        // The proxy's registration of the BungeeCord channel (a proxy with `[transfer] targets`): no answer.
+        return Ok(());
+    }
     if let Some(target) = switch_target(f) {
         let data = moonbridge_protocol::transfer::BungeeRequest::connect_payload(&target).map_err(|_| Violation)?;
         let mut fields = Vec::new();

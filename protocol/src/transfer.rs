@@ -250,6 +250,14 @@ fn i32_at(body: &[u8], at: usize) -> Option<i32> {
 /// The BungeeCord plugin channel, as server plugins name it (`BungeeCord`).
 pub const BUNGEE_CHANNEL: &str = "BungeeCord";
 
+/// The `REGISTER` Plugin Message (serverbound C17; data: channel names separated by NUL) that names the
+/// [`BUNGEE_CHANNEL`]. A proxy sends it to each backend after the login, as BungeeCord's `ServerConnector`
+/// does: a Bukkit-based server (CraftBukkit, Thermos) only lets a plugin send on channels the player has
+/// registered (`CraftPlayer.sendPluginMessage`), so without it a `Connect` never leaves the server.
+pub fn bungee_registration() -> crate::packets::PluginMessage {
+    crate::packets::PluginMessage { channel: "REGISTER".into(), data: BUNGEE_CHANNEL.as_bytes().to_vec() }
+}
+
 /// A message on the [`BUNGEE_CHANNEL`] from a backend: a subchannel name, then its arguments, each a Java
 /// `DataOutput.writeUTF` string (`u16` byte length, then modified UTF-8).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -735,5 +743,12 @@ mod tests {
             l.observe(Direction::Clientbound, 0x3e, &b);
         }
         assert_eq!(l.teams.len(), MAX_LEFTOVERS);
+    }
+
+    #[test]
+    fn the_bungee_registration_is_register_with_the_channel_name() {
+        let mut fields = Vec::new();
+        bungee_registration().encode_fields(&mut fields).unwrap();
+        assert_eq!(fields, b"\x08REGISTER\x00\x0aBungeeCord");
     }
 }

@@ -11,6 +11,9 @@
 //!   backend name (BungeeCord's plugin messaging channel, as server plugins use it) starts a switch and is not
 //!   relayed. A Play Disconnect (S40) from a backend with a `[transfer.fallback]` entry starts a switch to the
 //!   fallback instead of reaching the player.
+//! - **Registration.** Each backend gets a `REGISTER` of the `BungeeCord` channel right after the login (when
+//!   `targets` is set), as BungeeCord sends it: Bukkit-based servers let plugins send only on registered
+//!   channels.
 //! - **The switch.** The new backend is dialled and logged in ([`Identity::opening`]: the same handshake,
 //!   Login Start and forwarding as the first login) while the old one keeps serving the player. Its Keep
 //!   Alives are answered by the proxy until the cutover. With a Forge client (`\0FML\0` in the handshake), the
@@ -48,7 +51,7 @@ use moonbridge_protocol::packets::{
 };
 use moonbridge_protocol::transfer::BUNGEE_CHANNEL;
 use moonbridge_protocol::transfer::{
-    carries_entity_ids, fml, world_reset, BungeeRequest, Direction, EntityIdSwap, Leftovers,
+    bungee_registration, carries_entity_ids, fml, world_reset, BungeeRequest, Direction, EntityIdSwap, Leftovers,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -307,6 +310,9 @@ impl Switchboard {
         if let Some(link) = &mut self.current {
             link.frames.queue_slice(&early);
         }
+        let mut to_backend = std::mem::take(&mut self.to_backend);
+        self.register_bungee(&mut to_backend);
+        self.to_backend = to_backend;
         if let Err(end) = self.clientbound() {
             return end;
         }
@@ -339,6 +345,9 @@ impl Switchboard {
                     if let Some(s) = &mut self.switch {
                         s.step = Step::Joining(Link::new(s.target.clone(), stream, &early));
                     }
+                    let mut to_target = std::mem::take(&mut self.to_target);
+                    self.register_bungee(&mut to_target);
+                    self.to_target = to_target;
                     self.joining_frames()
                 }
                 Event::Dialed(Err(why)) => self.fail(&why),
@@ -747,6 +756,17 @@ impl Switchboard {
                     self.to_player.extend_from_slice(&frame);
                 }
                 Err(End::Closed(message))
+            }
+        }
+    }
+
+    /// Registers the BungeeCord channel for the player with a backend just logged in to ([`bungee_registration`]:
+    /// Bukkit-based servers let plugins send `Connect` only then), when `Connect` can move players.
+    fn register_bungee(&self, out: &mut BytesMut) {
+        if !self.live.transfer.targets.is_empty() {
+            let mut fields = Vec::with_capacity(24);
+            if bungee_registration().encode_fields(&mut fields).is_ok() {
+                encode(out, PluginMessage::SERVERBOUND_ID, &fields);
             }
         }
     }

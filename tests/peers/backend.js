@@ -18,7 +18,7 @@
 // "otherEntityId", a velocity for that other entity; "decorate" makes it send a scoreboard objective
 // "obj_<label>", a team "team_<label>", a tab-list entry "Ghost_<label>" and open window 5;
 // "kick <reason>" disconnects the player with <reason>.
-// With a label, a player leaving is an event "left".
+// With a label, a player leaving is an event "left", and a REGISTER plugin message an event "register".
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
@@ -103,6 +103,7 @@ server.on('login', (client) => {
     client.write('chat', { message: JSON.stringify({ text: (opts.label ? '[' + opts.label + '] ' : '') + 'echo:' + p.message }) })
   })
   if (opts.label) client.on('end', () => emit({ event: 'left', username: client.username }))
+  if (opts.label) client.on('custom_payload', (p) => { if (p.channel === 'REGISTER') emit({ event: 'register', username: client.username, channels: p.data.toString().split('\0') }) })
   client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))
 })
 

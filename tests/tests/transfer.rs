@@ -149,11 +149,15 @@ async fn connect_moves_a_tcp_player_with_its_entity_id_and_a_clean_world() {
     assert_eq!(chat_of(&got[8].1), "[lobby] echo:entity");
     assert_eq!(chat_of(&got[9].1), "[lobby] echo:hello");
 
-    // Survival heard the player until the Connect, then lost it; the lobby logged it in and heard the rest.
+    // Both backends got the BungeeCord channel registered for the player (Bukkit servers need it to let a
+    // plugin send Connect). Survival heard the player until the Connect, then lost it; the lobby logged it in
+    // and heard the rest.
+    assert_eq!(event_for(&mut net.survival, "register", "Mover").await["channels"], json!(["BungeeCord"]));
     assert_eq!(event_for(&mut net.survival, "chat", "Mover").await["message"], "decorate");
     assert_eq!(event_for(&mut net.survival, "chat", "Mover").await["message"], "connect lobby");
     event_for(&mut net.survival, "left", "Mover").await;
     event_for(&mut net.lobby, "login", "Mover").await;
+    assert_eq!(event_for(&mut net.lobby, "register", "Mover").await["channels"], json!(["BungeeCord"]));
     assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "entity");
     assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "hello");
     net.proxy.wait_connections(0, STEP).await;
