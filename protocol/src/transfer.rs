@@ -401,24 +401,26 @@ impl Leftovers {
                 set.insert(name);
             }
         };
+        // S3B and S3E modes: 0 creates, 1 removes, the others change what exists.
+        let created = |mode: u8| match mode {
+            0 => Some(true),
+            1 => Some(false),
+            _ => None,
+        };
         match (direction, id) {
             // S3B: String name (16), String display (32), i8 mode (0 create, 1 remove, 2 update).
             (Direction::Clientbound, 0x3b) => {
                 if let (Ok(n), Ok(_), Ok(mode)) = (name(&mut r), r.string(MAX_LEFTOVER_NAME, "display"), r.u8("mode")) {
-                    match mode {
-                        0 => track(&mut self.objectives, n, true),
-                        1 => track(&mut self.objectives, n, false),
-                        _ => {}
+                    if let Some(present) = created(mode) {
+                        track(&mut self.objectives, n, present);
                     }
                 }
             }
             // S3E: String team (16), i8 mode (0 create, 1 remove, 2 update, 3/4 players), then mode's fields.
             (Direction::Clientbound, 0x3e) => {
                 if let (Ok(n), Ok(mode)) = (name(&mut r), r.u8("mode")) {
-                    match mode {
-                        0 => track(&mut self.teams, n, true),
-                        1 => track(&mut self.teams, n, false),
-                        _ => {}
+                    if let Some(present) = created(mode) {
+                        track(&mut self.teams, n, present);
                     }
                 }
             }

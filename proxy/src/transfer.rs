@@ -310,9 +310,8 @@ impl Switchboard {
         if let Some(link) = &mut self.current {
             link.frames.queue_slice(&early);
         }
-        let mut to_backend = std::mem::take(&mut self.to_backend);
-        self.register_bungee(&mut to_backend);
-        self.to_backend = to_backend;
+        let registration = self.bungee_registration();
+        self.to_backend.extend_from_slice(&registration);
         if let Err(end) = self.clientbound() {
             return end;
         }
@@ -345,9 +344,8 @@ impl Switchboard {
                     if let Some(s) = &mut self.switch {
                         s.step = Step::Joining(Link::new(s.target.clone(), stream, &early));
                     }
-                    let mut to_target = std::mem::take(&mut self.to_target);
-                    self.register_bungee(&mut to_target);
-                    self.to_target = to_target;
+                    let registration = self.bungee_registration();
+                    self.to_target.extend_from_slice(&registration);
                     self.joining_frames()
                 }
                 Event::Dialed(Err(why)) => self.fail(&why),
@@ -661,7 +659,7 @@ impl Switchboard {
     /// The new backend's Join Game: reset the client's world, move over, drop the old backend.
     fn cutover(&mut self, join: &JoinGame) -> Result<(), End> {
         let Some(switch) = self.switch.take() else { return Ok(()) };
-        let Step::Joining(mut link) = switch.step else { return Ok(()) };
+        let Step::Joining(link) = switch.step else { return Ok(()) };
         let client = self.client_entity.unwrap_or(join.entity_id);
         let swap = EntityIdSwap::new(client, join.entity_id);
         // What the old server left (scoreboard, teams, tab list, an open window) goes first, then the world.
@@ -701,10 +699,7 @@ impl Switchboard {
         if let Trigger::Fallback { from, reason, .. } = &switch.trigger {
             self.chat(&format!("{from} disconnected you: {reason}"));
         }
-        // The rest of what the new backend sent is relayed as the current backend's.
-        let rest = link.frames.take_buffered();
-        link.frames = FrameDecoder::new(MAX_FRAME_LEN);
-        link.frames.queue_bytes(rest);
+        // The rest of what the new backend sent, still in its decoder, is relayed as the current backend's.
         // Keep Alive answers queued for the new backend go out with its other traffic now.
         let answers = std::mem::take(&mut self.to_target);
         self.to_backend.extend_from_slice(&answers);
@@ -760,15 +755,16 @@ impl Switchboard {
         }
     }
 
-    /// Registers the BungeeCord channel for the player with a backend just logged in to ([`bungee_registration`]:
-    /// Bukkit-based servers let plugins send `Connect` only then), when `Connect` can move players.
-    fn register_bungee(&self, out: &mut BytesMut) {
-        if !self.live.transfer.targets.is_empty() {
-            let mut fields = Vec::with_capacity(24);
-            if bungee_registration().encode_fields(&mut fields).is_ok() {
-                encode(out, PluginMessage::SERVERBOUND_ID, &fields);
-            }
+    /// The frame that registers the BungeeCord channel for the player with a backend just logged in to
+    /// ([`bungee_registration`]: Bukkit-based servers let plugins send `Connect` only then); empty when
+    /// `Connect` cannot move players.
+    fn bungee_registration(&self) -> BytesMut {
+        let mut out = BytesMut::new();
+        let mut fields = Vec::with_capacity(24);
+        if !self.live.transfer.targets.is_empty() && bungee_registration().encode_fields(&mut fields).is_ok() {
+            encode(&mut out, PluginMessage::SERVERBOUND_ID, &fields);
         }
+        out
     }
 
     /// Queues a chat line for the player.

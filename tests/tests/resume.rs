@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use moonbridge_client::{ClientError, Connection, Options};
-use moonbridge_protocol::codec::{put_string, Reader};
+use moonbridge_protocol::codec::Reader;
 use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessage};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{burst_payload, send_login, FrameReader};
+use moonbridge_tests::mc::{burst_payload, chat_frame, chat_message_text, send_login, FrameReader};
 use moonbridge_tests::{
     hs_ls, login_backend, node_backend, ws_offering, ws_proxy, CutKind, Cutter, KeyType, Message, Proxy, TestCert, STEP,
 };
@@ -41,14 +41,6 @@ fn client_options(cert: &TestCert, compress: bool) -> Options {
         .unwrap()
 }
 
-fn chat_frame(message: &str) -> Vec<u8> {
-    let mut fields = Vec::new();
-    put_string(&mut fields, message, 100, "message").unwrap();
-    let mut out = Vec::new();
-    moonbridge_protocol::frame::encode_frame(&mut out, 0x01, &fields).unwrap();
-    out
-}
-
 /// What the player reads next that matters: Keep Alives are answered on the way.
 enum Seen {
     Plugin(String, Vec<u8>),
@@ -65,11 +57,7 @@ fn next(conn: &Connection, r: &mut FrameReader<'_>) -> Seen {
             conn.end_tick().unwrap();
             Seen::Other
         }
-        0x02 => {
-            let json = Reader::new(&f.body).string(32767, "message").unwrap().to_string();
-            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-            Seen::Chat(v["text"].as_str().unwrap_or_default().to_string())
-        }
+        0x02 => Seen::Chat(chat_message_text(&f).unwrap_or_default()),
         0x3f => {
             let p = PluginMessage::decode_fields(&mut Reader::new(&f.body)).unwrap();
             Seen::Plugin(p.channel, p.data)

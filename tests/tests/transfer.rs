@@ -12,10 +12,9 @@
 use std::time::Duration;
 
 use moonbridge_client::{Connection, Options};
-use moonbridge_protocol::codec::{put_string, Reader};
 use moonbridge_protocol::packets::{chat_text, JoinGame, KeepAlive, LoginDisconnect, LoginSuccess, Packet, Respawn};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{send_login, FrameReader};
+use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
 use moonbridge_tests::{node_backend, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 use serde_json::{json, Value};
 
@@ -164,14 +163,6 @@ async fn connect_moves_a_tcp_player_with_its_entity_id_and_a_clean_world() {
     net.proxy.shutdown().await;
 }
 
-fn chat_frame(message: &str) -> Vec<u8> {
-    let mut fields = Vec::new();
-    put_string(&mut fields, message, 100, "message").unwrap();
-    let mut out = Vec::new();
-    moonbridge_protocol::frame::encode_frame(&mut out, 0x01, &fields).unwrap();
-    out
-}
-
 /// The next frame that is not a Keep Alive (answered on the way, as the client does).
 fn next_frame(conn: &Connection, r: &mut FrameReader<'_>) -> moonbridge_protocol::frame::Frame {
     loop {
@@ -191,9 +182,7 @@ fn say(conn: &Connection, message: &str) {
 }
 
 fn chat_text_of(f: &moonbridge_protocol::frame::Frame) -> String {
-    assert_eq!(f.id, 0x02, "a Chat Message");
-    let json = Reader::new(&f.body).string(32767, "json").unwrap().to_string();
-    serde_json::from_str::<Value>(&json).unwrap()["text"].as_str().unwrap().to_string()
+    chat_message_text(f).expect("a text component")
 }
 
 fn i32_at(body: &[u8], at: usize) -> i32 {

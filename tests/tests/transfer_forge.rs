@@ -23,6 +23,7 @@ use moonbridge_protocol::frame::{encode_frame, Frame, FrameDecoder, MAX_FRAME_LE
 use moonbridge_protocol::packets::{chat_text, ChatMessage, JoinGame, LoginSuccess, Packet, PluginMessage, Respawn};
 use moonbridge_protocol::transfer::BungeeRequest;
 use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::chat_message_text;
 use moonbridge_tests::{login_handshake, login_start, Proxy, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -228,11 +229,7 @@ impl ForgeClient {
                 let respawn: Respawn = f.decode().unwrap();
                 self.seen.push(format!("Respawn {}", respawn.dimension));
             }
-            0x02 => {
-                let chat: ChatMessage = f.decode().unwrap();
-                let v: serde_json::Value = serde_json::from_str(&chat.json).unwrap();
-                self.seen.push(format!("Chat {}", v["text"].as_str().unwrap()));
-            }
+            0x02 => self.seen.push(format!("Chat {}", chat_message_text(&f).unwrap())),
             0x3f => {
                 let p = plugin_of(&f);
                 if p.channel != "FML|HS" {

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_protocol::codec::{put_string, Reader};
-use moonbridge_protocol::packets::{Handshake, KeepAlive, LoginStart, LoginSuccess, NextState, Packet, PluginMessage};
+use moonbridge_protocol::packets::{
+    ChatMessage, Handshake, KeepAlive, LoginStart, LoginSuccess, NextState, Packet, PluginMessage,
+};
 use moonbridge_protocol::{Frame, FrameDecoder, MAX_FRAME_LEN};
 
 /// The plugin channel of the backend's login burst (`peers/common.js`).
@@ -89,6 +91,20 @@ fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The `text` of a clientbound Chat Message frame (S02: one JSON chat component); panics on another packet.
+pub fn chat_message_text(f: &Frame) -> Option<String> {
+    let chat: ChatMessage = f.decode().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&chat.json).unwrap();
+    v["text"].as_str().map(str::to_owned)
+}
+
+/// A serverbound Chat Message frame (C01: one string of at most 100 characters).
+pub fn chat_frame(message: &str) -> Vec<u8> {
+    let mut fields = Vec::new();
+    put_string(&mut fields, message, 100, "message").unwrap();
+    frame(0x01, &fields)
+}
+
 /// Handshake + Login Start for `name`, Forge marker optional, as one tick.
 pub fn send_login(conn: &Connection, name: &str, forge: bool) {
     let host = if forge { "mc.example.com\0FML\0" } else { "mc.example.com" };
@@ -118,10 +134,7 @@ pub fn play(conn: &Connection, name: &str, forge: bool, burst_count: usize, burs
             }
             0x01 => report.joined = true,
             0x02 if report.burst_messages == burst_count => {
-                let mut rd = Reader::new(&f.body);
-                let json = rd.string(32767, "message").unwrap();
-                let v: serde_json::Value = serde_json::from_str(json).unwrap();
-                report.chat_echo = v["text"].as_str().map(str::to_owned);
+                report.chat_echo = chat_message_text(&f);
                 break;
             }
             0x3f => {
@@ -139,9 +152,7 @@ pub fn play(conn: &Connection, name: &str, forge: bool, burst_count: usize, burs
                 report.burst_messages += 1;
                 if report.burst_messages == burst_count {
                     report.burst_time = burst_started.map(|t| t.elapsed()).unwrap_or_default();
-                    let mut fields = Vec::new();
-                    put_string(&mut fields, &format!("hello from {name}"), 100, "message").unwrap();
-                    conn.send(&frame(0x01, &fields)).unwrap();
+                    conn.send(&chat_frame(&format!("hello from {name}"))).unwrap();
                     conn.end_tick().unwrap();
                 }
             }
