@@ -1,11 +1,14 @@
 //! What a backend sends that the server-transfer layer reads (`moonbridge_protocol::transfer`): BungeeCord
 //! plugin payloads (`BungeeRequest::parse`: no panic, and a `Connect` re-encoded parses to the same request)
 //! and a stream of Play packets through `Leftovers` (no panic; what `clear` writes is whole frames of the
-//! removal packets only, once).
+//! removal packets only, once); the same bytes as a clientbound stream through the relay's `ClientboundWatch`
+//! in batches cut where the input says (no panic; what passes plus what is held or handed over is the stream,
+//! in order; a hold is under `MAX_HELD` bytes and never of a whole frame head).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict, MAX_HELD};
 use moonbridge_protocol::transfer::{BungeeRequest, Direction, Leftovers};
 
 fuzz_target!(|data: &[u8]| {
@@ -31,4 +34,34 @@ fuzz_target!(|data: &[u8]| {
         assert!(Leftovers::CLIENTBOUND_IDS.contains(&f.id), "only removal packets, got {:#x}", f.id);
     }
     assert!(frames.buffered().is_empty());
+    watch(data);
 });
+
+/// Relays `data` through a watch as a relay does: batch sizes from the first byte, held bytes first in the next
+/// batch, until the end or a handover.
+fn watch(data: &[u8]) {
+    let Some((&cut, stream)) = data.split_first() else { return };
+    let size = usize::from(cut % 64) + 1;
+    let mut watch = ClientboundWatch::new(cut & 0x80 != 0);
+    let mut passed = Vec::new();
+    let mut held = Vec::new();
+    for piece in stream.chunks(size) {
+        let mut batch = std::mem::take(&mut held);
+        batch.extend_from_slice(piece);
+        match watch.scan(&batch, 0) {
+            Ok(Verdict::Pass) => passed.extend_from_slice(&batch),
+            Ok(Verdict::Hold(k)) => {
+                assert!(batch.len() - k < MAX_HELD);
+                passed.extend_from_slice(&batch[..k]);
+                held = batch[k..].to_vec();
+            }
+            Ok(Verdict::Handover(k)) => {
+                passed.extend_from_slice(&batch[..k]);
+                break;
+            }
+            Err(_) => return,
+        }
+    }
+    assert!(stream.starts_with(&passed));
+    let _ = watch.finish(1);
+}

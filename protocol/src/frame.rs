@@ -29,7 +29,7 @@ pub struct Frame {
 }
 
 /// Outcome of reading a length prefix at the start of a buffer.
-fn read_length_prefix(buf: &[u8]) -> Result<Option<(usize, usize)>, FrameError> {
+pub(crate) fn read_length_prefix(buf: &[u8]) -> Result<Option<(usize, usize)>, FrameError> {
     match decode_bounded(buf, MAX_LENGTH_PREFIX) {
         // A 3-byte VarInt is at most 2^21 - 1, so this cannot truncate.
         Ok((len, n)) => Ok(Some((len as usize, n))),
@@ -186,6 +186,8 @@ pub struct FrameScanner {
     /// Bytes of an unfinished length prefix.
     prefix: [u8; MAX_LENGTH_PREFIX],
     prefix_len: usize,
+    /// The next byte is the first of a frame's body (its packet id's first byte).
+    body_start: bool,
     frames: u64,
 }
 
@@ -210,10 +212,24 @@ impl FrameScanner {
     /// # Errors
     /// [`FrameError::LengthPrefixTooLong`] or [`FrameError::Empty`]; the scanner is then stuck and further
     /// calls return the same error class.
-    pub fn scan(&mut self, mut bytes: &[u8]) -> Result<u64, FrameError> {
+    pub fn scan(&mut self, bytes: &[u8]) -> Result<u64, FrameError> {
+        self.scan_ids(bytes, |_| {})
+    }
+
+    /// [`FrameScanner::scan`], calling `first_byte` with the first body byte of every frame: the packet id
+    /// itself when it is below 0x80 (every packet id of protocol 5 is).
+    ///
+    /// # Errors
+    /// As [`FrameScanner::scan`].
+    pub fn scan_ids(&mut self, mut bytes: &[u8], mut first_byte: impl FnMut(u8)) -> Result<u64, FrameError> {
         let before = self.frames;
         loop {
             if self.remaining > 0 {
+                if self.body_start {
+                    let Some(&first) = bytes.first() else { return Ok(self.frames - before) };
+                    first_byte(first);
+                    self.body_start = false;
+                }
                 let take = self.remaining.min(bytes.len());
                 self.remaining -= take;
                 bytes = bytes.get(take..).unwrap_or_default();
@@ -239,8 +255,26 @@ impl FrameScanner {
                     return Err(FrameError::Empty);
                 }
                 self.remaining = len;
+                self.body_start = true;
             }
         }
+    }
+
+    /// Consumes the bytes at the start of `bytes` that finish the frame under way, and returns how many: 0 at a
+    /// boundary. A proxy that takes over a stream in the middle of a frame passes these on unparsed.
+    ///
+    /// # Errors
+    /// As [`FrameScanner::scan`], for a length prefix that was under way.
+    pub fn finish_frame(&mut self, bytes: &[u8]) -> Result<usize, FrameError> {
+        let mut used = 0;
+        while !self.at_boundary() {
+            let Some(rest) = bytes.get(used..).filter(|r| !r.is_empty()) else { break };
+            // Inside a body: the rest of it at once; inside a length prefix: one byte at a time.
+            let step = if self.remaining > 0 { self.remaining.min(rest.len()) } else { 1 };
+            self.scan(rest.get(..step).unwrap_or_default())?;
+            used += step;
+        }
+        Ok(used)
     }
 }
 
@@ -248,6 +282,30 @@ impl FrameScanner {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn scan_ids_sees_every_first_body_byte_and_finish_frame_stops_at_the_boundary() {
+        // Frames: [id 0x0d, 1 byte], [id 0x00 and 200 bytes: a two-byte prefix], [id 0x0d]; they end at 3, 206, 208.
+        let mut stream = vec![0x02, 0x0d, 0x07, 0xc9, 0x01, 0x00];
+        stream.extend_from_slice(&[0xaa; 200]);
+        stream.extend_from_slice(&[0x01, 0x0d]);
+        for split in 0..=stream.len() {
+            let (a, b) = stream.split_at(split);
+            let mut ids = Vec::new();
+            let mut scanner = FrameScanner::new();
+            let mut frames = scanner.scan_ids(a, |id| ids.push(id)).unwrap();
+            frames += scanner.scan_ids(b, |id| ids.push(id)).unwrap();
+            assert_eq!((frames, ids.as_slice()), (3, &[0x0d, 0x00, 0x0d][..]), "split at {split}");
+            // Taking over after `a`: the rest of the frame under way, then whole frames.
+            let mut scanner = FrameScanner::new();
+            scanner.scan(a).unwrap();
+            let rest = scanner.finish_frame(b).unwrap();
+            let ends = [0, 3, 206, 208];
+            let expected = ends.iter().find(|&&e| e >= split).unwrap() - split;
+            assert_eq!(rest, expected, "split at {split}");
+            assert!(scanner.at_boundary());
+        }
+    }
 
     #[test]
     fn c2_lengths_up_to_21_bits_are_accepted() {

@@ -11,6 +11,8 @@
 //! - [`world_reset`]: the two Respawn packets that clear the client's world before the new server's.
 //! - [`Leftovers`]: the old server's scoreboard objectives, teams, tab-list entries and open window, removed
 //!   so the new server starts clean.
+//! - [`watch`]: what a relay looks at before any switch (a frame head each), so only a player's first switch
+//!   brings in the layer that parses every packet.
 //!
 //! Not covered yet: Forge's own entity messages on the `FML` plugin channel (EntitySpawnMessage and
 //! EntityAdjustMessage carry mod entities' ids), so a mod entity of the new server whose id is the one the
@@ -22,6 +24,8 @@
 //! `FMLHandshakeCodec`.
 
 use crate::codec::{put_string, Reader};
+
+pub mod watch;
 use crate::error::{DecodeError, EncodeError};
 use crate::packets::{JoinGame, Respawn};
 use crate::varint::VarInt;
@@ -316,6 +320,12 @@ fn java_utf(r: &mut Reader<'_>, field: &'static str) -> Result<String, DecodeErr
     std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| DecodeError::InvalidText(field))
 }
 
+/// Whether a Plugin Message's fields (`fields`: after the packet id) name `channel`.
+pub fn is_channel(fields: &[u8], channel: &str) -> bool {
+    let mut r = Reader::new(fields);
+    r.string(crate::packets::MAX_CHANNEL_CHARS, "channel").is_ok_and(|c| c == channel)
+}
+
 /// The Forge 1.7.10 handshake channel `FML|HS`: a discriminator byte, then the message
 /// (`cpw.mods.fml.common.network.handshake.FMLHandshakeCodec`).
 pub mod fml {
@@ -339,6 +349,27 @@ pub mod fml {
     /// The discriminator of an `FML|HS` payload, if it has one.
     pub fn discriminator(data: &[u8]) -> Option<u8> {
         data.first().copied()
+    }
+
+    /// Most bytes of a backend's Forge handshake a proxy keeps for a replay (a large modpack's ModIdData is a
+    /// few hundred KiB); a larger handshake is not kept.
+    pub const MAX_RECORD_BYTES: usize = 2 * 1024 * 1024;
+
+    /// Whether a Plugin Message (`fields`: after the packet id) belongs to Forge's handshake: `FML|HS`,
+    /// `FML|MP` (its multipart carrier for messages over 32 KiB, such as a large ModIdData) or `REGISTER` (the
+    /// channel list sent with it).
+    pub fn is_handshake(fields: &[u8]) -> bool {
+        [CHANNEL, "FML|MP", "REGISTER"].iter().any(|c| super::is_channel(fields, c))
+    }
+
+    /// Appends a handshake frame (packet `id`, `fields` after it) to `record`, dropping the record when it would
+    /// pass [`MAX_RECORD_BYTES`].
+    pub fn record(record: &mut Option<bytes::BytesMut>, id: i32, fields: &[u8]) {
+        if let Some(r) = record {
+            if r.len() + fields.len() + 8 > MAX_RECORD_BYTES || crate::frame::encode_frame(r, id, fields).is_err() {
+                *record = None;
+            }
+        }
     }
 
     /// The HandshakeReset message: `FML|HS` with the single byte 0xFE (the message has no fields).

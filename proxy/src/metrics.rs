@@ -144,6 +144,8 @@ pub(crate) struct Metrics {
     transfers: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
+    /// `moonbridge_transfer_handovers_total`: sessions whose relay called in the transfer layer.
+    pub(crate) transfer_handovers: IntCounter,
     pub(crate) tls_reloads_ok: IntCounter,
     pub(crate) tls_reloads_kept: IntCounter,
     pub(crate) ws: WsMetrics,
@@ -248,6 +250,13 @@ impl Metrics {
                 .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             )?,
         )?;
+        let transfer_handovers = reg(
+            &r,
+            IntCounter::new(
+                "moonbridge_transfer_handovers_total",
+                "Sessions whose relay handed the backend connection to the transfer layer (at their first switch).",
+            )?,
+        )?;
         let reloads = counter_vec(
             &r,
             "moonbridge_tls_certificate_reloads_total",
@@ -306,6 +315,7 @@ impl Metrics {
             resumes,
             transfers,
             transfer_seconds,
+            transfer_handovers,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
             tls_reloads_kept: reloads.with_label_values(&["kept_previous"]),
             ws: WsMetrics {

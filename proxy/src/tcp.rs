@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::proxy_header::{read_header, ProxyHeaderError};
-use crate::relay::{discard_until_eof, PlayerGone, RelayReport, RelayStart, EARLY_DATA_LIMIT, LINGER};
+use crate::relay::{discard_until_eof, BackendSide, PlayerGone, RelayReport, RelayStart, EARLY_DATA_LIMIT, LINGER};
 use crate::session::{Finish, Player};
 use crate::trusted::TrustedProxies;
 
@@ -98,10 +98,10 @@ impl Player for TcpPlayer {
         }
     }
 
-    async fn relay(&mut self, backend: TcpStream, start: RelayStart<'_>) -> RelayReport {
+    async fn relay(&mut self, mut backend: BackendSide, start: RelayStart<'_>) -> RelayReport {
         let early = self.prefix.split().to_vec();
-        let report = crate::relay::tcp::run(&self.stream, &backend, start, early).await;
-        drop(backend);
+        let report = crate::relay::tcp::run(&self.stream, &mut backend, start, early).await;
+        backend.close().await;
         // A lingering close, whatever ended the relay: FIN, then read (and drop) what the player still sends
         // for a moment, so closing with unread bytes does not turn into a reset that could discard the last
         // bytes sent to the player.

@@ -1,10 +1,14 @@
 //! Server transfer: moving a connected player from one backend to another without a reconnect
 //! (docs/network.md). 1.7.10 has no transfer packet, so the client must believe it is still on one server.
 //!
-//! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) runs
-//! the relay against one end of a loopback TCP pair ([`hop`]); the [`Switchboard`] sits on the other end and
-//! relays frame by frame to the backend, so every transport (tcp, ws, wss, carriage v2 resume, online mode's
-//! cipher) works unchanged on the player's side, and sessions without transfers keep the direct relay.
+//! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) keeps
+//! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
+//! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded). At the
+//! first frame that starts a switch the relay hands over ([`Handover`]): the backend connection moves to the
+//! [`Switchboard`], and the relay goes on against one end of a loopback TCP pair ([`hop`]) whose other end the
+//! switchboard serves, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
+//! mode's cipher) works unchanged on the player's side, and a player who never switches never meets the
+//! switchboard.
 //!
 //! What the switchboard does, with the sources of each fact:
 //! - **Triggers.** A clientbound Plugin Message (S3F) on channel `BungeeCord` with subchannel `Connect` and a
@@ -49,18 +53,21 @@ use moonbridge_protocol::frame::{encode_frame, Frame, FrameDecoder, MAX_FRAME_LE
 use moonbridge_protocol::packets::{
     chat_text, ChatMessage, JoinGame, KeepAlive, LoginDisconnect, LoginSuccess, Packet, PlayDisconnect, PluginMessage,
 };
-use moonbridge_protocol::transfer::BUNGEE_CHANNEL;
+use moonbridge_protocol::transfer::watch::Watched;
 use moonbridge_protocol::transfer::{
-    bungee_registration, carries_entity_ids, fml, world_reset, BungeeRequest, Direction, EntityIdSwap, Leftovers,
+    bungee_registration, carries_entity_ids, fml, is_channel, world_reset, BungeeRequest, Direction, EntityIdSwap,
+    Leftovers, BUNGEE_CHANNEL,
 };
+use moonbridge_protocol::FrameScanner;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::backend::{Backend, Identity};
 use crate::metrics::Metrics;
-use crate::relay::{write_all, Side};
+use crate::relay::{write_all, HandOver, Handed, Side};
 use crate::state::Live;
 
 /// How long a closing switchboard waits for the relay to close its end of the hop.
@@ -93,37 +100,84 @@ const OWN_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// in bytes.
 const MAX_LOGIN_FRAME: usize = 256 * 1024;
 
-/// Whether sessions whose backend is `backend` run through the switchboard.
+/// Whether players on `backend` can be moved (their relay watches for the frames that start a switch).
 pub(crate) fn applies(live: &Live, backend: &Backend) -> bool {
     !live.transfer.targets.is_empty() || live.transfer.fallback.contains_key(&backend.name)
 }
 
+/// Whether a Play Disconnect from `backend` starts a switch to its fallback.
+pub(crate) fn has_fallback(live: &Live, backend: &Backend) -> bool {
+    live.transfer.fallback.contains_key(&backend.name)
+}
+
+/// The `REGISTER` of the `BungeeCord` channel a backend gets after each login when `[transfer] targets` is set
+/// (a whole serverbound frame), or nothing.
+pub(crate) fn registration(live: &Live) -> BytesMut {
+    let mut out = BytesMut::new();
+    let mut fields = Vec::with_capacity(24);
+    if !live.transfer.targets.is_empty() && bungee_registration().encode_fields(&mut fields).is_ok() {
+        encode(&mut out, PluginMessage::SERVERBOUND_ID, &fields);
+    }
+    out
+}
+
 /// A connected pair of loopback TCP sockets: the relay works on the first, the switchboard on the second.
+/// Made with blocking calls, which do not wait on loopback (the connection is complete when `connect`
+/// returns, so `accept` finds it queued): a relay opens it between two batches.
 ///
 /// # Errors
 /// Binding, connecting or accepting on 127.0.0.1 failed, or another process connected first.
-pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-    let address = listener.local_addr()?;
-    let (relay_end, (switch_end, peer)) = tokio::try_join!(TcpStream::connect(address), listener.accept())?;
+pub(crate) fn hop() -> io::Result<(TcpStream, TcpStream)> {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let relay_end = std::net::TcpStream::connect(listener.local_addr()?)?;
+    let (switch_end, peer) = listener.accept()?;
     if relay_end.local_addr()? != peer {
         return Err(io::Error::other("another process connected to the transfer hop first"));
     }
-    relay_end.set_nodelay(true)?;
-    switch_end.set_nodelay(true)?;
-    Ok((relay_end, switch_end))
+    let tokio_end = |s: std::net::TcpStream| {
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        TcpStream::from_std(s)
+    };
+    Ok((tokio_end(relay_end)?, tokio_end(switch_end)?))
 }
 
-/// What the switchboard needs from its session.
-pub(crate) struct SwitchStart {
+/// What a relay hands over to start the switchboard ([`HandOver`]).
+pub(crate) struct Handover {
     pub(crate) live: Arc<Live>,
     pub(crate) identity: Identity,
     pub(crate) metrics: Arc<Metrics>,
-    /// The backend the player logged in to, and its connection (Login Success already read).
+    /// The backend the player is on.
     pub(crate) backend: Backend,
-    pub(crate) stream: TcpStream,
-    /// Clientbound Play bytes read after Login Success, not yet delivered to the player.
-    pub(crate) early: BytesMut,
+}
+
+impl HandOver for Handover {
+    fn hand_over(self: Box<Self>, backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>> {
+        let (relay_end, switch_end) = hop().inspect_err(|e| warn!("transfer hop could not be opened: {e}"))?;
+        let stream = std::mem::replace(backend, relay_end);
+        let Self { live, identity, metrics, backend } = *self;
+        metrics.transfer_handovers.inc();
+        info!(player = %identity.name, backend = %backend.name, "transfer layer takes over the session");
+        let Handed { rest, watched, tail } = handed;
+        let start = SwitchStart { live, identity, metrics, backend, stream, early: rest, watched, tail };
+        Ok(tokio::spawn(Switchboard::run(start, switch_end)))
+    }
+}
+
+/// What the switchboard needs from its session.
+struct SwitchStart {
+    live: Arc<Live>,
+    identity: Identity,
+    metrics: Arc<Metrics>,
+    /// The backend the player is on, and its connection.
+    backend: Backend,
+    stream: TcpStream,
+    /// Clientbound bytes from the backend not delivered to the player, from a frame start.
+    early: Vec<u8>,
+    /// What the relay's watch learned before.
+    watched: Watched,
+    /// Serverbound: the frame under way when the relay handed over (its rest goes to the backend unparsed).
+    tail: FrameScanner,
 }
 
 /// A backend connection in Play, with its clientbound frames.
@@ -232,11 +286,13 @@ enum End {
 }
 
 /// The frame-by-frame relay between the hop and the player's current backend, with transfers.
-pub(crate) struct Switchboard {
+struct Switchboard {
     live: Arc<Live>,
     identity: Identity,
     metrics: Arc<Metrics>,
     hop: TcpStream,
+    /// The serverbound frame the relay was in when it handed over: its rest is passed on first.
+    tail: FrameScanner,
     /// Serverbound frames from the hop.
     up: FrameDecoder,
     current: Option<Link>,
@@ -246,7 +302,7 @@ pub(crate) struct Switchboard {
     /// From the first cutover on: the swap between the client's id and the current backend's.
     swap: Option<EntityIdSwap>,
     /// The current backend's Forge handshake (its `FML|HS`, `FML|MP` and `REGISTER` messages before its Join
-    /// Game, at most [`MAX_FML_RECORD_BYTES`]): replayed to the client when a switch fails after the client's
+    /// Game, at most [`fml::MAX_RECORD_BYTES`]): replayed to the client when a switch fails after the client's
     /// handshake was reset, so it can stay. `None` when it was too large.
     fml_record: Option<BytesMut>,
     /// A replay runs: the client's `FML|HS` answers are the proxy's to swallow, up to its final HandshakeAck.
@@ -269,22 +325,24 @@ pub(crate) struct Switchboard {
 
 impl Switchboard {
     /// Runs until the player or the backend is gone; the hop is closed on return, which ends the relay.
-    pub(crate) async fn run(start: SwitchStart, hop: TcpStream) {
-        let SwitchStart { live, identity, metrics, backend, stream, early } = start;
+    async fn run(start: SwitchStart, hop: TcpStream) {
+        let SwitchStart { live, identity, metrics, backend, stream, early, watched, tail } = start;
+        let Watched { client_entity, fml_record, leftovers } = watched;
         let mut board = Self {
             live,
             identity,
             metrics,
             hop,
+            tail,
             up: FrameDecoder::new(MAX_FRAME_LEN),
-            current: Some(Link::new(backend, stream, &[])),
+            current: Some(Link::new(backend, stream, &early)),
             switch: None,
-            client_entity: None,
+            client_entity,
             swap: None,
-            fml_record: Some(BytesMut::new()),
+            fml_record,
             replaying: false,
             fallbacks: Vec::new(),
-            leftovers: Leftovers::default(),
+            leftovers,
             keep_alives: VecDeque::new(),
             own_keep_alives: VecDeque::new(),
             next_own_keep_alive: i32::MIN,
@@ -294,7 +352,7 @@ impl Switchboard {
             to_target: BytesMut::new(),
             scratch: vec![0; READ_CHUNK],
         };
-        let end = board.relay(early).await;
+        let end = board.relay().await;
         let player = board.identity.name.clone();
         match end {
             End::PlayerGone | End::BackendGone => {}
@@ -306,12 +364,7 @@ impl Switchboard {
         crate::relay::discard_until_eof(&board.hop, HOP_LINGER).await;
     }
 
-    async fn relay(&mut self, early: BytesMut) -> End {
-        if let Some(link) = &mut self.current {
-            link.frames.queue_slice(&early);
-        }
-        let registration = self.bungee_registration();
-        self.to_backend.extend_from_slice(&registration);
+    async fn relay(&mut self) -> End {
         if let Err(end) = self.clientbound() {
             return end;
         }
@@ -323,7 +376,13 @@ impl Switchboard {
             let step = match event {
                 Event::Player(Ok(0)) | Event::Player(Err(_)) => return End::PlayerGone,
                 Event::Player(Ok(n)) => {
-                    self.up.queue_slice(self.scratch.get(..n).unwrap_or_default());
+                    let data = self.scratch.get(..n).unwrap_or_default();
+                    // The rest of a frame the relay had begun before the handover goes on as it is.
+                    let raw = self.tail.finish_frame(data).unwrap_or(0);
+                    if raw > 0 && self.current.is_some() {
+                        self.to_backend.extend_from_slice(data.get(..raw).unwrap_or_default());
+                    }
+                    self.up.queue_slice(data.get(raw..).unwrap_or_default());
                     self.serverbound()
                 }
                 Event::Backend(Ok(n)) if n > 0 => {
@@ -344,7 +403,7 @@ impl Switchboard {
                     if let Some(s) = &mut self.switch {
                         s.step = Step::Joining(Link::new(s.target.clone(), stream, &early));
                     }
-                    let registration = self.bungee_registration();
+                    let registration = registration(&self.live);
                     self.to_target.extend_from_slice(&registration);
                     self.joining_frames()
                 }
@@ -468,7 +527,7 @@ impl Switchboard {
                     }
                     continue;
                 }
-                PluginMessage::SERVERBOUND_ID if self.forge_handshake_running() && is_fml(&frame.body) => {
+                PluginMessage::SERVERBOUND_ID if self.forge_handshake_running() && fml::is_handshake(&frame.body) => {
                     encode(&mut self.to_target, frame.id, &frame.body);
                     continue;
                 }
@@ -502,9 +561,9 @@ impl Switchboard {
                         self.client_entity = Some(join.entity_id);
                     }
                 }
-                PluginMessage::CLIENTBOUND_ID if self.client_entity.is_none() && is_fml(&frame.body) => {
+                PluginMessage::CLIENTBOUND_ID if self.client_entity.is_none() && fml::is_handshake(&frame.body) => {
                     // The first backend's Forge handshake, kept for a replay.
-                    record_fml(&mut self.fml_record, &frame);
+                    fml::record(&mut self.fml_record, frame.id, &frame.body);
                 }
                 PluginMessage::CLIENTBOUND_ID if is_channel(&frame.body, BUNGEE_CHANNEL) => {
                     let mut r = Reader::new(&frame.body);
@@ -621,14 +680,14 @@ impl Switchboard {
                     // Answered by the proxy: the client is still on the old backend.
                     encode(&mut self.to_target, frame.id, &frame.body);
                 }
-                PluginMessage::CLIENTBOUND_ID if forge && is_fml(&frame.body) => {
+                PluginMessage::CLIENTBOUND_ID if forge && fml::is_handshake(&frame.body) => {
                     if !*reset_sent && is_channel(&frame.body, fml::CHANNEL) {
                         // The new server starts its handshake: the client must forget the old one's first.
                         *reset_sent = true;
                         *deadline = *started + self.live.transfer.forge_handshake_timeout();
                         encode(&mut self.to_player, PluginMessage::CLIENTBOUND_ID, &handshake_reset_fields());
                     }
-                    record_fml(record, &frame);
+                    fml::record(record, frame.id, &frame.body);
                     if !is_channel(&frame.body, "REGISTER") {
                         *delivered = (*delivered).max(ServerStep::of(&frame.body));
                     }
@@ -755,18 +814,6 @@ impl Switchboard {
         }
     }
 
-    /// The frame that registers the BungeeCord channel for the player with a backend just logged in to
-    /// ([`bungee_registration`]: Bukkit-based servers let plugins send `Connect` only then); empty when
-    /// `Connect` cannot move players.
-    fn bungee_registration(&self) -> BytesMut {
-        let mut out = BytesMut::new();
-        let mut fields = Vec::with_capacity(24);
-        if !self.live.transfer.targets.is_empty() && bungee_registration().encode_fields(&mut fields).is_ok() {
-            encode(&mut out, PluginMessage::SERVERBOUND_ID, &fields);
-        }
-        out
-    }
-
     /// Queues a chat line for the player.
     fn chat(&mut self, text: &str) {
         let _ = (ChatMessage { json: chat_text(text) }).encode_frame(&mut self.to_player);
@@ -865,38 +912,10 @@ fn take(ids: &mut VecDeque<i32>, id: i32) -> bool {
     }
 }
 
-/// Whether a Plugin Message body (either direction) is on `channel`.
-fn is_channel(body: &[u8], channel: &str) -> bool {
-    let mut r = Reader::new(body);
-    r.string(moonbridge_protocol::packets::MAX_CHANNEL_CHARS, "channel").is_ok_and(|c| c == channel)
-}
-
 /// Ordinal of the Forge 1.7.10 client's `COMPLETE` state (`FMLHandshakeClientState`: START 0, HELLO 1,
 /// WAITINGSERVERDATA 2, WAITINGSERVERCOMPLETE 3, PENDINGCOMPLETE 4, COMPLETE 5): the phase of its last
 /// HandshakeAck.
 const FML_CLIENT_COMPLETE: u8 = 5;
-
-/// Most bytes of a backend's Forge handshake kept for a replay (a large modpack's ModIdData is a few hundred
-/// KiB); a larger handshake is not kept, and a failed switch after the reset then disconnects the player.
-pub(crate) const MAX_FML_RECORD_BYTES: usize = 2 * 1024 * 1024;
-
-/// Whether a Plugin Message belongs to Forge's handshake: `FML|HS`, `FML|MP` (its multipart carrier for
-/// messages over 32 KiB, such as a large ModIdData) or `REGISTER` (the channel list sent with it).
-fn is_fml(body: &[u8]) -> bool {
-    [fml::CHANNEL, "FML|MP", "REGISTER"].iter().any(|c| is_channel(body, c))
-}
-
-/// Appends a Forge handshake frame to `record`, dropping the record when it would pass
-/// [`MAX_FML_RECORD_BYTES`].
-fn record_fml(record: &mut Option<BytesMut>, frame: &Frame) {
-    if let Some(r) = record {
-        if r.len() + frame.body.len() + 8 > MAX_FML_RECORD_BYTES {
-            *record = None;
-        } else {
-            encode(r, frame.id, &frame.body);
-        }
-    }
-}
 
 /// The data of a Plugin Message (`body`: its fields), if it parses.
 fn fml_data(body: &[u8]) -> Option<&[u8]> {

@@ -125,3 +125,17 @@ pub async fn spawn_proxy_process(bin: &str, config: &std::path::Path, listens_on
 pub async fn ws_proxy(backend: SocketAddr, extra: &str) -> Proxy {
     Proxy::start(&format!("{}{}{extra}", ws_listener("path = \"/mc\""), backend_section(backend, ""))).await
 }
+
+/// The value of the sample `series` (name and labels exactly as exposed) in a Prometheus exposition.
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+impl Proxy {
+    /// The value of `series` on the proxy's `[metrics]` listener now (`None` without the listener or the
+    /// series).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let reply = crate::raw_http(self.metrics?, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        sample(reply.split_once("\r\n\r\n")?.1, series)
+    }
+}

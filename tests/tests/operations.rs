@@ -12,8 +12,8 @@ use futures_util::SinkExt;
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::{
     backend_section, hs_ls, login_backend, login_disconnect_reason, login_success, masked_frame, raw_http, raw_upgrade,
-    read_server_frame, read_to_close, tcp_config, ws_connect, ws_listener, ws_read_bytes, KeyType, Proxy, TestCert,
-    TestDir, STEP,
+    read_server_frame, read_to_close, sample, tcp_config, ws_connect, ws_listener, ws_read_bytes, KeyType, Proxy,
+    TestCert, TestDir, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -27,11 +27,6 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP response");
     let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status code");
     (code, body.to_string())
-}
-
-/// The value of the sample `series` (name and labels exactly as exposed) in an exposition.
-fn sample(exposition: &str, series: &str) -> Option<f64> {
-    exposition.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// Reads `/metrics` until `series` has `value` (a session's end is counted just after its socket closes), at

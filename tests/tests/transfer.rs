@@ -36,7 +36,8 @@ async fn network(extra_backends: &str, transfer_extra: &str) -> Network {
         node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID, "otherEntityId": FIRST_ID }))
             .await;
     let proxy = Proxy::start(&format!(
-        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+        "[metrics]\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
          [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\n\
          [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n\
          [[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n{extra_backends}\n\
@@ -160,6 +161,29 @@ async fn connect_moves_a_tcp_player_with_its_entity_id_and_a_clean_world() {
     assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "entity");
     assert_eq!(event_for(&mut net.lobby, "chat", "Mover").await["message"], "hello");
     net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+/// Players who never switch stay on the direct relay (the transfer layer is called in only at a player's first
+/// switch, `moonbridge_transfer_handovers_total`), and their scoreboard, window and chat work as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_switch_calls_in_the_transfer_layer() {
+    let mut net = network("", "targets = [\"lobby\", \"survival\"]").await;
+    let handovers = "moonbridge_transfer_handovers_total";
+    let stayer = scripted(
+        &net.proxy,
+        "Stayer",
+        json!([{ "say": "decorate", "until": "chat" }, { "say": "hello", "until": "chat" }]),
+    )
+    .await;
+    let got = packets(&stayer);
+    assert_eq!(chat_of(&got.last().unwrap().1), "[survival] echo:hello", "{stayer}");
+    assert_eq!(event_for(&mut net.survival, "chat", "Stayer").await["message"], "decorate");
+    assert_eq!(net.proxy.metric(handovers).await, Some(0.0), "a player who did not switch");
+    scripted(&net.proxy, "Mover", json!([{ "say": "connect lobby", "until": "respawn", "count": 2 }])).await;
+    event_for(&mut net.lobby, "login", "Mover").await;
+    assert_eq!(net.proxy.metric(handovers).await, Some(1.0), "the switch");
+    assert_eq!(net.proxy.metric("moonbridge_transfers_total{outcome=\"moved\"}").await, Some(1.0));
     net.proxy.shutdown().await;
 }
 
@@ -349,7 +373,8 @@ async fn online_identity_and_forwarding_carry_over_to_the_new_backend() {
             .await;
     let forwarding = format!("forwarding = \"bungeecord\"\nforwarding_secret = \"{TOKEN}\"");
     let proxy = Proxy::start(&format!(
-        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+        "[metrics]\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
          [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n{forwarding}\n\
          [[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n{forwarding}\n\
          [auth]\nmode = \"online\"\nsession_server = \"{url}\"\n\

@@ -9,6 +9,10 @@
 //! - [`inject_shutdown`]: on proxy shutdown the player first gets what the backend already sent, then, when
 //!   the clientbound stream is plaintext and between two frames, a Play Disconnect with
 //!   [`SHUTDOWN_REASON`];
+//! - [`Follow`]: for a player who can be moved, the clientbound transfer watch
+//!   ([`moonbridge_protocol::transfer::watch`]): a frame head a batch ends in is held for the next batch, and at
+//!   the first frame that starts a switch the loop hands the backend connection over ([`BackendSide`],
+//!   [`HandOver`]) and goes on against the transfer layer's hop;
 //! - [`RelayEnd`]: how a relay ended, for the session log.
 //!
 //! The loops: [`tcp`] (two socket pumps, one read and one write per batch, zero-copy through a per-thread
@@ -17,13 +21,18 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
 use moonbridge_protocol::packets::{chat_text, Packet, PlayDisconnect};
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict, Watched};
+use moonbridge_protocol::transfer::Leftovers;
 use moonbridge_protocol::FrameScanner;
 use prometheus::IntCounter;
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::BackendMetrics;
@@ -77,8 +86,9 @@ impl ClientCipher {
 /// What the relay stage starts with.
 pub(crate) struct RelayStart<'a> {
     pub(crate) shutdown: &'a CancellationToken,
-    /// Clientbound frame boundaries, when the clientbound stream is plaintext Play.
-    pub(crate) scanner: Option<FrameScanner>,
+    /// How the clientbound stream is followed: nothing (not plaintext Play), its frame boundaries, or the
+    /// transfer layer's watch.
+    pub(crate) follow: Follow,
     /// Bytes already counted in each direction (handshake, Login Start, first answer; already in the
     /// metrics too).
     pub(crate) up: u64,
@@ -93,6 +103,127 @@ pub(crate) struct RelayStart<'a> {
     /// Carriage v2 resume, when it is on (`limits.resume_window_seconds` > 0); used by v2 WebSocket links only.
     /// Boxed to keep every session's task small.
     pub(crate) resume: Option<Box<resume::ResumeStart>>,
+}
+
+/// How a direction follows its plaintext stream.
+pub(crate) enum Follow {
+    /// Not at all (not plaintext Minecraft frames, or the stream stopped parsing).
+    Nothing,
+    /// Frame boundaries (clientbound: where the shutdown disconnect may go).
+    Frames(FrameScanner),
+    /// Clientbound, in a session that can be moved: frame boundaries, and the watch that tells when the
+    /// transfer layer takes over ([`moonbridge_protocol::transfer::watch`]).
+    Watch(Box<Watching>),
+    /// Serverbound, in a session that can be moved: frame boundaries (a handover inside a frame passes its rest
+    /// on unparsed) and the count of the client's Close Window (C0D) frames, shared with the clientbound watch.
+    Closes(FrameScanner, Arc<AtomicU64>),
+}
+
+impl std::fmt::Debug for Follow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Nothing => "Nothing",
+            Self::Frames(_) => "Frames",
+            Self::Watch(_) => "Watch",
+            Self::Closes(..) => "Closes",
+        })
+    }
+}
+
+/// The clientbound watch of a session that can be moved, and what it needs for the handover.
+pub(crate) struct Watching {
+    watch: ClientboundWatch,
+    /// The client's C0D count (the serverbound direction counts).
+    closes: Arc<AtomicU64>,
+    /// A frame head a batch ended in, to start the next batch (under `MAX_HELD` bytes).
+    held: Vec<u8>,
+    /// The handover is due: the rest of the batch, from the frame that starts a switch.
+    rest: Option<Vec<u8>>,
+    /// Starts the transfer layer.
+    to: Box<dyn HandOver>,
+}
+
+impl Watching {
+    /// A watch that has followed `first` (bytes already sent to the player) and hands over through `to`.
+    pub(crate) fn new(watch: ClientboundWatch, held: Vec<u8>, to: Box<dyn HandOver>) -> Self {
+        Self { watch, closes: Arc::new(AtomicU64::new(0)), held, rest: None, to }
+    }
+}
+
+/// Starts the transfer layer behind a relay (`crate::transfer`, which depends on this module, not the other
+/// way).
+pub(crate) trait HandOver: Send {
+    /// Replaces `backend` with the relay's end of a new hop whose other end runs the transfer layer on the old
+    /// backend connection, continuing from `handed`.
+    ///
+    /// # Errors
+    /// The hop could not be opened (out of file descriptors or local ports); `backend` is unchanged.
+    fn hand_over(self: Box<Self>, backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>>;
+}
+
+/// Where the relay stopped, for the transfer layer that goes on from there.
+pub(crate) struct Handed {
+    /// Clientbound bytes read from the backend and not delivered, from a frame start.
+    pub(crate) rest: Vec<u8>,
+    /// What the watch learned (the player's entity id, the Forge handshake, the leftovers).
+    pub(crate) watched: Watched,
+    /// Serverbound: the frame under way at the backend (its rest is passed on unparsed first).
+    pub(crate) tail: FrameScanner,
+}
+
+/// The relay's backend connection: the backend itself, or from a handover on the hop to the transfer layer
+/// (which then owns the backend connection).
+pub(crate) struct BackendSide {
+    stream: TcpStream,
+    /// The transfer layer's task, from a handover on.
+    switchboard: Option<JoinHandle<()>>,
+}
+
+impl BackendSide {
+    /// The backend connection, as the relay starts on it.
+    pub(crate) fn new(stream: TcpStream, switchboard: Option<JoinHandle<()>>) -> Self {
+        Self { stream, switchboard }
+    }
+
+    /// The socket the relay reads and writes.
+    pub(crate) fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// True when the clientbound watch asks for the transfer layer.
+    pub(crate) fn handover_due(down: &Direction) -> bool {
+        matches!(&down.follow, Follow::Watch(w) if w.rest.is_some())
+    }
+
+    /// Hands the backend connection over to the transfer layer (when [`BackendSide::handover_due`]): the
+    /// relay goes on, on the hop, with the same player, cipher and counts. Serverbound bytes the relay still
+    /// holds must have reached the backend first.
+    ///
+    /// # Errors
+    /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not
+    /// delivered).
+    pub(crate) fn hand_over(&mut self, up: &mut Direction, down: &mut Direction) -> io::Result<()> {
+        let Follow::Watch(w) = std::mem::replace(&mut down.follow, Follow::Frames(FrameScanner::new())) else {
+            return Ok(());
+        };
+        let Watching { watch, closes, rest, to, .. } = *w;
+        let tail = match std::mem::replace(&mut up.follow, Follow::Nothing) {
+            Follow::Closes(tail, _) => tail,
+            _ => FrameScanner::new(),
+        };
+        let handed =
+            Handed { rest: rest.unwrap_or_default(), watched: watch.finish(closes.load(Ordering::Relaxed)), tail };
+        self.switchboard = Some(to.hand_over(&mut self.stream, handed)?);
+        Ok(())
+    }
+
+    /// Closes the relay's socket and waits for the transfer layer to end (it closes the old backend).
+    pub(crate) async fn close(self) {
+        drop(self.stream);
+        if let Some(task) = self.switchboard {
+            let _ = task.await;
+        }
+    }
 }
 
 /// What the relay stage reports.
@@ -118,8 +249,9 @@ pub(crate) struct Direction {
     pub(crate) bytes: u64,
     /// Bytes read but not yet accepted by the destination socket (TCP relay; at most one read's worth).
     pending: Vec<u8>,
-    /// Frame boundaries of a plaintext clientbound stream, for injecting a disconnect on shutdown.
-    scanner: Option<FrameScanner>,
+    /// How the plaintext stream is followed: frame boundaries of a clientbound stream, for injecting a
+    /// disconnect on shutdown; the transfer watch.
+    follow: Follow,
     /// How long the destination may accept nothing before the relay gives up on it.
     pub(crate) stall: Duration,
     /// Online mode's cipher for this direction.
@@ -136,35 +268,72 @@ impl Direction {
             Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
             None => (None, None),
         };
-        let direction = |bytes, scanner, transform, counter: &IntCounter| Self {
+        let direction = |bytes, follow, transform, counter: &IntCounter| Self {
             bytes,
             pending: Vec::new(),
-            scanner,
+            follow,
             stall: start.write_stall,
             transform,
             counter: counter.clone(),
         };
+        let up_follow = match &start.follow {
+            Follow::Watch(w) => Follow::Closes(FrameScanner::new(), Arc::clone(&w.closes)),
+            _ => Follow::Nothing,
+        };
         (
-            direction(start.up, None, decrypt, &start.metrics.to_backend),
-            direction(start.down, start.scanner, encrypt, &start.metrics.to_player),
+            direction(start.up, up_follow, decrypt, &start.metrics.to_backend),
+            direction(start.down, start.follow, encrypt, &start.metrics.to_player),
         )
     }
 
-    /// Everything that happens to a batch in flight, in place: decrypt (serverbound), count and scan the
-    /// plaintext, encrypt (clientbound).
-    pub(crate) fn process(&mut self, data: &mut [u8]) {
+    /// Everything that happens to a batch in flight, in place: decrypt (serverbound), follow, count and scan
+    /// the plaintext, encrypt (clientbound). Returns how many bytes from the start may go on now: all of them,
+    /// except when the transfer watch holds a frame head back for the next batch or asks for a handover (it
+    /// keeps the rest, uncounted and unencrypted).
+    pub(crate) fn process(&mut self, data: &mut [u8]) -> usize {
         if let Some(Transform::Decrypt(d)) = &mut self.transform {
             d.apply(data);
         }
+        let keep = match &mut self.follow {
+            Follow::Nothing => data.len(),
+            Follow::Frames(s) => {
+                if s.scan(data).is_err() {
+                    // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
+                    self.follow = Follow::Nothing;
+                }
+                data.len()
+            }
+            Follow::Closes(s, closes) => {
+                let mut n = 0;
+                if s.scan_ids(data, |id| n += u64::from(i32::from(id) == Leftovers::SERVERBOUND_ID)).is_err() {
+                    self.follow = Follow::Nothing;
+                } else if n > 0 {
+                    closes.fetch_add(n, Ordering::Relaxed);
+                }
+                data.len()
+            }
+            Follow::Watch(w) => match w.watch.scan(data, w.closes.load(Ordering::Relaxed)) {
+                Ok(Verdict::Pass) => data.len(),
+                Ok(Verdict::Hold(k)) => {
+                    w.held.extend_from_slice(data.get(k..).unwrap_or_default());
+                    k
+                }
+                Ok(Verdict::Handover(k)) => {
+                    w.rest = Some(data.get(k..).unwrap_or_default().to_vec());
+                    k
+                }
+                Err(_) => {
+                    // Not Minecraft frames after all: relayed opaquely, and nobody can be moved.
+                    self.follow = Follow::Nothing;
+                    data.len()
+                }
+            },
+        };
+        let data = data.get_mut(..keep).unwrap_or_default();
         self.bytes += data.len() as u64;
         self.counter.inc_by(data.len() as u64);
-        if let Some(s) = &mut self.scanner {
-            if s.scan(data).is_err() {
-                // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
-                self.scanner = None;
-            }
-        }
         self.seal(data);
+        keep
     }
 
     /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
@@ -185,7 +354,13 @@ impl Direction {
 
     /// True when a packet can be inserted into this stream now.
     fn at_frame_boundary(&self) -> bool {
-        self.pending.is_empty() && self.scanner.as_ref().is_some_and(FrameScanner::at_boundary)
+        self.pending.is_empty()
+            && match &self.follow {
+                Follow::Frames(s) | Follow::Closes(s, _) => s.at_boundary(),
+                // Held bytes are the head of a frame not sent yet: the player's stream is between two frames.
+                Follow::Watch(w) => w.watch.at_boundary(),
+                Follow::Nothing => false,
+            }
     }
 }
 
@@ -329,22 +504,45 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
 
 /// Reads one batch (at most `max` bytes, at most [`RELAY_CHUNK`]) from the backend into the scratch buffer and
 /// passes it through `down` (counted, frames followed, encrypted in online mode), then hands it to `take` before
-/// the next read can reuse the buffer. `Ok(None)` when nothing was ready after all; `Ok(Some(r))` with
-/// `take(&[])` at EOF.
+/// the next read can reuse the buffer. `Ok(None)` when nothing was ready after all, or nothing may go on yet
+/// (the transfer watch held it back or asks for a handover: see [`BackendSide::handover_due`]); `Ok(Some(r))`
+/// with `take(&[])` at EOF.
 pub(crate) fn read_batch<R>(
     from: &TcpStream,
     down: &mut Direction,
     max: usize,
     take: impl FnOnce(&mut [u8]) -> R,
 ) -> io::Result<Option<R>> {
-    with_scratch(|buf| match read_clearing(from, buf.get_mut(..max.min(buf.len())).unwrap_or_default()) {
-        Ok(n) => {
-            let data = buf.get_mut(..n).unwrap_or_default();
-            down.process(data);
-            Ok(Some(take(data)))
+    with_scratch(|buf| {
+        // A frame head the last batch ended in starts this one.
+        let held = match &down.follow {
+            Follow::Watch(w) => w.held.as_slice(),
+            _ => &[],
+        };
+        let h = held.len();
+        if let Some(start) = buf.get_mut(..h) {
+            start.copy_from_slice(held);
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(e) => Err(e),
+        let end = max.max(h + 1).min(buf.len());
+        match read_clearing(from, buf.get_mut(h..end).unwrap_or_default()) {
+            Ok(n) => {
+                if let Follow::Watch(w) = &mut down.follow {
+                    w.held.clear();
+                }
+                if n == 0 {
+                    // EOF: a frame head held back can never be completed.
+                    return Ok(Some(take(&mut [])));
+                }
+                let data = buf.get_mut(..h + n).unwrap_or_default();
+                let keep = down.process(data);
+                if keep == 0 {
+                    return Ok(None);
+                }
+                Ok(Some(take(data.get_mut(..keep).unwrap_or_default())))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
     })
 }
 
@@ -385,6 +583,7 @@ pub(crate) async fn discard_until_eof(from: &TcpStream, within: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use moonbridge_protocol::transfer::watch::MAX_HELD;
 
     #[test]
     fn a_direction_counts_scans_and_ciphers_in_place() {
@@ -393,7 +592,7 @@ mod tests {
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         let start = RelayStart {
             shutdown: &shutdown,
-            scanner: Some(FrameScanner::new()),
+            follow: Follow::Frames(FrameScanner::new()),
             up: 10,
             down: 20,
             write_stall: Duration::from_secs(1),
@@ -422,6 +621,89 @@ mod tests {
         up.process(&mut sent);
         assert_eq!(&sent, b"hello");
         assert_eq!(up.bytes, 15);
+    }
+
+    /// Stands in for the transfer layer (`crate::transfer`, tested on live sockets in `tests/tests/transfer.rs`):
+    /// keeps what the relay handed over.
+    struct Recorder(std::sync::mpsc::Sender<Handed>);
+
+    impl HandOver for Recorder {
+        fn hand_over(self: Box<Self>, _backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>> {
+            self.0.send(handed).unwrap();
+            Ok(tokio::spawn(async {}))
+        }
+    }
+
+    fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        moonbridge_protocol::frame::encode_frame(&mut out, id, fields).unwrap();
+        out.to_vec()
+    }
+
+    #[tokio::test]
+    async fn the_watch_holds_frame_heads_back_and_hands_over_at_a_connect_in_tiny_reads() {
+        use moonbridge_protocol::packets::PluginMessage;
+        use moonbridge_protocol::transfer::BungeeRequest;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut backend = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (relay_end, _) = listener.accept().await.unwrap();
+        // Join Game (entity 9), an objective, a chat line, then BungeeCord's Connect and what follows it.
+        let mut join = 9i32.to_be_bytes().to_vec();
+        join.extend_from_slice(&[0, 0, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't']);
+        let mut connect = Vec::new();
+        let data = BungeeRequest::connect_payload("lobby").unwrap();
+        PluginMessage { channel: "BungeeCord".into(), data }.encode_fields(&mut connect).unwrap();
+        let before = [frame(0x01, &join), frame(0x3b, &[1, b'o', 1, b'O', 0]), frame(0x02, b"\x04\"hi\"")].concat();
+        let after = [frame(0x3f, &connect), frame(0x00, &[0, 0, 0, 5])].concat();
+        tokio::io::AsyncWriteExt::write_all(&mut backend, &[before.clone(), after.clone()].concat()).await.unwrap();
+
+        let secret = [3u8; SHARED_SECRET_LEN];
+        let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watching = Watching::new(ClientboundWatch::new(false), Vec::new(), Box::new(Recorder(tx)));
+        let start = RelayStart {
+            shutdown: &shutdown,
+            follow: Follow::Watch(Box::new(watching)),
+            up: 0,
+            down: 0,
+            write_stall: Duration::from_secs(1),
+            cipher: Some(Box::new(ClientCipher::new(&secret))),
+            metrics: &metrics,
+            resume: None,
+        };
+        let (mut up, mut down) = Direction::pair(start);
+        // Serverbound: a Close Window (C0D), then half of a Chat Message.
+        let mut player = ClientCipher::new(&secret);
+        let mut sent = [frame(0x0d, &[1]), vec![0x05, 0x01]].concat();
+        player.encrypt.apply(&mut sent);
+        assert_eq!(up.process(&mut sent), 5);
+        let mut passed = Vec::new();
+        while !BackendSide::handover_due(&down) {
+            tokio::time::timeout(Duration::from_secs(5), relay_end.readable()).await.unwrap().unwrap();
+            // Reads of at most 5 bytes: every frame head is split at least once.
+            if let Some(data) = read_batch(&relay_end, &mut down, 5, |d| d.to_vec()).unwrap() {
+                assert!(!data.is_empty(), "no EOF before the handover");
+                passed.extend_from_slice(&data);
+            }
+        }
+        player.decrypt.apply(&mut passed);
+        assert_eq!(passed, before, "everything before the Connect reached the player, encrypted once");
+        assert_eq!(down.bytes, before.len() as u64, "the bytes not delivered are not counted");
+        assert!(down.at_frame_boundary());
+        let mut side = BackendSide::new(relay_end, None);
+        side.hand_over(&mut up, &mut down).unwrap();
+        let Handed { rest, watched, mut tail } = rx.try_recv().unwrap();
+        assert!(rest.len() <= 5 + MAX_HELD && after.starts_with(&rest), "the rest starts at the Connect");
+        assert_eq!(rest.first(), after.first());
+        assert_eq!(watched.client_entity, Some(9));
+        let mut objective = Leftovers::default();
+        objective.observe(moonbridge_protocol::transfer::Direction::Clientbound, 0x3b, &[1, b'o', 1, b'O', 0]);
+        assert_eq!(watched.leftovers, objective);
+        // The serverbound frame under way: 4 more bytes finish it.
+        assert_eq!(tail.finish_frame(&[1, 2, 3, 4, 9, 9]).unwrap(), 4);
+        assert!(matches!(down.follow, Follow::Frames(_)) && matches!(up.follow, Follow::Nothing));
+        side.close().await;
     }
 
     #[tokio::test(start_paused = true)]

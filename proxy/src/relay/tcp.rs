@@ -8,6 +8,9 @@
 //!   [`HALF_CLOSE_TIMEOUT`] to finish before both sockets are closed, so no task or socket lingers.
 //! - A read or write error on either side ends both directions at once, and so does a side that accepts no
 //!   byte for the write-stall time ([`within_stall`]).
+//! - When the transfer watch asks for a handover, both pumps stop (they are cancel-safe), what the player sent
+//!   reaches the old backend, the backend side becomes the hop ([`BackendSide::hand_over`]) and the pumps
+//!   start again on it.
 
 use std::io;
 use std::net::Shutdown;
@@ -15,8 +18,8 @@ use std::net::Shutdown;
 use tokio::net::TcpStream;
 
 use super::{
-    inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerSink, RelayEnd, RelayReport, RelayStart,
-    Side, HALF_CLOSE_TIMEOUT, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT,
+    inject_shutdown, read_batch, within_stall, write_all, BackendSide, Direction, PlayerSink, RelayEnd, RelayReport,
+    RelayStart, Side, HALF_CLOSE_TIMEOUT, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT,
 };
 
 /// How a pump ended.
@@ -72,11 +75,23 @@ fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Resul
     }
 }
 
-/// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side) or an error.
+/// How a pump stopped without an error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// `from` sent FIN (passed on).
+    Eof,
+    /// The transfer watch asks for a handover (clientbound only).
+    Handover,
+}
+
+/// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side), a handover or an error.
 /// Cancel-safe: all progress lives in `dir`.
-async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction, to_side: Side) -> Result<(), PumpError> {
+async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction, to_side: Side) -> Result<Stop, PumpError> {
     loop {
         drain(to, dir, to_side).await.map_err(PumpError::Write)?;
+        if BackendSide::handover_due(dir) {
+            return Ok(Stop::Handover);
+        }
         from.readable().await.map_err(PumpError::Read)?;
         match forward_batch(from, to, dir)? {
             Batch::Forwarded | Batch::WouldBlock => {}
@@ -84,7 +99,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction, to_side: Si
                 drain(to, dir, to_side).await.map_err(PumpError::Write)?;
                 // The peer may already be gone; the relay ends through the other direction then.
                 let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
-                return Ok(());
+                return Ok(Stop::Eof);
             }
         }
     }
@@ -112,41 +127,73 @@ impl PlayerSink for TcpSink<'_> {
 
 /// Relays `player` ⇄ `backend` until both directions end, one fails, or shutdown.
 /// `early` are bytes the player sent ahead during the login stage; they reach the backend first.
-pub(crate) async fn run(player: &TcpStream, backend: &TcpStream, start: RelayStart<'_>, early: Vec<u8>) -> RelayReport {
+pub(crate) async fn run(
+    player: &TcpStream,
+    backend: &mut BackendSide,
+    start: RelayStart<'_>,
+    early: Vec<u8>,
+) -> RelayReport {
     let shutdown = start.shutdown;
     let (mut up, mut down) = Direction::pair(start);
     up.preload(early);
-    let first = {
-        let c2b = pump(player, backend, &mut up, Side::Backend);
-        let b2c = pump(backend, player, &mut down, Side::Player);
-        tokio::pin!(c2b, b2c);
-        let first = tokio::select! {
-            r = &mut c2b => r.map(|()| Side::Player).map_err(|e| side_error(Side::Player, e)),
-            r = &mut b2c => r.map(|()| Side::Backend).map_err(|e| side_error(Side::Backend, e)),
-            () = shutdown.cancelled() => Err(RelayEnd::Shutdown),
-        };
-        match first {
-            Ok(closed) => {
-                let rest = async {
-                    match closed {
-                        Side::Player => b2c.await.map_err(|e| side_error(Side::Backend, e)),
-                        Side::Backend => c2b.await.map_err(|e| side_error(Side::Player, e)),
-                    }
+    let first = loop {
+        match pumps(player, backend.stream(), &mut up, &mut down, shutdown).await {
+            Some(end) => break end,
+            None => {
+                // What the player sent so far reaches the old backend; the transfer layer parses from there on.
+                let handed = match drain(backend.stream(), &mut up, Side::Backend).await {
+                    Ok(()) => backend.hand_over(&mut up, &mut down),
+                    Err(e) => Err(e),
                 };
-                tokio::select! {
-                    r = tokio::time::timeout(HALF_CLOSE_TIMEOUT, rest) => match r {
-                        Ok(Ok(())) => RelayEnd::Closed(closed),
-                        Ok(Err(end)) => end,
-                        Err(_) => RelayEnd::HalfCloseTimeout(closed),
-                    },
-                    () = shutdown.cancelled() => RelayEnd::Shutdown,
+                if let Err(e) = handed {
+                    break RelayEnd::Error(Side::Backend, e);
                 }
             }
-            Err(end) => end,
         }
     };
     if matches!(first, RelayEnd::Shutdown) {
         inject_shutdown(&mut TcpSink(player), &mut down).await;
     }
     RelayReport { up: up.bytes, down: down.bytes, end: first }
+}
+
+/// Runs both pumps until the relay ends, or `None` for a handover.
+async fn pumps(
+    player: &TcpStream,
+    backend: &TcpStream,
+    up: &mut Direction,
+    down: &mut Direction,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Option<RelayEnd> {
+    let c2b = pump(player, backend, up, Side::Backend);
+    let b2c = pump(backend, player, down, Side::Player);
+    tokio::pin!(c2b, b2c);
+    let first = tokio::select! {
+        r = &mut c2b => r.map(|_| Side::Player).map_err(|e| side_error(Side::Player, e)),
+        r = &mut b2c => match r {
+            Ok(Stop::Handover) => return None,
+            r => r.map(|_| Side::Backend).map_err(|e| side_error(Side::Backend, e)),
+        },
+        () = shutdown.cancelled() => Err(RelayEnd::Shutdown),
+    };
+    Some(match first {
+        Ok(closed) => {
+            // A handover after the player's FIN changes nothing: the backend's last bytes still reach the player.
+            let rest = async {
+                match closed {
+                    Side::Player => b2c.await.map(|_| ()).map_err(|e| side_error(Side::Backend, e)),
+                    Side::Backend => c2b.await.map(|_| ()).map_err(|e| side_error(Side::Player, e)),
+                }
+            };
+            tokio::select! {
+                r = tokio::time::timeout(HALF_CLOSE_TIMEOUT, rest) => match r {
+                    Ok(Ok(())) => RelayEnd::Closed(closed),
+                    Ok(Err(end)) => end,
+                    Err(_) => RelayEnd::HalfCloseTimeout(closed),
+                },
+                () = shutdown.cancelled() => RelayEnd::Shutdown,
+            }
+        }
+        Err(end) => end,
+    })
 }

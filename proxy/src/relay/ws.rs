@@ -38,13 +38,12 @@ use moonbridge_protocol::ws::frame::{
 use moonbridge_protocol::ws::v2::{self, Control};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::metrics::WsMetrics;
 
 use super::{
-    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, Direction, PlayerGone, PlayerSink,
-    RelayEnd, RelayReport, RelayStart, Side, EARLY_DATA_LIMIT, LINGER, RELAY_CHUNK,
+    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, BackendSide, Direction, PlayerGone,
+    PlayerSink, RelayEnd, RelayReport, RelayStart, Side, EARLY_DATA_LIMIT, LINGER, RELAY_CHUNK,
 };
 
 /// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
@@ -557,7 +556,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     }
 
     /// Relays the WebSocket ⇄ `backend` until either side ends (see the module documentation).
-    pub(crate) async fn relay(&mut self, backend: &TcpStream, start: RelayStart<'_>) -> RelayReport {
+    pub(crate) async fn relay(&mut self, backend: &mut BackendSide, start: RelayStart<'_>) -> RelayReport {
         let shutdown = start.shutdown;
         // Counting, frame following and (online mode) AES-CFB8, in place per batch, as in the TCP relay.
         let (mut up, mut down) = Direction::pair(start);
@@ -573,9 +572,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             self.decode(&mut batch, limit).await
         };
         let end = loop {
+            if BackendSide::handover_due(&down) {
+                // The player's bytes so far are with the old backend (each batch is written whole).
+                if let Err(e) = backend.hand_over(&mut up, &mut down) {
+                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                    break RelayEnd::Error(Side::Backend, e);
+                }
+            }
             if !batch.is_empty() {
                 up.process(&mut batch);
-                if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
+                if let Err(e) = write_all(backend.stream(), &batch, stall, Side::Backend).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                     break RelayEnd::Error(Side::Backend, e);
                 }
@@ -585,8 +591,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 Turn::Continue => {}
                 Turn::Closed => {
                     // The player is gone (its Close was answered): FIN to the backend, then let it finish briefly.
-                    let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
-                    discard_until_eof(backend, LINGER).await;
+                    let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
+                    discard_until_eof(backend.stream(), LINGER).await;
                     let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
                     break RelayEnd::Closed(Side::Player);
                 }
@@ -610,7 +616,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         Ok(_) => {}
                         Err(e) => {
                             self.peer_closed = true;
-                            let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
+                            let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
                             break RelayEnd::Error(Side::Player, e);
                         }
                     }
@@ -620,13 +626,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     // Pongs are written inside, under the write-stall limit.
                     pending_turn = self.decode(&mut batch, RELAY_CHUNK).await;
                 }
-                r = backend.readable() => {
+                r = backend.stream().readable() => {
                     if let Err(e) = r {
                         break RelayEnd::Error(Side::Backend, e);
                     }
                     // One copy, out of the scratch buffer into the message (header in front), compressing on the way
                     // with moonbridge.v2.zstd.
-                    let data = match read_batch(backend, &mut down, RELAY_CHUNK, |d| (self.binary_frame(d), d.len())) {
+                    let data = match read_batch(backend.stream(), &mut down, RELAY_CHUNK, |d| (self.binary_frame(d), d.len())) {
                         Ok(Some((Ok(msg), n))) => (msg.0, n),
                         Ok(Some((Err(e), _))) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;

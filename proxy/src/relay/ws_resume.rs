@@ -23,7 +23,6 @@ use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
 use moonbridge_protocol::ws::KeepaliveAction;
 use moonbridge_protocol::ws::{self as carriage};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -31,8 +30,8 @@ use tracing::info;
 use super::resume::{Handoff, Refusal, Registration, ResumeStart, ResumeTable};
 use super::ws::{control_frame, Turn, WsLink};
 use super::{
-    discard_until_eof, inject_shutdown, read_batch, write_all, Direction, RelayEnd, RelayReport, RelayStart, Side,
-    LINGER, RELAY_CHUNK,
+    discard_until_eof, inject_shutdown, read_batch, write_all, BackendSide, Direction, RelayEnd, RelayReport,
+    RelayStart, Side, LINGER, RELAY_CHUNK,
 };
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
@@ -80,7 +79,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
     pub(crate) async fn relay_resumable(
         &mut self,
-        backend: &TcpStream,
+        backend: &mut BackendSide,
         start: RelayStart<'_>,
         resume: ResumeStart,
     ) -> RelayReport {
@@ -126,7 +125,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     #[allow(clippy::too_many_arguments)]
     async fn run(
         &mut self,
-        backend: &TcpStream,
+        backend: &mut BackendSide,
         up: &mut Direction,
         down: &mut Direction,
         shutdown: &CancellationToken,
@@ -142,7 +141,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             Err(e) => Err(e),
         };
         if let Err(e) = announced {
-            let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
+            let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
             return RelayEnd::Error(Side::Player, e);
         }
         let mut step = self.connected(backend, up, down, shutdown, r, batch, pending).await;
@@ -158,7 +157,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     if !self.peer_closed {
                         let _ = tokio::time::timeout(LOST_LINK_CLOSE, self.stream.shutdown()).await;
                     }
-                    match self.park(backend, down, shutdown, r).await {
+                    match self.park(backend, up, down, shutdown, r).await {
                         Ok(h) => (h, cause, lost_at),
                         Err(end) => {
                             if matches!(end, RelayEnd::NotResumed { .. }) {
@@ -187,7 +186,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     #[allow(clippy::too_many_arguments)]
     async fn connected(
         &mut self,
-        backend: &TcpStream,
+        backend: &mut BackendSide,
         up: &mut Direction,
         down: &mut Direction,
         shutdown: &CancellationToken,
@@ -197,6 +196,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> Step<Self> {
         let stall = up.stall;
         loop {
+            if BackendSide::handover_due(down) {
+                // The player's bytes so far are with the old backend (each batch is written whole).
+                if let Err(e) = backend.hand_over(up, down) {
+                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                    return Step::End(RelayEnd::Error(Side::Backend, e));
+                }
+            }
             // Bytes or an ack on this link: the player has the current token, so the last one is spent.
             if (!batch.is_empty() || self.peer_ack.is_some()) && r.previous.is_some() {
                 if let Some(p) = r.previous.take() {
@@ -205,7 +211,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             }
             if !batch.is_empty() {
                 up.process(&mut batch);
-                if let Err(e) = write_all(backend, &batch, stall, Side::Backend).await {
+                if let Err(e) = write_all(backend.stream(), &batch, stall, Side::Backend).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                     return Step::End(RelayEnd::Error(Side::Backend, e));
                 }
@@ -224,8 +230,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     return Step::Lost("Close 1001 (going away)".into());
                 }
                 Turn::Closed => {
-                    let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
-                    discard_until_eof(backend, LINGER).await;
+                    let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
+                    discard_until_eof(backend.stream(), LINGER).await;
                     let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
                     return Step::End(RelayEnd::Closed(Side::Player));
                 }
@@ -271,7 +277,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     }
                     pending = self.decode(&mut batch, RELAY_CHUNK).await;
                 }
-                res = backend.readable(), if room => {
+                res = backend.stream().readable(), if room => {
                     if let Err(e) = res {
                         self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                         return Step::End(RelayEnd::Error(Side::Backend, e));
@@ -280,7 +286,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     // One copy, out of the scratch buffer into the message; the retained chunk shares it. With
                     // moonbridge.v2.zstd the message is compressed and the retained chunk is its own copy (resume
                     // counts and replays stream bytes).
-                    let msg = match read_batch(backend, down, room, |d| {
+                    let msg = match read_batch(backend.stream(), down, room, |d| {
                         self.binary_frame(d).map(|(frame, at)| {
                             let kept = at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..));
                             (frame, kept, d.len())
@@ -341,13 +347,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// full), until a handoff, the window's end, or shutdown.
     async fn park(
         &mut self,
-        backend: &TcpStream,
+        backend: &mut BackendSide,
+        up: &mut Direction,
         down: &mut Direction,
         shutdown: &CancellationToken,
         r: &mut Resumable<Self>,
     ) -> Result<Handoff<Self>, RelayEnd> {
         let deadline = tokio::time::Instant::now() + r.window;
         loop {
+            // A switch may start while the player is away: its frames are retained from the hop.
+            if BackendSide::handover_due(down) {
+                backend.hand_over(up, down).map_err(|e| RelayEnd::Error(Side::Backend, e))?;
+            }
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {
                 biased;
@@ -359,13 +370,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
                 }
-                res = backend.readable(), if room => {
+                res = backend.stream().readable(), if room => {
                     if let Err(e) = res {
                         return Err(RelayEnd::Error(Side::Backend, e));
                     }
                     let room = r.buffer - r.retained.len();
                     let retained = &mut r.retained;
-                    match read_batch(backend, down, room, |d| {
+                    match read_batch(backend.stream(), down, room, |d| {
                         retained.push(Bytes::copy_from_slice(d));
                         d.len()
                     }) {

@@ -10,6 +10,7 @@ use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::packets::{
     chat_text, EncryptionRequest, Handshake, LoginDisconnect, LoginStart, LoginSuccess, Packet,
 };
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict};
 use moonbridge_protocol::FrameScanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
@@ -23,8 +24,8 @@ use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
-use crate::relay::{RelayStart, SHUTDOWN_REASON};
-use crate::transfer::{self, SwitchStart, Switchboard};
+use crate::relay::{BackendSide, Follow, HandOver, Handed, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::transfer;
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
 const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
@@ -153,7 +154,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             return summary;
         }
     };
-    let (stream, mut first, answered) = match waited {
+    let (mut stream, mut first, answered) = match waited {
         Ok(Ok(v)) => v,
         Ok(Err(BackendWait::Connect(e))) => {
             warn!(backend = %backend.name, "{e}");
@@ -214,19 +215,6 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         return summary;
     }
     let logged_in = matches!(first_id, Ok(Some(id)) if id == LoginSuccess::ID);
-    // Sessions whose backend can send players on run through the transfer layer: the relay works on a
-    // loopback hop, and the switchboard behind it sees every frame (crate::transfer).
-    let transfer = logged_in && transfer::applies(&live, backend);
-    // Login Success means the clientbound stream stays plaintext Minecraft: follow its frames so a shutdown can
-    // insert a Disconnect between two of them. Anything else (backend encryption) is relayed opaquely.
-    let scanner = match (logged_in, transfer) {
-        (true, true) => Some(FrameScanner::new()),
-        (true, false) => {
-            let mut scanner = FrameScanner::new();
-            scanner.scan(&first).ok().map(|_| scanner)
-        }
-        (false, _) => None,
-    };
     // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
     // Success.
     if matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID) {
@@ -252,66 +240,72 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             metrics: Arc::clone(&s.state.metrics),
         })
     });
-    let report = if transfer {
-        // The first answer goes through the switchboard (it learns the player's entity id from Join Game) and
-        // is counted by the relay like every later byte.
-        let start = RelayStart { shutdown: s.shutdown, scanner, up, down: 0, write_stall, cipher, metrics, resume };
-        let switch = SwitchStart {
+    // Login Success means the clientbound stream stays plaintext Minecraft: follow its frames so a shutdown can
+    // insert a Disconnect between two of them, and, for a player who can be moved, watch for the frames that
+    // start a switch (the transfer layer takes over only then: crate::transfer). Anything else (backend
+    // encryption) is relayed opaquely.
+    let mut switchboard = None;
+    let follow = if !logged_in || !transfer::applies(&live, backend) {
+        drop(identity);
+        let mut scanner = FrameScanner::new();
+        if logged_in && scanner.scan(&first).is_ok() {
+            Follow::Frames(scanner)
+        } else {
+            Follow::Nothing
+        }
+    } else {
+        let registration = transfer::registration(&live);
+        if let Err(e) = stream.write_all(&registration).await {
+            login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
+            summary.reason = format!("backend write failed: {e}");
+            return summary;
+        }
+        let mut watch = ClientboundWatch::new(transfer::has_fallback(&live, backend));
+        let to = Box::new(transfer::Handover {
             live: Arc::clone(&live),
             identity: *identity,
             metrics: Arc::clone(&state.metrics),
             backend: backend.clone(),
-            stream,
-            early: first,
-        };
-        // Boxed: every session's task is sized by its largest state, and most sessions never take this path.
-        match Box::pin(relay_through_switchboard(s.player, start, switch)).await {
-            Ok(report) => report,
-            Err((e, mut cipher)) => {
-                // Nothing reached the player yet: its Login Success waits in the switchboard's first bytes.
-                warn!("transfer hop could not be opened: {e}");
-                let message = format!("Server {} is unreachable", backend.name);
-                login_disconnect(s.player, &message, encryptor(&mut cipher), Finish::BackendUnavailable).await;
-                summary.reason = format!("transfer hop: {e}");
-                return summary;
+        });
+        match watch.scan(&first, 0) {
+            Ok(Verdict::Pass) => Follow::Watch(Box::new(Watching::new(watch, Vec::new(), to))),
+            Ok(Verdict::Hold(k)) => {
+                let held = first.split_off(k).to_vec();
+                Follow::Watch(Box::new(Watching::new(watch, held, to)))
             }
+            Ok(Verdict::Handover(k)) => {
+                // A switch asked for in the backend's very first bytes: the transfer layer from the start.
+                let rest = first.split_off(k).to_vec();
+                let handed = Handed { rest, watched: watch.finish(0), tail: FrameScanner::new() };
+                match to.hand_over(&mut stream, handed) {
+                    Ok(task) => switchboard = Some(task),
+                    Err(e) => {
+                        login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable)
+                            .await;
+                        summary.reason = format!("transfer hop: {e}");
+                        return summary;
+                    }
+                }
+                Follow::Frames(FrameScanner::new())
+            }
+            Err(_) => Follow::Nothing,
         }
-    } else {
-        drop(identity);
-        let down = first.len() as u64;
-        if let Some(e) = encryptor(&mut cipher) {
-            e.apply(&mut first);
-        }
-        backend.metrics.to_player.inc_by(down);
-        if let Err(e) = s.player.send(&first).await {
-            summary.reason = format!("player write failed: {e}");
-            return summary;
-        }
-        drop(first);
-        let start = RelayStart { shutdown: s.shutdown, scanner, up, down, write_stall, cipher, metrics, resume };
-        s.player.relay(stream, start).await
     };
+    let down = first.len() as u64;
+    if let Some(e) = encryptor(&mut cipher) {
+        e.apply(&mut first);
+    }
+    backend.metrics.to_player.inc_by(down);
+    // Empty when the watch held back the head of the first frame.
+    if let Err(e) = if first.is_empty() { Ok(()) } else { s.player.send(&first).await } {
+        summary.reason = format!("player write failed: {e}");
+        return summary;
+    }
+    drop(first);
+    let start = RelayStart { shutdown: s.shutdown, follow, up, down, write_stall, cipher, metrics, resume };
+    let report = s.player.relay(BackendSide::new(stream, switchboard), start).await;
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
     summary
-}
-
-/// The relay of a session with the transfer layer: the relay on one end of a loopback hop, the switchboard on
-/// the other, until both end.
-///
-/// # Errors
-/// The hop could not be opened (out of file descriptors or local ports): nothing was sent to the player, whose
-/// cipher (online mode) comes back for the Login Disconnect.
-async fn relay_through_switchboard<P: Player>(
-    player: &mut P,
-    start: RelayStart<'_>,
-    switch: SwitchStart,
-) -> Result<crate::relay::RelayReport, (std::io::Error, Option<Box<crate::relay::ClientCipher>>)> {
-    let (relay_end, switch_end) = match transfer::hop().await {
-        Ok(pair) => pair,
-        Err(e) => return Err((e, start.cipher)),
-    };
-    let (report, ()) = tokio::join!(player.relay(relay_end, start), Switchboard::run(switch, switch_end));
-    Ok(report)
 }

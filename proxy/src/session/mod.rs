@@ -24,14 +24,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
 use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 pub(crate) use crate::relay::PlayerGone;
-use crate::relay::{RelayReport, RelayStart};
+use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::state::{Live, ProxyState};
 
 mod login;
@@ -57,7 +56,7 @@ pub(crate) trait Player: Send {
     /// dropped then, so no backend is opened or kept for a player who is gone.
     async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone>;
     /// Relays until either side ends. The backend's first answer has already been sent to the player.
-    async fn relay(&mut self, backend: TcpStream, relay: RelayStart<'_>) -> RelayReport;
+    async fn relay(&mut self, backend: BackendSide, relay: RelayStart<'_>) -> RelayReport;
     /// WebSocket messages received from and sent to the player, for WebSocket transports.
     fn message_counts(&self) -> Option<(u64, u64)> {
         None

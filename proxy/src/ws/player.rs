@@ -6,10 +6,9 @@ use std::io;
 use bytes::BytesMut;
 use moonbridge_protocol::ws as carriage;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 
 use crate::relay::ws::WsLink;
-use crate::relay::{PlayerGone, RelayReport, RelayStart};
+use crate::relay::{BackendSide, PlayerGone, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
@@ -40,11 +39,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
         Some((self.messages_in, self.messages_out))
     }
 
-    async fn relay(&mut self, backend: TcpStream, mut start: RelayStart<'_>) -> RelayReport {
-        match start.resume.take() {
+    async fn relay(&mut self, mut backend: BackendSide, mut start: RelayStart<'_>) -> RelayReport {
+        let report = match start.resume.take() {
             // Carriage v2 with resume on: the relay that survives a dropped connection.
-            Some(resume) if self.v2 => Box::pin(self.relay_resumable(&backend, start, *resume)).await,
-            _ => WsLink::relay(self, &backend, start).await,
-        }
+            Some(resume) if self.v2 => Box::pin(self.relay_resumable(&mut backend, start, *resume)).await,
+            _ => WsLink::relay(self, &mut backend, start).await,
+        };
+        backend.close().await;
+        report
     }
 }
