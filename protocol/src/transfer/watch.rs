@@ -18,6 +18,10 @@
 //! The serverbound side needs only where frames end (a switch that starts inside one passes the rest of it on
 //! unparsed: [`FrameScanner::finish_frame`]) and how many Close Window (C0D) frames the client sent: a
 //! [`FrameScanner`] with [`FrameScanner::scan_ids`] and a count the caller keeps.
+//!
+//! [`FrameScanner`]: crate::frame::FrameScanner
+//! [`FrameScanner::finish_frame`]: crate::frame::FrameScanner::finish_frame
+//! [`FrameScanner::scan_ids`]: crate::frame::FrameScanner::scan_ids
 
 use bytes::BytesMut;
 
