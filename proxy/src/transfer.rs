@@ -5,7 +5,7 @@
 //! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
 //! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded). At the
 //! first frame that starts a switch the relay hands over ([`Handover`]): the backend connection moves to the
-//! [`Switchboard`], and the relay goes on against one end of a loopback TCP pair ([`hop`]) whose other end the
+//! [`Switchboard`], and the relay goes on against one end of a loopback TCP pair ([`crate::relay::hop`]) whose other end the
 //! switchboard serves, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
 //! mode's cipher) works unchanged on the player's side, and a player who never switches never meets the
 //! switchboard.
@@ -42,7 +42,6 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
-use std::net::Ipv4Addr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +62,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::backend::{Backend, Identity};
 use crate::metrics::Metrics;
@@ -121,27 +120,6 @@ pub(crate) fn registration(live: &Live) -> BytesMut {
     out
 }
 
-/// A connected pair of loopback TCP sockets: the relay works on the first, the switchboard on the second.
-/// Made with blocking calls, which do not wait on loopback (the connection is complete when `connect`
-/// returns, so `accept` finds it queued): a relay opens it between two batches.
-///
-/// # Errors
-/// Binding, connecting or accepting on 127.0.0.1 failed, or another process connected first.
-pub(crate) fn hop() -> io::Result<(TcpStream, TcpStream)> {
-    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    let relay_end = std::net::TcpStream::connect(listener.local_addr()?)?;
-    let (switch_end, peer) = listener.accept()?;
-    if relay_end.local_addr()? != peer {
-        return Err(io::Error::other("another process connected to the transfer hop first"));
-    }
-    let tokio_end = |s: std::net::TcpStream| {
-        s.set_nodelay(true)?;
-        s.set_nonblocking(true)?;
-        TcpStream::from_std(s)
-    };
-    Ok((tokio_end(relay_end)?, tokio_end(switch_end)?))
-}
-
 /// What a relay hands over to start the switchboard ([`HandOver`]).
 pub(crate) struct Handover {
     pub(crate) live: Arc<Live>,
@@ -152,15 +130,13 @@ pub(crate) struct Handover {
 }
 
 impl HandOver for Handover {
-    fn hand_over(self: Box<Self>, backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>> {
-        let (relay_end, switch_end) = hop().inspect_err(|e| warn!("transfer hop could not be opened: {e}"))?;
-        let stream = std::mem::replace(backend, relay_end);
+    fn start(self: Box<Self>, stream: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()> {
         let Self { live, identity, metrics, backend } = *self;
         metrics.transfer_handovers.inc();
         info!(player = %identity.name, backend = %backend.name, "transfer layer takes over the session");
         let Handed { rest, watched, tail } = handed;
         let start = SwitchStart { live, identity, metrics, backend, stream, early: rest, watched, tail };
-        Ok(tokio::spawn(Switchboard::run(start, switch_end)))
+        tokio::spawn(Switchboard::run(start, hop))
     }
 }
 
@@ -291,8 +267,11 @@ struct Switchboard {
     identity: Identity,
     metrics: Arc<Metrics>,
     hop: TcpStream,
-    /// The serverbound frame the relay was in when it handed over: its rest is passed on first.
+    /// The serverbound frame the relay was in when it handed over: its rest is passed on first, to the backend
+    /// that had its beginning (dropped once another backend serves the player).
     tail: FrameScanner,
+    /// The backend that had the beginning of `tail`'s frame no longer serves the player.
+    tail_orphaned: bool,
     /// Serverbound frames from the hop.
     up: FrameDecoder,
     current: Option<Link>,
@@ -334,6 +313,7 @@ impl Switchboard {
             metrics,
             hop,
             tail,
+            tail_orphaned: false,
             up: FrameDecoder::new(MAX_FRAME_LEN),
             current: Some(Link::new(backend, stream, &early)),
             switch: None,
@@ -379,7 +359,7 @@ impl Switchboard {
                     let data = self.scratch.get(..n).unwrap_or_default();
                     // The rest of a frame the relay had begun before the handover goes on as it is.
                     let raw = self.tail.finish_frame(data).unwrap_or(0);
-                    if raw > 0 && self.current.is_some() {
+                    if raw > 0 && self.current.is_some() && !self.tail_orphaned {
                         self.to_backend.extend_from_slice(data.get(..raw).unwrap_or_default());
                     }
                     self.up.queue_slice(data.get(raw..).unwrap_or_default());
@@ -719,6 +699,8 @@ impl Switchboard {
     fn cutover(&mut self, join: &JoinGame) -> Result<(), End> {
         let Some(switch) = self.switch.take() else { return Ok(()) };
         let Step::Joining(link) = switch.step else { return Ok(()) };
+        // The rest of a frame begun with the old backend must not reach the new one.
+        self.tail_orphaned = true;
         let client = self.client_entity.unwrap_or(join.entity_id);
         let swap = EntityIdSwap::new(client, join.entity_id);
         // What the old server left (scoreboard, teams, tab list, an open window) goes first, then the world.

@@ -3,10 +3,11 @@
 //!
 //! [`ClientboundWatch`] follows the backend's frames as the relay passes them on, batch by batch. Per frame it
 //! reads the length prefix and the first [`HEAD_LEN`] body bytes (the packet id and, for a Plugin Message, the
-//! channel) and then:
-//! - **hands over** at a frame that starts a switch: a Plugin Message (S3F) on the `BungeeCord` channel, or a
-//!   Play Disconnect (S40) when the backend has a fallback. The bytes from that frame on are the transfer
-//!   layer's ([`Verdict::Handover`]).
+//! channel and the start of its data) and then:
+//! - **hands over** at a frame that starts a switch: a Plugin Message (S3F) on the `BungeeCord` channel with
+//!   the subchannel `Connect`, or a Play Disconnect (S40) when the backend has a fallback. The bytes from that
+//!   frame on are the transfer layer's ([`Verdict::Handover`]). Other `BungeeCord` subchannels (`GetServers`,
+//!   `PlayerCount`, …, which plugins may send on a timer) pass, as the transfer layer would pass them.
 //! - **records**, copying only these frames' bodies: the first Join Game (S01: the entity id the client knows
 //!   itself by), the Forge handshake before it (`FML|HS`, `FML|MP` and `REGISTER` Plugin Messages, kept for a
 //!   replay, at most [`fml::MAX_RECORD_BYTES`]), and what [`Leftovers`] tracks (S3B, S3E, S38, S2D, S2E).
@@ -33,9 +34,10 @@ use crate::packets::{JoinGame, Packet, PlayDisconnect, PluginMessage};
 use crate::varint::VarInt;
 
 /// Body bytes at the start of a frame that tell what it is, or all of a shorter body: the packet id (1 byte in
-/// protocol 5) and, for a Plugin Message, the channel's VarInt length and the channel (`BungeeCord` is 10
-/// bytes), with room to spare.
-pub const HEAD_LEN: usize = 16;
+/// protocol 5) and, for a Plugin Message, the channel's VarInt length, the channel (`BungeeCord`: 10 bytes),
+/// the data's `i16` length and the subchannel as `writeUTF` writes it (`u16` length, `Connect`: 7 bytes); 23
+/// bytes, and one to spare.
+pub const HEAD_LEN: usize = 24;
 
 /// Most bytes [`Verdict::Hold`] keeps back: a length prefix and a head.
 pub const MAX_HELD: usize = MAX_LENGTH_PREFIX + HEAD_LEN;
@@ -154,11 +156,7 @@ impl ClientboundWatch {
         let joined = self.watched.client_entity.is_some();
         match id {
             PluginMessage::CLIENTBOUND_ID => {
-                let fields = head.get(n..).unwrap_or_default();
-                let bungee = VarInt::decode_partial(fields).is_ok_and(|(len, m)| {
-                    usize::try_from(len).is_ok_and(|len| fields.get(m..m + len) == Some(BUNGEE_CHANNEL.as_bytes()))
-                });
-                if bungee {
+                if is_connect(head.get(n..).unwrap_or_default()) {
                     Class::Handover
                 } else if joined {
                     Class::Pass
@@ -197,6 +195,17 @@ impl ClientboundWatch {
     }
 }
 
+/// Whether a Plugin Message's first fields (`fields`: after the packet id, possibly cut short) are a
+/// `BungeeCord` message with the subchannel `Connect`: channel (VarInt length 10, `BungeeCord`), the data's
+/// `i16` length, then `writeUTF("Connect")` (`u16` 7, `Connect`).
+fn is_connect(fields: &[u8]) -> bool {
+    const SUBCHANNEL: &[u8] = b"\x00\x07Connect";
+    let Some((&len, rest)) = fields.split_first() else { return false };
+    let Some(channel) = rest.get(..BUNGEE_CHANNEL.len()) else { return false };
+    let subchannel = rest.get(BUNGEE_CHANNEL.len() + 2..BUNGEE_CHANNEL.len() + 2 + SUBCHANNEL.len());
+    usize::from(len) == BUNGEE_CHANNEL.len() && channel == BUNGEE_CHANNEL.as_bytes() && subchannel == Some(SUBCHANNEL)
+}
+
 /// What a frame head says about the frame.
 enum Class {
     Pass,
@@ -204,8 +213,9 @@ enum Class {
     Handover,
 }
 
-// A head holds a one-byte packet id, the channel's one-byte length and `BungeeCord`.
-const _: () = assert!(HEAD_LEN >= 2 + BUNGEE_CHANNEL.len());
+// A head holds a one-byte packet id, the channel's one-byte length, `BungeeCord`, the data length and
+// `writeUTF("Connect")`.
+const _: () = assert!(HEAD_LEN > 2 + BUNGEE_CHANNEL.len() + 2 + 2 + 7);
 
 #[cfg(test)]
 mod tests {
@@ -283,6 +293,9 @@ mod tests {
         let stream = [
             join_game(7),
             plugin("BungeeCore", b"x"),
+            plugin(BUNGEE_CHANNEL, b"\x00\x0aGetServers"),
+            plugin(BUNGEE_CHANNEL, b"\x00\x0cConnectOther\x00\x01a\x00\x01b"),
+            plugin(BUNGEE_CHANNEL, b"\x00\x07Conn"),
             plugin("FML|HS", &[fml::SERVER_HELLO]),
             plugin("B", b""),
             PlayDisconnect { reason_json: "\"bye\"".into() }.to_frame_bytes().unwrap().to_vec(),
@@ -329,6 +342,12 @@ mod tests {
         let mut watch = ClientboundWatch::new(false);
         // A 40-byte frame whose head is not all here yet: held from its first byte.
         assert_eq!(watch.scan(&[0x01, 0x00, 40, 0x3f, 10, b'B'], 0).unwrap(), Verdict::Hold(2));
+        // The longest hold: a 3-byte length prefix and all but the last byte of a head.
+        let mut watch = ClientboundWatch::new(false);
+        let mut long = vec![0x80, 0x80, 0x01];
+        long.extend_from_slice(&[0x3f; HEAD_LEN - 1]);
+        assert_eq!(long.len(), MAX_HELD - 1);
+        assert_eq!(watch.scan(&long, 0).unwrap(), Verdict::Hold(0));
         assert!(watch.at_boundary());
     }
 }

@@ -34,6 +34,7 @@ use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use crate::metrics::BackendMetrics;
 
@@ -153,12 +154,50 @@ impl Watching {
 /// Starts the transfer layer behind a relay (`crate::transfer`, which depends on this module, not the other
 /// way).
 pub(crate) trait HandOver: Send {
-    /// Replaces `backend` with the relay's end of a new hop whose other end runs the transfer layer on the old
-    /// backend connection, continuing from `handed`.
-    ///
-    /// # Errors
-    /// The hop could not be opened (out of file descriptors or local ports); `backend` is unchanged.
-    fn hand_over(self: Box<Self>, backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>>;
+    /// Starts the transfer layer on the old `backend` connection and the switchboard's end of the `hop`,
+    /// continuing from `handed`; returns its task.
+    fn start(self: Box<Self>, backend: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()>;
+}
+
+/// How long opening the transfer hop may take (a loopback connect: microseconds unless the host is out of
+/// resources, such as a full connection-tracking table that drops the SYN).
+const HOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connected pair of loopback TCP sockets: the relay works on the first, the transfer layer on the second.
+///
+/// # Errors
+/// Binding, connecting or accepting on 127.0.0.1 failed or took over [`HOP_TIMEOUT`], or another process
+/// connected first.
+pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
+    let open = async {
+        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        let address = listener.local_addr()?;
+        let (relay_end, (switch_end, peer)) = tokio::try_join!(TcpStream::connect(address), listener.accept())?;
+        if relay_end.local_addr()? != peer {
+            return Err(io::Error::other("another process connected to the transfer hop first"));
+        }
+        relay_end.set_nodelay(true)?;
+        switch_end.set_nodelay(true)?;
+        Ok((relay_end, switch_end))
+    };
+    tokio::time::timeout(HOP_TIMEOUT, open).await.unwrap_or_else(|_| {
+        Err(io::Error::new(io::ErrorKind::TimedOut, format!("not open within {}s", HOP_TIMEOUT.as_secs())))
+    })
+}
+
+/// Replaces `backend` with the relay's end of a new hop and starts the transfer layer behind it through `to`.
+///
+/// # Errors
+/// The hop could not be opened ([`hop`]; usually out of file descriptors or local ports): `backend` is
+/// unchanged, and the warning is logged here.
+pub(crate) async fn hand_over_to(
+    to: Box<dyn HandOver>,
+    backend: &mut TcpStream,
+    handed: Handed,
+) -> io::Result<JoinHandle<()>> {
+    let (relay_end, switch_end) = hop().await.inspect_err(|e| warn!("transfer hop could not be opened: {e}"))?;
+    let old = std::mem::replace(backend, relay_end);
+    Ok(to.start(old, switch_end, handed))
 }
 
 /// Where the relay stopped, for the transfer layer that goes on from there.
@@ -202,7 +241,7 @@ impl BackendSide {
     /// # Errors
     /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not
     /// delivered).
-    pub(crate) fn hand_over(&mut self, up: &mut Direction, down: &mut Direction) -> io::Result<()> {
+    pub(crate) async fn hand_over(&mut self, up: &mut Direction, down: &mut Direction) -> io::Result<()> {
         let Follow::Watch(w) = std::mem::replace(&mut down.follow, Follow::Frames(FrameScanner::new())) else {
             return Ok(());
         };
@@ -213,16 +252,15 @@ impl BackendSide {
         };
         let handed =
             Handed { rest: rest.unwrap_or_default(), watched: watch.finish(closes.load(Ordering::Relaxed)), tail };
-        self.switchboard = Some(to.hand_over(&mut self.stream, handed)?);
+        self.switchboard = Some(hand_over_to(to, &mut self.stream, handed).await?);
         Ok(())
     }
 
-    /// Closes the relay's socket and waits for the transfer layer to end (it closes the old backend).
-    pub(crate) async fn close(self) {
+    /// Closes the relay's socket (the backend connection, or the hop) and returns the transfer layer's task,
+    /// which ends once it sees the hop closed (closing the old backend): the session awaits it last.
+    pub(crate) fn close(self) -> Option<JoinHandle<()>> {
         drop(self.stream);
-        if let Some(task) = self.switchboard {
-            let _ = task.await;
-        }
+        self.switchboard
     }
 }
 
@@ -523,6 +561,8 @@ pub(crate) fn read_batch<R>(
         if let Some(start) = buf.get_mut(..h) {
             start.copy_from_slice(held);
         }
+        // At least one new byte: a resume buffer with less room than the held head goes over by under
+        // `MAX_HELD` bytes.
         let end = max.max(h + 1).min(buf.len());
         match read_clearing(from, buf.get_mut(h..end).unwrap_or_default()) {
             Ok(n) => {
@@ -628,9 +668,9 @@ mod tests {
     struct Recorder(std::sync::mpsc::Sender<Handed>);
 
     impl HandOver for Recorder {
-        fn hand_over(self: Box<Self>, _backend: &mut TcpStream, handed: Handed) -> io::Result<JoinHandle<()>> {
+        fn start(self: Box<Self>, _backend: TcpStream, _hop: TcpStream, handed: Handed) -> JoinHandle<()> {
             self.0.send(handed).unwrap();
-            Ok(tokio::spawn(async {}))
+            tokio::spawn(async {})
         }
     }
 
@@ -692,7 +732,7 @@ mod tests {
         assert_eq!(down.bytes, before.len() as u64, "the bytes not delivered are not counted");
         assert!(down.at_frame_boundary());
         let mut side = BackendSide::new(relay_end, None);
-        side.hand_over(&mut up, &mut down).unwrap();
+        side.hand_over(&mut up, &mut down).await.unwrap();
         let Handed { rest, watched, mut tail } = rx.try_recv().unwrap();
         assert!(rest.len() <= 5 + MAX_HELD && after.starts_with(&rest), "the rest starts at the Connect");
         assert_eq!(rest.first(), after.first());
@@ -703,7 +743,7 @@ mod tests {
         // The serverbound frame under way: 4 more bytes finish it.
         assert_eq!(tail.finish_frame(&[1, 2, 3, 4, 9, 9]).unwrap(), 4);
         assert!(matches!(down.follow, Follow::Frames(_)) && matches!(up.follow, Follow::Nothing));
-        side.close().await;
+        side.close().unwrap().await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

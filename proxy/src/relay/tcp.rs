@@ -142,7 +142,7 @@ pub(crate) async fn run(
             None => {
                 // What the player sent so far reaches the old backend; the transfer layer parses from there on.
                 let handed = match drain(backend.stream(), &mut up, Side::Backend).await {
-                    Ok(()) => backend.hand_over(&mut up, &mut down),
+                    Ok(()) => backend.hand_over(&mut up, &mut down).await,
                     Err(e) => Err(e),
                 };
                 if let Err(e) = handed {
@@ -178,7 +178,8 @@ async fn pumps(
     };
     Some(match first {
         Ok(closed) => {
-            // A handover after the player's FIN changes nothing: the backend's last bytes still reach the player.
+            // After the player's FIN a handover ends the relay (the pump stops): the player is leaving, and the
+            // transfer layer would end at the hop's FIN anyway.
             let rest = async {
                 match closed {
                     Side::Player => b2c.await.map(|_| ()).map_err(|e| side_error(Side::Backend, e)),

@@ -574,7 +574,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         let end = loop {
             if BackendSide::handover_due(&down) {
                 // The player's bytes so far are with the old backend (each batch is written whole).
-                if let Err(e) = backend.hand_over(&mut up, &mut down) {
+                if let Err(e) = backend.hand_over(&mut up, &mut down).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                     break RelayEnd::Error(Side::Backend, e);
                 }

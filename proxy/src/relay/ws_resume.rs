@@ -198,7 +198,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         loop {
             if BackendSide::handover_due(down) {
                 // The player's bytes so far are with the old backend (each batch is written whole).
-                if let Err(e) = backend.hand_over(up, down) {
+                if let Err(e) = backend.hand_over(up, down).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                     return Step::End(RelayEnd::Error(Side::Backend, e));
                 }
@@ -357,7 +357,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         loop {
             // A switch may start while the player is away: its frames are retained from the hop.
             if BackendSide::handover_due(down) {
-                backend.hand_over(up, down).map_err(|e| RelayEnd::Error(Side::Backend, e))?;
+                backend.hand_over(up, down).await.map_err(|e| RelayEnd::Error(Side::Backend, e))?;
             }
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {

@@ -45,7 +45,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
             Some(resume) if self.v2 => Box::pin(self.relay_resumable(&mut backend, start, *resume)).await,
             _ => WsLink::relay(self, &mut backend, start).await,
         };
-        backend.close().await;
+        if let Some(task) = backend.close() {
+            let _ = task.await;
+        }
         report
     }
 }
