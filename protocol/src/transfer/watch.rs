@@ -13,7 +13,7 @@
 //!   replay, at most [`fml::MAX_RECORD_BYTES`]), and what [`Leftovers`] tracks (S3B, S3E, S38, S2D, S2E).
 //! - passes everything else on without looking further.
 //!
-//! A batch that ends inside a frame's head holds that head back ([`Verdict::Hold`], at most [`MAX_HELD`] bytes),
+//! A batch that ends inside a frame's head holds that head back ([`Verdict::Hold`], under [`MAX_HELD`] bytes),
 //! so a frame is never half-sent before the watch knows what it is.
 //!
 //! The serverbound side needs only where frames end (a switch that starts inside one passes the rest of it on
@@ -39,7 +39,7 @@ use crate::varint::VarInt;
 /// bytes, and one to spare.
 pub const HEAD_LEN: usize = 24;
 
-/// Most bytes [`Verdict::Hold`] keeps back: a length prefix and a head.
+/// A length prefix and a head: one more than the most bytes [`Verdict::Hold`] keeps back.
 pub const MAX_HELD: usize = MAX_LENGTH_PREFIX + HEAD_LEN;
 
 /// What a batch may do, after [`ClientboundWatch::scan`].

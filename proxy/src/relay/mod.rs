@@ -167,7 +167,7 @@ const HOP_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// # Errors
 /// Binding, connecting or accepting on 127.0.0.1 failed or took over [`HOP_TIMEOUT`], or another process
-/// connected first.
+/// connected first (usually the proxy is out of file descriptors or local ports); logged here as a warning.
 pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
     let open = async {
         let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
@@ -180,24 +180,24 @@ pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
         switch_end.set_nodelay(true)?;
         Ok((relay_end, switch_end))
     };
-    tokio::time::timeout(HOP_TIMEOUT, open).await.unwrap_or_else(|_| {
-        Err(io::Error::new(io::ErrorKind::TimedOut, format!("not open within {}s", HOP_TIMEOUT.as_secs())))
-    })
+    tokio::time::timeout(HOP_TIMEOUT, open)
+        .await
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(io::ErrorKind::TimedOut, format!("not open within {}s", HOP_TIMEOUT.as_secs())))
+        })
+        .inspect_err(|e| warn!("transfer hop could not be opened: {e}"))
 }
 
-/// Replaces `backend` with the relay's end of a new hop and starts the transfer layer behind it through `to`.
-///
-/// # Errors
-/// The hop could not be opened ([`hop`]; usually out of file descriptors or local ports): `backend` is
-/// unchanged, and the warning is logged here.
-pub(crate) async fn hand_over_to(
+/// Replaces `backend` with the relay's end of `hop` (from [`hop`]) and starts the transfer layer behind it
+/// through `to`; returns its task.
+pub(crate) fn start_over(
     to: Box<dyn HandOver>,
     backend: &mut TcpStream,
+    (relay_end, switch_end): (TcpStream, TcpStream),
     handed: Handed,
-) -> io::Result<JoinHandle<()>> {
-    let (relay_end, switch_end) = hop().await.inspect_err(|e| warn!("transfer hop could not be opened: {e}"))?;
+) -> JoinHandle<()> {
     let old = std::mem::replace(backend, relay_end);
-    Ok(to.start(old, switch_end, handed))
+    to.start(old, switch_end, handed)
 }
 
 /// Where the relay stopped, for the transfer layer that goes on from there.
@@ -242,6 +242,11 @@ impl BackendSide {
     /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not
     /// delivered).
     pub(crate) async fn hand_over(&mut self, up: &mut Direction, down: &mut Direction) -> io::Result<()> {
+        if !Self::handover_due(down) {
+            return Ok(());
+        }
+        // Opened before anything is taken from the directions, so a cancelled or failed wait changes nothing.
+        let hop = hop().await?;
         let Follow::Watch(w) = std::mem::replace(&mut down.follow, Follow::Frames(FrameScanner::new())) else {
             return Ok(());
         };
@@ -252,7 +257,7 @@ impl BackendSide {
         };
         let handed =
             Handed { rest: rest.unwrap_or_default(), watched: watch.finish(closes.load(Ordering::Relaxed)), tail };
-        self.switchboard = Some(hand_over_to(to, &mut self.stream, handed).await?);
+        self.switchboard = Some(start_over(to, &mut self.stream, hop, handed));
         Ok(())
     }
 

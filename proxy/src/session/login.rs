@@ -24,7 +24,7 @@ use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
-use crate::relay::{hand_over_to, BackendSide, Follow, Handed, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::relay::{hop, start_over, BackendSide, Follow, Handed, RelayStart, Watching, SHUTDOWN_REASON};
 use crate::transfer;
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
@@ -277,8 +277,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
                 // A switch asked for in the backend's very first bytes: the transfer layer from the start.
                 let rest = first.split_off(k).to_vec();
                 let handed = Handed { rest, watched: watch.finish(0), tail: FrameScanner::new() };
-                match hand_over_to(to, &mut stream, handed).await {
-                    Ok(task) => switchboard = Some(task),
+                match hop().await {
+                    Ok(hop) => switchboard = Some(start_over(to, &mut stream, hop, handed)),
                     Err(e) => {
                         login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable)
                             .await;
