@@ -307,6 +307,8 @@ impl Switchboard {
     async fn run(start: SwitchStart, hop: TcpStream) {
         let SwitchStart { live, identity, metrics, backend, stream, early, watched, tail } = start;
         let Watched { client_entity, fml_record, leftovers } = watched;
+        // Read from the backend by the relay, not delivered (nor counted) there.
+        backend.metrics.to_player.inc_by(early.len() as u64);
         let mut board = Self {
             live,
             identity,
@@ -367,6 +369,7 @@ impl Switchboard {
                 }
                 Event::Backend(Ok(n)) if n > 0 => {
                     if let Some(link) = &mut self.current {
+                        link.backend.metrics.to_player.inc_by(n as u64);
                         link.frames.queue_slice(self.scratch.get(..n).unwrap_or_default());
                     }
                     self.clientbound()
@@ -390,6 +393,7 @@ impl Switchboard {
                 Event::Dialed(Err(why)) => self.fail(&why),
                 Event::Joining(Ok(n)) if n > 0 => {
                     if let Some(Switch { step: Step::Joining(link), .. }) = &mut self.switch {
+                        link.backend.metrics.to_player.inc_by(n as u64);
                         link.frames.queue_slice(self.scratch.get(..n).unwrap_or_default());
                     }
                     self.joining_frames()
@@ -451,6 +455,7 @@ impl Switchboard {
         }
         if !self.to_backend.is_empty() {
             if let Some(link) = &self.current {
+                link.backend.metrics.to_backend.inc_by(self.to_backend.len() as u64);
                 if write_all(&link.stream, &self.to_backend, stall, Side::Backend).await.is_err() {
                     self.current = None;
                 }
@@ -463,6 +468,7 @@ impl Switchboard {
         if !self.to_target.is_empty() {
             let failed = match &self.switch {
                 Some(Switch { step: Step::Joining(link), .. }) => {
+                    link.backend.metrics.to_backend.inc_by(self.to_target.len() as u64);
                     write_all(&link.stream, &self.to_target, stall, Side::Backend).await.err()
                 }
                 _ => None,
@@ -823,6 +829,7 @@ async fn dial(target: Backend, identity: Identity, connect_timeout: Duration) ->
     })?;
     let opening = identity.opening(&target, &[]).map_err(|_| "the handshake could not be forwarded".to_string())?;
     stream.write_all(&opening).await.map_err(|_| "it closed the connection".to_string())?;
+    target.metrics.to_backend.inc_by(opening.len() as u64);
     let mut frames = FrameDecoder::new(MAX_LOGIN_FRAME);
     let mut buf = vec![0; READ_CHUNK];
     loop {
@@ -845,7 +852,10 @@ async fn dial(target: Backend, identity: Identity, connect_timeout: Duration) ->
         stream.readable().await.map_err(|e| format!("read failed: {e}"))?;
         match try_read(&stream, &mut buf) {
             Ok(0) => return Err("it closed the connection during login".into()),
-            Ok(n) => frames.queue_slice(buf.get(..n).unwrap_or_default()),
+            Ok(n) => {
+                target.metrics.to_player.inc_by(n as u64);
+                frames.queue_slice(buf.get(..n).unwrap_or_default());
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read failed: {e}")),
         }

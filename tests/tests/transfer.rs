@@ -184,6 +184,15 @@ async fn only_a_switch_calls_in_the_transfer_layer() {
     event_for(&mut net.lobby, "login", "Mover").await;
     assert_eq!(net.proxy.metric(handovers).await, Some(1.0), "the switch");
     assert_eq!(net.proxy.metric("moonbridge_transfers_total{outcome=\"moved\"}").await, Some(1.0));
+    // From the switch on, bytes count under the backend they came from or went to: the lobby's Login Success
+    // and Join Game; the handshake, Login Start and REGISTER it was sent.
+    let bytes = |backend: &str, direction: &str| {
+        format!("moonbridge_relayed_bytes_total{{backend=\"{backend}\",direction=\"{direction}\"}}")
+    };
+    for direction in ["to_player", "to_backend"] {
+        let lobby = net.proxy.metric(&bytes("lobby", direction)).await.unwrap_or(0.0);
+        assert!(lobby > 40.0, "lobby {direction}: {lobby} bytes");
+    }
     net.proxy.shutdown().await;
 }
 

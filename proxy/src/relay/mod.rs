@@ -250,6 +250,8 @@ impl BackendSide {
         let Follow::Watch(w) = std::mem::replace(&mut down.follow, Follow::Frames(FrameScanner::new())) else {
             return Ok(());
         };
+        up.counter = None;
+        down.counter = None;
         let Watching { watch, closes, rest, to, .. } = *w;
         let tail = match std::mem::replace(&mut up.follow, Follow::Nothing) {
             Follow::Closes(tail, _) => tail,
@@ -299,8 +301,9 @@ pub(crate) struct Direction {
     pub(crate) stall: Duration,
     /// Online mode's cipher for this direction.
     transform: Option<Transform>,
-    /// `moonbridge_relayed_bytes_total` of this direction and backend.
-    counter: IntCounter,
+    /// `moonbridge_relayed_bytes_total` of this direction and backend; `None` after a handover (the transfer
+    /// layer counts under the backend each byte came from or went to).
+    counter: Option<IntCounter>,
 }
 
 impl Direction {
@@ -317,7 +320,7 @@ impl Direction {
             follow,
             stall: start.write_stall,
             transform,
-            counter: counter.clone(),
+            counter: Some(counter.clone()),
         };
         let up_follow = match &start.follow {
             Follow::Watch(w) => Follow::Closes(FrameScanner::new(), Arc::clone(&w.closes)),
@@ -374,7 +377,9 @@ impl Direction {
         };
         let data = data.get_mut(..keep).unwrap_or_default();
         self.bytes += data.len() as u64;
-        self.counter.inc_by(data.len() as u64);
+        if let Some(c) = &self.counter {
+            c.inc_by(data.len() as u64);
+        }
         self.seal(data);
         keep
     }
