@@ -234,9 +234,9 @@ impl BackendSide {
         matches!(&down.follow, Follow::Watch(w) if w.rest.is_some())
     }
 
-    /// Hands the backend connection over to the transfer layer (when [`BackendSide::handover_due`]): the
-    /// relay goes on, on the hop, with the same player, cipher and counts. Serverbound bytes the relay still
-    /// holds must have reached the backend first.
+    /// Hands the backend connection over to the transfer layer when [`BackendSide::handover_due`] (otherwise
+    /// does nothing): the relay goes on, on the hop, with the same player, cipher and counts. Serverbound bytes
+    /// the relay still holds must have reached the backend first.
     ///
     /// # Errors
     /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not

@@ -572,12 +572,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             self.decode(&mut batch, limit).await
         };
         let end = loop {
-            if BackendSide::handover_due(&down) {
-                // The player's bytes so far are with the old backend (each batch is written whole).
-                if let Err(e) = backend.hand_over(&mut up, &mut down).await {
-                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    break RelayEnd::Error(Side::Backend, e);
-                }
+            // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
+            // written whole).
+            if let Err(e) = backend.hand_over(&mut up, &mut down).await {
+                self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                break RelayEnd::Error(Side::Backend, e);
             }
             if !batch.is_empty() {
                 up.process(&mut batch);

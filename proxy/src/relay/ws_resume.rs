@@ -196,12 +196,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> Step<Self> {
         let stall = up.stall;
         loop {
-            if BackendSide::handover_due(down) {
-                // The player's bytes so far are with the old backend (each batch is written whole).
-                if let Err(e) = backend.hand_over(up, down).await {
-                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    return Step::End(RelayEnd::Error(Side::Backend, e));
-                }
+            // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
+            // written whole).
+            if let Err(e) = backend.hand_over(up, down).await {
+                self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                return Step::End(RelayEnd::Error(Side::Backend, e));
             }
             // Bytes or an ack on this link: the player has the current token, so the last one is spent.
             if (!batch.is_empty() || self.peer_ack.is_some()) && r.previous.is_some() {
@@ -355,10 +354,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> Result<Handoff<Self>, RelayEnd> {
         let deadline = tokio::time::Instant::now() + r.window;
         loop {
-            // A switch may start while the player is away: its frames are retained from the hop.
-            if BackendSide::handover_due(down) {
-                backend.hand_over(up, down).await.map_err(|e| RelayEnd::Error(Side::Backend, e))?;
-            }
+            // A switch may start while the player is away (a handover when one is due): its frames are retained
+            // from the hop.
+            backend.hand_over(up, down).await.map_err(|e| RelayEnd::Error(Side::Backend, e))?;
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {
                 biased;
