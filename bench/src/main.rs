@@ -37,6 +37,9 @@ enum ProfileArg {
     /// The modded shape with honest bytes: gzipped NBT, mod channel messages, deflated chunks, the FML
     /// registry handshake as the login burst.
     Forge,
+    /// The forge profile with only the mod channel messages (S3F) of each tick: what compression does to
+    /// mod-channel traffic apart from the gzipped NBT and deflated chunks it travels with.
+    ForgeChannels,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -395,7 +398,7 @@ fn run_phase(
 ) -> anyhow::Result<PhaseResult> {
     let profile = match args.profile {
         ProfileArg::Echo => Profile::Echo,
-        ProfileArg::Modded | ProfileArg::Forge => Profile::Modded,
+        ProfileArg::Modded | ProfileArg::Forge | ProfileArg::ForgeChannels => Profile::Modded,
     };
     let light = args.light_connections;
     let sync = Sync::new(args.connections + light, args.connections);
@@ -664,17 +667,18 @@ fn main() -> anyhow::Result<()> {
     let ticks_per_s = metrics::clock_ticks_per_second();
     let profile = match args.profile {
         ProfileArg::Echo => Profile::Echo,
-        ProfileArg::Modded | ProfileArg::Forge => Profile::Modded,
+        ProfileArg::Modded | ProfileArg::Forge | ProfileArg::ForgeChannels => Profile::Modded,
     };
     // Before the first login answer is built.
-    workload::FORGE.store(args.profile == ProfileArg::Forge, std::sync::atomic::Ordering::Relaxed);
+    let forge = matches!(args.profile, ProfileArg::Forge | ProfileArg::ForgeChannels);
+    workload::FORGE.store(forge, std::sync::atomic::Ordering::Relaxed);
+    workload::CHANNELS_ONLY.store(args.profile == ProfileArg::ForgeChannels, std::sync::atomic::Ordering::Relaxed);
     let (backend_addr, backend_stats, _rt) =
         backend::start(SocketAddr::from(([127, 0, 0, 1], args.backend_port)), profile, 1)?;
     if !args.json {
         println!("# fake backend at {backend_addr}");
     }
-    let templates =
-        Arc::new(if args.profile == ProfileArg::Forge { workload::forge_templates() } else { workload::templates() });
+    let templates = Arc::new(if forge { workload::forge_templates() } else { workload::templates() });
     if args.profile != ProfileArg::Echo && !args.json {
         let (p, b) = workload::template_averages(&templates);
         println!("# modded templates: {p:.1} clientbound packets and {b:.0} payload bytes per tick on average");

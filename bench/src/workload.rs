@@ -63,15 +63,25 @@ pub struct Spec {
 /// Set once at start for `--profile forge`: the login burst is the FML handshake ([`crate::forge`]).
 pub static FORGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The modded templates with honest bodies (`--profile forge`): tile entities as gzipped NBT, mod channel
-/// messages, deflated chunks; same kinds, counts and order as [`templates`].
+/// Set once at start for `--profile forge-channels`: [`forge_templates`] keeps only the mod channel messages.
+pub static CHANNELS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The templates of `--profile forge` or, with [`CHANNELS_ONLY`] set, `--profile forge-channels`
+/// ([`forge_templates_of`]).
 pub fn forge_templates() -> Vec<Vec<Spec>> {
+    forge_templates_of(CHANNELS_ONLY.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The modded templates with honest bodies (`--profile forge`): tile entities as gzipped NBT, mod channel
+/// messages, deflated chunks; same kinds, counts and order as [`templates`]. With `channels_only`, only the
+/// mod channel messages, with the same bodies (a template left empty gets one 64-byte message).
+pub fn forge_templates_of(channels_only: bool) -> Vec<Vec<Spec>> {
     let mut rng = crate::forge::Rng::new(SEED ^ 0x0066_6f72_6765);
     templates()
         .into_iter()
         .enumerate()
         .map(|(t, specs)| {
-            specs
+            let mut specs: Vec<Spec> = specs
                 .into_iter()
                 .enumerate()
                 .map(|(i, s)| {
@@ -82,7 +92,20 @@ pub fn forge_templates() -> Vec<Vec<Spec>> {
                     };
                     Spec { kind: s.kind, len: body.len(), content: Some(std::sync::Arc::new(body)) }
                 })
-                .collect()
+                .collect();
+            if channels_only {
+                specs.retain(|s| matches!(s.kind, Kind::Plugin(_)));
+                if specs.is_empty() {
+                    // Its own generator, so the other templates keep the forge profile's bodies.
+                    let body = crate::forge::mod_message(&mut crate::forge::Rng::new(SEED ^ t as u64), 64);
+                    specs.push(Spec {
+                        kind: Kind::Plugin(0),
+                        len: body.len(),
+                        content: Some(std::sync::Arc::new(body)),
+                    });
+                }
+            }
+            specs
         })
         .collect()
 }
@@ -257,6 +280,31 @@ mod tests {
         // Deterministic.
         let again = templates();
         assert!(t.iter().zip(&again).all(|(a, b)| a.len() == b.len()));
+    }
+
+    /// `--profile forge-channels` is `--profile forge` without its tile entities and chunks: the same mod
+    /// channel messages, byte for byte, in the same order.
+    #[test]
+    fn forge_channels_keep_the_forge_profiles_channel_messages() {
+        let all = forge_templates_of(false);
+        let channels = forge_templates_of(true);
+        assert_eq!(all.len(), channels.len());
+        let mut filled = 0;
+        for (a, c) in all.iter().zip(&channels) {
+            assert!(c.iter().all(|s| matches!(s.kind, Kind::Plugin(_))));
+            let kept: Vec<_> = a.iter().filter(|s| matches!(s.kind, Kind::Plugin(_))).collect();
+            if kept.is_empty() {
+                assert_eq!(c.len(), 1);
+                filled += 1;
+            } else {
+                assert_eq!(kept.len(), c.len());
+                assert!(kept.iter().zip(c).all(|(k, c)| k.content == c.content && k.len == c.len));
+            }
+        }
+        assert!(filled < 8, "{filled} templates had no channel message");
+        // Tile entities and chunks were there to drop.
+        assert!(all.iter().flatten().any(|s| s.kind == Kind::TileEntity));
+        assert!(all.iter().flatten().any(|s| s.kind == Kind::Chunk));
     }
 
     #[test]
