@@ -48,15 +48,7 @@ impl VarInt {
 
     /// Appends the encoded VarInt to `out`.
     pub fn encode(self, out: &mut impl BufMut) {
-        let mut v = self.0 as u32;
-        loop {
-            if v & !0x7f == 0 {
-                out.put_u8(v as u8);
-                return;
-            }
-            out.put_u8((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
-        }
+        encode_groups(u64::from(self.0 as u32), out);
     }
 }
 
@@ -88,15 +80,21 @@ impl VarLong {
 
     /// Appends the encoded VarLong to `out`.
     pub fn encode(self, out: &mut impl BufMut) {
-        let mut v = self.0 as u64;
-        loop {
-            if v & !0x7f == 0 {
-                out.put_u8(v as u8);
-                return;
-            }
-            out.put_u8((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
+        encode_groups(self.0 as u64, out);
+    }
+}
+
+/// Appends `v` as 7-bit groups, least significant first, the high bit set on every byte but the last (a
+/// VarInt's `u32` or a VarLong's `u64`).
+#[inline]
+fn encode_groups(mut v: u64, out: &mut impl BufMut) {
+    loop {
+        if v & !0x7f == 0 {
+            out.put_u8(v as u8);
+            return;
         }
+        out.put_u8((v as u8 & 0x7f) | 0x80);
+        v >>= 7;
     }
 }
 
