@@ -501,7 +501,8 @@ fn run_phase(
         repeat,
         variant: variant.name.clone(),
         transport: if variant.name == "direct" { "tcp".into() } else { format!("{:?}", args.transport).to_lowercase() },
-        profile: format!("{:?}", args.profile).to_lowercase(),
+        // The name given on the command line (`forge-channels`).
+        profile: args.profile.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default(),
         window: args.window,
         client_coalesce: args.client_coalesce,
         connections: args.connections,
