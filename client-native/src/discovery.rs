@@ -5,8 +5,12 @@
 //! the record of every host typed without a port (where vanilla would ask for `_minecraft._tcp.<host>`); a
 //! record routes the player through MoonBridge, no record leaves the game vanilla.
 //!
-//! - The lookup uses the system's DNS servers (`/etc/resolv.conf`, the Windows registry) through
-//!   hickory-resolver; tests name a DNS server on loopback instead ([`lookup`]'s `resolver`).
+//! - The lookup uses the system's DNS servers through hickory-resolver: on Windows those of the network
+//!   adapters (hickory's `system-config`, from `GetAdaptersAddresses`); everywhere else the `nameserver` lines
+//!   of [`RESOLV_CONF`], read by [`name_servers_from_resolv_conf`]. macOS keeps that file up to date with its
+//!   primary resolvers, and reading it needs no macOS SDK framework (hickory's macOS `system-config` links
+//!   SystemConfiguration, which a cross-build of the mod jar cannot have). Tests name a DNS server on loopback
+//!   instead ([`lookup`]'s `resolver`).
 //! - It is bounded: one attempt per server, `timeout` in all; a timeout or any failure is "no route".
 //! - Answers are cached for the record's TTL, "no record" (NXDOMAIN or an empty answer) for the negative TTL
 //!   of the zone's SOA record, bounded to [`NEGATIVE_TTL_BOUNDS`], and a failed lookup (timeout, server
@@ -16,7 +20,7 @@
 //!   whose text is not a `ws://` or `wss://` URL is ignored, and the first valid one wins.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -36,6 +40,10 @@ pub const NEGATIVE_TTL_BOUNDS: (Duration, Duration) = (Duration::from_secs(30), 
 
 /// How long a failed lookup (timeout, server failure) stays cached: the game does not wait for DNS again.
 pub const FAILURE_TTL: Duration = Duration::from_secs(60);
+
+/// The file whose `nameserver` lines name the system's DNS servers outside Windows (resolv.conf(5); on macOS
+/// written by the system from its primary network service, see resolver(5)).
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// Cached answers per resolver (the system's, or a test's DNS server).
 const CACHE_ENTRIES: u64 = 256;
@@ -74,18 +82,15 @@ fn resolver(d: &Discovery, server: Option<SocketAddr>, timeout: Duration) -> Res
     if let Some(r) = map.get(&(server, timeout)) {
         return Ok(Arc::clone(r));
     }
-    let provider = TokioRuntimeProvider::default();
     let mut builder = match server {
+        Some(addr) => builder_for(&[(addr.ip(), addr.port())]),
+        // Windows: the network adapters' DNS servers, as hickory's `system-config` reads them.
+        #[cfg(windows)]
         None => {
             TokioResolver::builder_tokio().map_err(|e| ClientError::Io(format!("system DNS configuration: {e}")))?
         }
-        Some(addr) => {
-            let mut ns = NameServerConfig::udp_and_tcp(addr.ip());
-            for c in &mut ns.connections {
-                c.port = addr.port();
-            }
-            TokioResolver::builder_with_config(ResolverConfig::from_name_servers(vec![ns]), provider)
-        }
+        #[cfg(not(windows))]
+        None => builder_for(&system_name_servers()?),
     };
     let opts: &mut ResolverOpts = builder.options_mut();
     opts.timeout = timeout;
@@ -96,6 +101,61 @@ fn resolver(d: &Discovery, server: Option<SocketAddr>, timeout: Duration) -> Res
     let r = Arc::new(builder.build().map_err(|e| ClientError::Io(format!("DNS resolver: {e}")))?);
     map.insert((server, timeout), Arc::clone(&r));
     Ok(r)
+}
+
+/// The system's DNS servers outside Windows: [`RESOLV_CONF`]'s, each at port 53.
+///
+/// # Errors
+/// [`ClientError::Io`] when [`RESOLV_CONF`] cannot be read or names no server.
+#[cfg(not(windows))]
+fn system_name_servers() -> Result<Vec<(IpAddr, u16)>, ClientError> {
+    read_resolv_conf(std::path::Path::new(RESOLV_CONF))
+}
+
+/// The DNS servers (address, port 53) of the resolv.conf(5) file at `path` ([`name_servers_from_resolv_conf`]).
+///
+/// # Errors
+/// [`ClientError::Io`] naming the file when it cannot be read or names no server.
+#[cfg_attr(windows, allow(dead_code))]
+fn read_resolv_conf(path: &std::path::Path) -> Result<Vec<(IpAddr, u16)>, ClientError> {
+    let io = |e: String| ClientError::Io(format!("{}: {e}", path.display()));
+    let text = std::fs::read(path).map_err(|e| io(format!("cannot read it: {e}")))?;
+    let servers = name_servers_from_resolv_conf(&text).map_err(|_| io("names no DNS server".into()))?;
+    Ok(servers.into_iter().map(|ip| (ip, 53)).collect())
+}
+
+/// A resolver builder that asks these DNS servers (address, port), over UDP and then TCP.
+fn builder_for(servers: &[(IpAddr, u16)]) -> hickory_resolver::ResolverBuilder<TokioRuntimeProvider> {
+    let name_servers = servers
+        .iter()
+        .map(|&(ip, port)| {
+            let mut ns = NameServerConfig::udp_and_tcp(ip);
+            for c in &mut ns.connections {
+                c.port = port;
+            }
+            ns
+        })
+        .collect();
+    TokioResolver::builder_with_config(ResolverConfig::from_name_servers(name_servers), TokioRuntimeProvider::default())
+}
+
+/// The DNS servers a resolv.conf(5) text names: its `nameserver` lines, in order, at most three (resolv.conf's
+/// `MAXNS`, which glibc and macOS's libresolv both honour). An IPv6 address's zone (`fe80::1%en0`) is dropped.
+/// Lines the parser does not understand are skipped, as the C resolvers skip them; `search`, `domain` and
+/// `options` do not matter here, since the lookup asks for a fully qualified name once per server.
+///
+/// # Errors
+/// [`ClientError::Io`] when the text names no DNS server (glibc would then ask 127.0.0.1; macOS writes a file
+/// without `nameserver` lines while it has no network, and there the lookup has nowhere to go).
+pub fn name_servers_from_resolv_conf(text: &[u8]) -> Result<Vec<IpAddr>, ClientError> {
+    /// resolv.conf's MAXNS.
+    const MAX_NAME_SERVERS: usize = 3;
+    let (config, _skipped) = resolv_conf::Config::parse_with_errors(text);
+    let servers: Vec<IpAddr> = config.nameservers.iter().take(MAX_NAME_SERVERS).map(IpAddr::from).collect();
+    if servers.is_empty() {
+        return Err(ClientError::Io("resolv.conf names no DNS server".into()));
+    }
+    Ok(servers)
 }
 
 /// True for a host worth a lookup: a DNS name with a dot, not an IP address or `localhost`, at most 253
@@ -184,6 +244,57 @@ mod tests {
             assert!(!is_candidate(h), "{h}");
         }
         assert!(!is_candidate(&format!("{}.com", "a".repeat(260))));
+    }
+
+    /// The macOS path (and every Unix one): resolv.conf as macOS's configd writes it, and the shapes around it.
+    #[test]
+    fn resolv_conf_name_servers() {
+        let macos = b"#\n# macOS Notice\n#\n# This file is not consulted for DNS hostname resolution, address\n\
+            # resolution, or the DNS query routing mechanism used by most processes on\n# this system.\n#\n\
+            search lan\nnameserver 192.168.1.1\nnameserver fe80::1%en0\nnameserver 2001:db8::53\n";
+        let want: Vec<IpAddr> = vec![
+            IpAddr::from([192, 168, 1, 1]),
+            IpAddr::from(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1)),
+            IpAddr::from(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x53)),
+        ];
+        assert_eq!(name_servers_from_resolv_conf(macos).ok(), Some(want));
+        // systemd-resolved's stub, options and a line the parser does not know (skipped, as libc skips it).
+        let linux = b"nameserver 127.0.0.53\noptions edns0 trust-ad\nbogus line\nsearch -- lan\n";
+        assert_eq!(name_servers_from_resolv_conf(linux).ok(), Some(vec![IpAddr::from([127, 0, 0, 53])]));
+        // At most three servers (MAXNS), in order.
+        let many = b"nameserver 10.0.0.1\nnameserver 10.0.0.2\nnameserver 10.0.0.3\nnameserver 10.0.0.4\n";
+        let got = name_servers_from_resolv_conf(many).ok();
+        assert_eq!(
+            got,
+            Some(vec![IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]), IpAddr::from([10, 0, 0, 3])])
+        );
+        // macOS with no network: no nameserver line at all, an error (no route), not 127.0.0.1.
+        for empty in [&b""[..], b"# macOS Notice\nsearch lan\n", b"nameserver not-an-address\n"] {
+            let e = name_servers_from_resolv_conf(empty);
+            assert!(
+                matches!(&e, Err(ClientError::Io(m)) if m.contains("names no DNS server")),
+                "{:?}: {e:?}",
+                String::from_utf8_lossy(empty)
+            );
+        }
+    }
+
+    /// The file the system path reads: its servers at port 53, and a missing or empty file named in the error.
+    #[test]
+    fn resolv_conf_file() {
+        let dir = std::env::temp_dir().join(format!("moonbridge-resolv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("resolv.conf");
+        std::fs::write(&file, "nameserver 127.0.0.1\nnameserver ::1\n").unwrap();
+        let got = read_resolv_conf(&file).unwrap();
+        assert_eq!(got, vec![(IpAddr::from([127, 0, 0, 1]), 53), (IpAddr::from(std::net::Ipv6Addr::LOCALHOST), 53)]);
+        std::fs::write(&file, "search lan\n").unwrap();
+        let e = read_resolv_conf(&file).unwrap_err().to_string();
+        assert!(e.contains("resolv.conf: names no DNS server"), "{e}");
+        std::fs::remove_file(&file).unwrap();
+        let e = read_resolv_conf(&file).unwrap_err().to_string();
+        assert!(e.contains("resolv.conf: cannot read it"), "{e}");
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 if found.is_empty() {
                     println!(
-                        "{}: ok, {:?} {:?}, {} bytes, {} of {} exports, needs {:?}{}",
+                        "{}: ok, {:?} {:?}, {} bytes, {} of {} exports, needs {:?}{}{}",
                         p.name,
                         report.format,
                         report.arch,
@@ -38,7 +38,8 @@ fn main() -> ExitCode {
                         expected.len(),
                         expected.len(),
                         report.needs,
-                        report.newest_glibc.map(|(a, b)| format!(", GLIBC {a}.{b}")).unwrap_or_default()
+                        report.newest_glibc.map(|(a, b)| format!(", GLIBC {a}.{b}")).unwrap_or_default(),
+                        report.macos_min.map(|(a, b)| format!(", macOS {a}.{b}+")).unwrap_or_default()
                     );
                 } else {
                     ok = false;

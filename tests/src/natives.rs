@@ -20,6 +20,9 @@ pub struct Platform {
     pub arch: Architecture,
     /// The library's file name in `natives/<platform>/`.
     pub file: &'static str,
+    /// macOS: the oldest release the library may require (Rust's minimum for the target; `java-shim/build.sh`
+    /// sets `MACOSX_DEPLOYMENT_TARGET` to it). `None` elsewhere.
+    pub macos_min: Option<(u32, u32)>,
 }
 
 /// The five platforms of the release jar.
@@ -29,30 +32,35 @@ pub const PLATFORMS: [Platform; 5] = [
         format: BinaryFormat::Elf,
         arch: Architecture::X86_64,
         file: "libmoonbridge_client.so",
+        macos_min: None,
     },
     Platform {
         name: "linux-aarch64",
         format: BinaryFormat::Elf,
         arch: Architecture::Aarch64,
         file: "libmoonbridge_client.so",
+        macos_min: None,
     },
     Platform {
         name: "macos-x86_64",
         format: BinaryFormat::MachO,
         arch: Architecture::X86_64,
         file: "libmoonbridge_client.dylib",
+        macos_min: Some((10, 12)),
     },
     Platform {
         name: "macos-aarch64",
         format: BinaryFormat::MachO,
         arch: Architecture::Aarch64,
         file: "libmoonbridge_client.dylib",
+        macos_min: Some((11, 0)),
     },
     Platform {
         name: "windows-x86_64",
         format: BinaryFormat::Pe,
         arch: Architecture::X86_64,
         file: "moonbridge_client.dll",
+        macos_min: None,
     },
 ];
 
@@ -62,7 +70,9 @@ pub fn platform(name: &str) -> Option<Platform> {
 }
 
 /// Shared libraries a library may need on each system: the C library and its companions (Linux), libSystem
-/// (macOS), and DLLs every Windows 10 has (Rust's standard library, sockets, the random number source).
+/// (macOS), and DLLs every Windows 10 has (Rust's standard library, sockets, the random number source; for route
+/// discovery's DNS servers, hickory's `system-config` through the ipconfig crate: `iphlpapi.dll`'s
+/// GetAdaptersAddresses, and `ktmw32.dll` and `oleaut32.dll` that its registry and string helpers link).
 fn system_library(format: BinaryFormat, lib: &str) -> bool {
     let lower = lib.to_ascii_lowercase();
     match format {
@@ -96,6 +106,9 @@ fn system_library(format: BinaryFormat, lib: &str) -> bool {
                 "msvcrt.dll",
                 "secur32.dll",
                 "crypt32.dll",
+                "iphlpapi.dll",
+                "ktmw32.dll",
+                "oleaut32.dll",
             ]
             .contains(&lower.as_str())
                 || lower.starts_with("api-ms-win-")
@@ -136,6 +149,8 @@ pub struct Report {
     pub newest_glibc: Option<(u32, u32)>,
     /// Mach-O: undefined symbols not bound to a named library (flat or dynamic lookup).
     pub unbound: Vec<String>,
+    /// Mach-O: the oldest macOS it loads on (LC_BUILD_VERSION's minos, or LC_VERSION_MIN_MACOSX).
+    pub macos_min: Option<(u32, u32)>,
 }
 
 /// Reads and inspects a library.
@@ -152,6 +167,7 @@ pub fn inspect(path: &Path) -> Result<Report, String> {
         needs: BTreeSet::new(),
         newest_glibc: None,
         unbound: Vec::new(),
+        macos_min: None,
     };
     for e in file.exports().map_err(|e| e.to_string())? {
         let name = String::from_utf8_lossy(e.name()).into_owned();
@@ -205,13 +221,19 @@ fn macho_needs(data: &[u8], report: &mut Report) -> Result<(), String> {
     let macho = MachOFile64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
     let endian = macho.endian();
     let mut commands = macho.macho_header().load_commands(endian, data, 0).map_err(|e| e.to_string())?;
+    // A version is xxxx.yy.zz in nibbles: major in the high 16 bits, minor in the next 8.
+    let version = |v: u32| (v >> 16, (v >> 8) & 0xff);
     while let Some(command) = commands.next().map_err(|e| e.to_string())? {
-        if let LoadCommandVariant::Dylib(d) = command.variant().map_err(|e| e.to_string())? {
-            if command.cmd() == object::macho::LC_ID_DYLIB {
-                continue;
+        match command.variant().map_err(|e| e.to_string())? {
+            LoadCommandVariant::Dylib(d) if command.cmd() != object::macho::LC_ID_DYLIB => {
+                let name = command.string(endian, d.dylib.name).map_err(|e| e.to_string())?;
+                report.needs.insert(String::from_utf8_lossy(name).into_owned());
             }
-            let name = command.string(endian, d.dylib.name).map_err(|e| e.to_string())?;
-            report.needs.insert(String::from_utf8_lossy(name).into_owned());
+            LoadCommandVariant::BuildVersion(b) => report.macos_min = Some(version(b.minos.get(endian))),
+            LoadCommandVariant::VersionMin(v) if command.cmd() == object::macho::LC_VERSION_MIN_MACOSX => {
+                report.macos_min = Some(version(v.version.get(endian)));
+            }
+            _ => {}
         }
     }
     // Two-level namespace: each undefined symbol names the library it comes from (its ordinal in n_desc).
@@ -248,6 +270,15 @@ pub fn problems(
     for lib in &report.needs {
         if !system_library(platform.format, lib) {
             p.push(format!("needs {lib}, which is not a system library"));
+        }
+    }
+    if let Some((max_major, max_minor)) = platform.macos_min {
+        match report.macos_min {
+            Some((major, minor)) if (major, minor) > (max_major, max_minor) => {
+                p.push(format!("needs macOS {major}.{minor}, newer than {max_major}.{max_minor}"))
+            }
+            Some(_) => {}
+            None => p.push("names no minimum macOS version".into()),
         }
     }
     if let (Some((major, minor)), Some((max_major, max_minor))) = (report.newest_glibc, max_glibc) {

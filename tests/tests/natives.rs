@@ -26,4 +26,5 @@ fn the_host_library_exports_every_c_and_jni_function() {
     let found = problems(wrong, &report, &expected, None);
     assert!(found.iter().any(|p| p.starts_with("format Elf")), "{found:?}");
     assert!(found.iter().any(|p| p.contains("needs libc.so.6")), "{found:?}");
+    assert!(found.iter().any(|p| p == "names no minimum macOS version"), "{found:?}");
 }
