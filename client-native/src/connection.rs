@@ -1,7 +1,7 @@
 //! The Rust API, [`Connection`]: what the game thread calls. It only touches memory:
 //! [`Connection::send`] appends to the current tick's batch, [`Connection::end_tick`] hands the batch to the
 //! I/O thread, [`Connection::recv`] copies out bytes the I/O thread already read. All socket work happens on
-//! the connection's I/O thread (`io.rs`), whatever the game thread is doing.
+//! the connection's I/O thread (`io/`), whatever the game thread is doing.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;

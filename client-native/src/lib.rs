@@ -17,7 +17,8 @@
 //! # Layout
 //! - `connection.rs`: [`Connection`], the game-thread API (memory only, never the network);
 //! - `shared.rs`: the state between the game thread and the I/O thread (batches, inbound bytes, counters);
-//! - `io.rs`: the I/O thread (connect, write batches, read, keepalive, close);
+//! - `io/`: the I/O thread (connect, write batches, read, keepalive, close): the shared waits (`wait.rs`), the
+//!   `tcp://` loop (`tcp.rs`), the WebSocket loop (`ws.rs`) and carriage v2 resume (`resume.rs`);
 //! - `connect.rs` and `target.rs`: DNS, TCP, TLS and the WebSocket upgrade; URL parsing;
 //! - `registry.rs`: the handle registry shared by the two foreign boundaries, `ffi.rs` (C) and `jni.rs`
 //!   (Java), each a thin wrapper with one panic boundary;

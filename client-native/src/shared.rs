@@ -1,5 +1,5 @@
 //! The state between the two sides of a connection: the game-thread API ([`crate::Connection`]) fills the
-//! outbound batches and drains the inbound bytes; the I/O thread (`io.rs`) does the opposite. Every access
+//! outbound batches and drains the inbound bytes; the I/O thread (`io/`) does the opposite. Every access
 //! is a short critical section on a [`Mutex`]; waits use a [`Condvar`] (game side) or a [`Notify`] (I/O side).
 
 use std::collections::VecDeque;

@@ -15,7 +15,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::config::Transport;
+use crate::transport::Transport;
 
 /// Buckets of `moonbridge_backend_connect_seconds`, in seconds: 0.5 ms to about 8 s, doubling.
 const CONNECT_BUCKETS: [f64; 15] =

@@ -12,8 +12,8 @@
 //!   it does.
 //!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
-//! must arrive within [`REQUEST_TIMEOUT`] and fit in [`MAX_REQUEST_HEAD`]; at most [`MAX_OPS_CONNECTIONS`]
-//! are served at once, and a connection over that is answered `503 busy` at once instead of waiting (idle
+//! must arrive within [`REQUEST_TIMEOUT`] and fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and
+//! [`crate::http_head::MAX_HEADERS`] headers; at most [`MAX_OPS_CONNECTIONS`] are served at once, and a connection over that is answered `503 busy` at once instead of waiting (idle
 //! clients cannot make the probes time out).
 
 use std::sync::atomic::Ordering;
@@ -26,6 +26,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::http_head::parse_head;
 use crate::state::ProxyState;
 
 /// A backend whose latest connect is older than this is probed by `/readyz`, in seconds: 10.
@@ -34,8 +35,6 @@ pub(crate) const READY_PROBE_AFTER: Duration = Duration::from_secs(10);
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest readiness probe of one backend: 3 seconds (or `backend_connect_timeout_seconds` when shorter).
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Largest request head read, in bytes: 8 KiB.
-pub(crate) const MAX_REQUEST_HEAD: usize = 8 * 1024;
 /// Requests served at once.
 pub(crate) const MAX_OPS_CONNECTIONS: usize = 256;
 
@@ -92,7 +91,7 @@ async fn answer(mut stream: TcpStream, state: &ProxyState) {
     let _ = stream.shutdown().await;
 }
 
-/// The method and path of a request head, read within [`REQUEST_TIMEOUT`] and [`MAX_REQUEST_HEAD`].
+/// The method and path of a request head, read within [`REQUEST_TIMEOUT`] and the limits of [`parse_head`].
 async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
     let mut buf = Vec::with_capacity(1024);
     let read = async {
@@ -103,15 +102,12 @@ async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
                 return None;
             }
             buf.extend_from_slice(chunk.get(..n)?);
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(&buf) {
-                Ok(httparse::Status::Complete(_)) => {
-                    let path = req.path?.split('?').next()?.to_string();
-                    return Some((req.method?.to_string(), path));
-                }
-                Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => {}
-                _ => return None,
+            let head =
+                parse_head(&buf, |req, _| Some((req.method?.to_string(), req.path?.split('?').next()?.to_string())));
+            match head {
+                Ok(Some(request)) => return request,
+                Ok(None) => {}
+                Err(_) => return None,
             }
         }
     };

@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, StageGauge};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeTable;
 use crate::relay::ws::WsLink;
-use crate::relay::ws_resume::hand_off;
+use crate::relay::ws_resume::deliver_resumption;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::{Tls, TLS_LIBRARY, TLS_VERSIONS};
@@ -513,7 +513,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         match link.first_control().await {
             Ok(None) => {}
             Ok(Some(control)) => {
-                return Err(SetupError::Resume(hand_off(link, control, table, metrics, log).await));
+                return Err(SetupError::Resume(deliver_resumption(link, control, table, metrics, log).await));
             }
             Err(_) => {
                 link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;

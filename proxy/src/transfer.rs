@@ -4,7 +4,7 @@
 //! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) keeps
 //! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
 //! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded). At the
-//! first frame that starts a switch the relay hands over ([`Handover`]): the backend connection moves to the
+//! first frame that starts a switch the relay hands over ([`ToSwitchboard`]): the backend connection moves to the
 //! [`Switchboard`], and the relay goes on against one end of a loopback TCP pair ([`crate::relay::hop`]) whose other end the
 //! switchboard serves, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
 //! mode's cipher) works unchanged on the player's side, and a player who never switches never meets the
@@ -66,7 +66,7 @@ use tracing::info;
 
 use crate::backend::{Backend, Identity};
 use crate::metrics::Metrics;
-use crate::relay::{write_all, HandOver, Handed, Side};
+use crate::relay::{write_all, Handed, Handover, Side};
 use crate::state::Live;
 
 /// How long a closing switchboard waits for the relay to close its end of the hop.
@@ -120,8 +120,8 @@ pub(crate) fn registration(live: &Live) -> BytesMut {
     out
 }
 
-/// What a relay hands over to start the switchboard ([`HandOver`]).
-pub(crate) struct Handover {
+/// What a relay hands over to start the switchboard ([`Handover`]).
+pub(crate) struct ToSwitchboard {
     pub(crate) live: Arc<Live>,
     pub(crate) identity: Identity,
     pub(crate) metrics: Arc<Metrics>,
@@ -129,7 +129,7 @@ pub(crate) struct Handover {
     pub(crate) backend: Backend,
 }
 
-impl HandOver for Handover {
+impl Handover for ToSwitchboard {
     fn start(self: Box<Self>, stream: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()> {
         let Self { live, identity, metrics, backend } = *self;
         metrics.transfer_handovers.inc();
@@ -184,7 +184,7 @@ enum Trigger {
 type Dialed = Result<(TcpStream, BytesMut), String>;
 
 /// Where a switch is.
-enum Step {
+enum SwitchStep {
     /// Connecting and logging in.
     Dialing(Pin<Box<dyn Future<Output = Dialed> + Send>>),
     /// In Play, before its Join Game.
@@ -197,7 +197,7 @@ struct Switch {
     trigger: Trigger,
     started: Instant,
     deadline: Instant,
-    step: Step,
+    step: SwitchStep,
     /// A Forge HandshakeReset went to the client: it runs the new server's handshake now.
     reset_sent: bool,
     /// How far the client got in the new server's handshake: the last of its messages delivered
@@ -384,7 +384,7 @@ impl Switchboard {
                 }
                 Event::Dialed(Ok((stream, early))) => {
                     if let Some(s) = &mut self.switch {
-                        s.step = Step::Joining(Link::new(s.target.clone(), stream, &early));
+                        s.step = SwitchStep::Joining(Link::new(s.target.clone(), stream, &early));
                     }
                     let registration = registration(&self.live);
                     self.to_target.extend_from_slice(&registration);
@@ -392,7 +392,7 @@ impl Switchboard {
                 }
                 Event::Dialed(Err(why)) => self.fail(&why),
                 Event::Joining(Ok(n)) if n > 0 => {
-                    if let Some(Switch { step: Step::Joining(link), .. }) = &mut self.switch {
+                    if let Some(Switch { step: SwitchStep::Joining(link), .. }) = &mut self.switch {
                         link.backend.metrics.to_player.inc_by(n as u64);
                         link.frames.queue_slice(self.scratch.get(..n).unwrap_or_default());
                     }
@@ -430,8 +430,8 @@ impl Switchboard {
         let waiting_for_player = self.current.is_none() && self.switch.is_some();
         let own_at = self.own_keep_alive_at;
         let (dial, joining, deadline) = match &mut self.switch {
-            Some(Switch { step: Step::Dialing(d), deadline, .. }) => (Some(d), None, Some(*deadline)),
-            Some(Switch { step: Step::Joining(l), deadline, .. }) => (None, Some(&l.stream), Some(*deadline)),
+            Some(Switch { step: SwitchStep::Dialing(d), deadline, .. }) => (Some(d), None, Some(*deadline)),
+            Some(Switch { step: SwitchStep::Joining(l), deadline, .. }) => (None, Some(&l.stream), Some(*deadline)),
             None => (None, None, None),
         };
         // One scratch buffer serves every read: only one branch reads at a time.
@@ -467,7 +467,7 @@ impl Switchboard {
         }
         if !self.to_target.is_empty() {
             let failed = match &self.switch {
-                Some(Switch { step: Step::Joining(link), .. }) => {
+                Some(Switch { step: SwitchStep::Joining(link), .. }) => {
                     link.backend.metrics.to_backend.inc_by(self.to_target.len() as u64);
                     write_all(&link.stream, &self.to_target, stall, Side::Backend).await.err()
                 }
@@ -528,7 +528,7 @@ impl Switchboard {
 
     /// True while a switch's Forge handshake runs (the client's `FML|HS` answers go to the new backend).
     fn forge_handshake_running(&self) -> bool {
-        matches!(&self.switch, Some(Switch { step: Step::Joining(_), reset_sent: true, .. }))
+        matches!(&self.switch, Some(Switch { step: SwitchStep::Joining(_), reset_sent: true, .. }))
     }
 
     /// Handles the clientbound frames queued from the current backend.
@@ -637,7 +637,7 @@ impl Switchboard {
             trigger,
             started,
             deadline,
-            step: Step::Dialing(Box::pin(dial)),
+            step: SwitchStep::Dialing(Box::pin(dial)),
             reset_sent: false,
             delivered: ServerStep::None,
             held: BytesMut::new(),
@@ -651,7 +651,14 @@ impl Switchboard {
         let forge = self.identity.is_forge();
         loop {
             let Some(Switch {
-                step: Step::Joining(link), reset_sent, held, started, deadline, record, delivered, ..
+                step: SwitchStep::Joining(link),
+                reset_sent,
+                held,
+                started,
+                deadline,
+                record,
+                delivered,
+                ..
             }) = &mut self.switch
             else {
                 return Ok(());
@@ -704,7 +711,7 @@ impl Switchboard {
     /// The new backend's Join Game: reset the client's world, move over, drop the old backend.
     fn cutover(&mut self, join: &JoinGame) -> Result<(), End> {
         let Some(switch) = self.switch.take() else { return Ok(()) };
-        let Step::Joining(link) = switch.step else { return Ok(()) };
+        let SwitchStep::Joining(link) = switch.step else { return Ok(()) };
         // The rest of a frame begun with the old backend must not reach the new one.
         self.tail_orphaned = true;
         let client = self.client_entity.unwrap_or(join.entity_id);

@@ -5,8 +5,34 @@
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
+use serde::Deserialize;
 
-use crate::config::RealIpHeader;
+/// The HTTP header a trusted proxy puts the player's address in.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RealIpHeader {
+    /// `CF-Connecting-IP`: Cloudflare's single address.
+    #[default]
+    #[serde(rename = "CF-Connecting-IP")]
+    CfConnectingIp,
+    /// `X-Forwarded-For`: a list; the rightmost address that is not a trusted proxy is the player.
+    #[serde(rename = "X-Forwarded-For")]
+    XForwardedFor,
+    /// `X-Real-IP`: a single address (nginx).
+    #[serde(rename = "X-Real-IP")]
+    XRealIp,
+}
+
+impl RealIpHeader {
+    /// The header name, as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CfConnectingIp => "CF-Connecting-IP",
+            Self::XForwardedFor => "X-Forwarded-For",
+            Self::XRealIp => "X-Real-IP",
+        }
+    }
+}
 
 /// A set of networks (`trusted_proxies`). Addresses are compared in canonical form, so an IPv4-mapped IPv6
 /// peer (`::ffff:10.0.0.1`, seen on `[::]` listeners) matches `10.0.0.0/8`.

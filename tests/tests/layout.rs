@@ -1,4 +1,6 @@
-//! No import cycle among the files of `protocol/src`, `proxy/src` and `client-native/src`.
+//! No import cycle among the files of `protocol/src`, `proxy/src` and `client-native/src`, and the proxy's map
+//! (the `# Layout` table of `proxy/src/lib.rs`) true to its files: every file listed once, in an order where
+//! each file uses only files listed above it.
 //!
 //! Each file is a module (`a.rs` and `a/mod.rs` are `a`, `a/b.rs` is `a::b`). A module depends on another when
 //! its code names it: a `use crate::…`/`use super::…` declaration or a `crate::…`/`super::…` path. Re-exports
@@ -273,6 +275,66 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     g
 }
 
+/// The files a crate root's `# Layout` table lists, in order: the first backticked path of each row
+/// (`| \`relay/mod.rs\` | what |`), relative to `src`.
+fn layout_table(lib_rs: &str) -> Vec<String> {
+    let mut in_layout = false;
+    let mut files = Vec::new();
+    for line in lib_rs.lines() {
+        let Some(doc) = line.strip_prefix("//!") else { break };
+        let doc = doc.trim();
+        if let Some(heading) = doc.strip_prefix("# ") {
+            in_layout = heading.trim() == "Layout";
+            continue;
+        }
+        if let Some(row) = doc.strip_prefix("| `").filter(|_| in_layout) {
+            if let Some((path, _)) = row.split_once('`') {
+                files.push(path.to_owned());
+            }
+        }
+    }
+    files
+}
+
+/// Every way `src` departs from its `# Layout` table (in `lib.rs`): a file missing from the table or listed
+/// twice, a listed file that does not exist, and a file that uses one listed below it.
+fn layout_problems(src: &Path) -> Vec<String> {
+    let table = layout_table(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let on_disk: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(src).unwrap().to_string_lossy().replace('\\', "/"))
+        .filter(|f| f != "lib.rs")
+        .collect();
+    let mut problems = Vec::new();
+    let mut rank = BTreeMap::new();
+    for (i, f) in table.iter().enumerate() {
+        if rank.insert(module_of(src, &src.join(f)), (i, f.clone())).is_some() {
+            problems.push(format!("{f} is listed twice"));
+        }
+        if !on_disk.contains(f) {
+            problems.push(format!("{f} is listed but does not exist"));
+        }
+    }
+    for f in &on_disk {
+        if !table.contains(f) {
+            problems.push(format!("{f} is missing from the # Layout table of lib.rs"));
+        }
+    }
+    for (m, deps) in graph(src) {
+        let Some((i, file)) = rank.get(&m) else { continue };
+        for d in deps {
+            if let Some((j, used)) = rank.get(&d) {
+                if j > i {
+                    problems.push(format!("{file} uses {used}, which is listed below it"));
+                }
+            }
+        }
+    }
+    problems
+}
+
 /// `Some(tree)` when `stmt` is a `use` declaration (possibly `pub`): the tree after `use`.
 fn use_tree(stmt: &str) -> Option<&str> {
     let s = stmt.trim_start();
@@ -347,6 +409,50 @@ fn the_checker_finds_cycles_and_ignores_re_exports_comments_and_tests() {
     assert_eq!(g["b::c"], BTreeSet::from(["a".to_string()]));
     assert_eq!(find_cycle(&g), Some(vec!["a".into(), "b::c".into(), "a".into()]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_layout_check_finds_missing_files_and_imports_from_below() {
+    let dir = std::env::temp_dir().join(format!("moonbridge-layout-table-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src/low")).unwrap();
+    let write = |p: &str, t: &str| std::fs::write(dir.join("src").join(p), t).unwrap();
+    let lib = |rows: &[&str]| {
+        let mut t = String::from("//! # Layout\n//!\n//! | file | what |\n//! |---|---|\n");
+        for r in rows {
+            t.push_str(&format!("//! | `{r}` | x |\n"));
+        }
+        t + "//!\n//! # Data path\n//! | `not/a/row.rs` | later sections do not count |\n\nmod low; mod top;\n"
+    };
+    write("low/mod.rs", "pub(crate) mod leaf;\npub(crate) struct L;");
+    write("low/leaf.rs", "pub(crate) struct Leaf;");
+    write("top.rs", "use crate::low::leaf::Leaf;\nfn f(_: Leaf, _: crate::low::L) {}");
+    write("lib.rs", &lib(&["low/leaf.rs", "low/mod.rs", "top.rs"]));
+    assert_eq!(layout_problems(&dir.join("src")), Vec::<String>::new());
+    // The same tree with the user listed above what it uses.
+    write("lib.rs", &lib(&["top.rs", "low/leaf.rs", "low/mod.rs"]));
+    assert_eq!(
+        layout_problems(&dir.join("src")),
+        vec!["top.rs uses low/mod.rs, which is listed below it", "top.rs uses low/leaf.rs, which is listed below it"]
+    );
+    // A file left out, one listed twice, one that is not there.
+    write("lib.rs", &lib(&["low/leaf.rs", "low/leaf.rs", "gone.rs", "top.rs"]));
+    assert_eq!(
+        layout_problems(&dir.join("src")),
+        vec![
+            "low/leaf.rs is listed twice",
+            "gone.rs is listed but does not exist",
+            "low/mod.rs is missing from the # Layout table of lib.rs",
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_proxy_map_lists_every_file_below_what_it_uses() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proxy/src");
+    let problems = layout_problems(&src);
+    assert!(problems.is_empty(), "proxy/src/lib.rs # Layout is not true to the files:\n{}", problems.join("\n"));
 }
 
 #[test]

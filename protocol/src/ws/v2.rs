@@ -28,6 +28,11 @@ use bytes::{Buf, Bytes};
 /// knows).
 pub const SUBPROTOCOL_V2: &str = "moonbridge.v2";
 
+/// The longest keepalive (Ping) interval either side uses on a carriage v2 connection, whatever its
+/// configured `ping_interval`: 4 seconds. Both ends agree on it: a silent drop is then noticed within three
+/// intervals (12 s), in time to resume before a 1.7.10 server's 30-second read timeout ends the session.
+pub const MAX_PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// Longest control message, in bytes (one frame, so it fits a control-sized payload).
 pub const MAX_CONTROL_LEN: usize = 125;
 

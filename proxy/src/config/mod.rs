@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 mod settings;
 
+pub use crate::transport::Transport;
+pub use crate::trusted::RealIpHeader;
 pub use settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, WsSettings};
 
 /// Address of the built-in TCP listener.
@@ -276,56 +278,6 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             compression: CompressionConfig::default(),
             transfer: TransferConfig::default(),
-        }
-    }
-}
-
-/// How players reach a listener.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Transport {
-    /// Plain Minecraft over TCP.
-    Tcp,
-    /// WebSocket over plain HTTP (`ws://`), for a CDN or TLS terminator in front.
-    Ws,
-    /// WebSocket over TLS 1.2/1.3 (`wss://`), with rustls.
-    Wss,
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Tcp => "tcp",
-            Self::Ws => "ws",
-            Self::Wss => "wss",
-        })
-    }
-}
-
-/// The HTTP header a trusted proxy puts the player's address in.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RealIpHeader {
-    /// `CF-Connecting-IP`: Cloudflare's single address.
-    #[default]
-    #[serde(rename = "CF-Connecting-IP")]
-    CfConnectingIp,
-    /// `X-Forwarded-For`: a list; the rightmost address that is not a trusted proxy is the player.
-    #[serde(rename = "X-Forwarded-For")]
-    XForwardedFor,
-    /// `X-Real-IP`: a single address (nginx).
-    #[serde(rename = "X-Real-IP")]
-    XRealIp,
-}
-
-impl RealIpHeader {
-    /// The header name, as written in the configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::CfConnectingIp => "CF-Connecting-IP",
-            Self::XForwardedFor => "X-Forwarded-For",
-            Self::XRealIp => "X-Real-IP",
         }
     }
 }

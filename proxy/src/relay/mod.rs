@@ -1,7 +1,7 @@
 //! The relay: bytes both ways between a player and a backend once the backend has answered the login.
 //!
 //! One policy for every transport, written once here and used by both loops:
-//! - [`Direction`]: per direction, the byte count, the frame scanner that knows where clientbound frames end,
+//! - [`Flow`]: per direction, the byte count, the frame scanner that knows where clientbound frames end,
 //!   and online mode's AES-CFB8 (decrypt what the player sends, encrypt what it receives), all in place on the
 //!   batch in flight;
 //! - [`within_stall`]: a side that accepts no byte for `limits.write_stall_timeout_seconds` while the proxy
@@ -12,7 +12,7 @@
 //! - [`Follow`]: for a player who can be moved, the clientbound transfer watch
 //!   ([`moonbridge_protocol::transfer::watch`]): a frame head a batch ends in is held for the next batch, and at
 //!   the first frame that starts a switch the loop hands the backend connection over ([`BackendSide`],
-//!   [`HandOver`]) and goes on against the transfer layer's hop;
+//!   [`Handover`]) and goes on against the transfer layer's hop;
 //! - [`RelayEnd`]: how a relay ended, for the session log.
 //!
 //! The loops: [`tcp`] (two socket pumps, one read and one write per batch, zero-copy through a per-thread
@@ -141,19 +141,19 @@ pub(crate) struct Watching {
     /// The handover is due: the rest of the batch, from the frame that starts a switch.
     rest: Option<Vec<u8>>,
     /// Starts the transfer layer.
-    to: Box<dyn HandOver>,
+    to: Box<dyn Handover>,
 }
 
 impl Watching {
     /// A watch that has followed `first` (bytes already sent to the player) and hands over through `to`.
-    pub(crate) fn new(watch: ClientboundWatch, held: Vec<u8>, to: Box<dyn HandOver>) -> Self {
+    pub(crate) fn new(watch: ClientboundWatch, held: Vec<u8>, to: Box<dyn Handover>) -> Self {
         Self { watch, closes: Arc::new(AtomicU64::new(0)), held, rest: None, to }
     }
 }
 
 /// Starts the transfer layer behind a relay (`crate::transfer`, which depends on this module, not the other
 /// way).
-pub(crate) trait HandOver: Send {
+pub(crate) trait Handover: Send {
     /// Starts the transfer layer on the old `backend` connection and the switchboard's end of the `hop`,
     /// continuing from `handed`; returns its task.
     fn start(self: Box<Self>, backend: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()>;
@@ -191,7 +191,7 @@ pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
 /// Replaces `backend` with the relay's end of `hop` (from [`hop`]) and starts the transfer layer behind it
 /// through `to`; returns its task.
 pub(crate) fn start_over(
-    to: Box<dyn HandOver>,
+    to: Box<dyn Handover>,
     backend: &mut TcpStream,
     (relay_end, switch_end): (TcpStream, TcpStream),
     handed: Handed,
@@ -230,7 +230,7 @@ impl BackendSide {
     }
 
     /// True when the clientbound watch asks for the transfer layer.
-    pub(crate) fn handover_due(down: &Direction) -> bool {
+    pub(crate) fn handover_due(down: &Flow) -> bool {
         matches!(&down.follow, Follow::Watch(w) if w.rest.is_some())
     }
 
@@ -241,7 +241,7 @@ impl BackendSide {
     /// # Errors
     /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not
     /// delivered).
-    pub(crate) async fn hand_over(&mut self, up: &mut Direction, down: &mut Direction) -> io::Result<()> {
+    pub(crate) async fn hand_over(&mut self, up: &mut Flow, down: &mut Flow) -> io::Result<()> {
         if !Self::handover_due(down) {
             return Ok(());
         }
@@ -289,7 +289,7 @@ enum Transform {
 
 /// One direction of the relay.
 #[derive(Debug)]
-pub(crate) struct Direction {
+pub(crate) struct Flow {
     /// Bytes read from the source side so far.
     pub(crate) bytes: u64,
     /// Bytes read but not yet accepted by the destination socket (TCP relay; at most one read's worth).
@@ -306,7 +306,7 @@ pub(crate) struct Direction {
     counter: Option<IntCounter>,
 }
 
-impl Direction {
+impl Flow {
     /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
     /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
     pub(crate) fn pair(start: RelayStart<'_>) -> (Self, Self) {
@@ -501,7 +501,7 @@ pub(crate) async fn within_stall<T>(
 /// Where the player's bytes go, for [`inject_shutdown`]: a TCP socket or a WebSocket.
 pub(crate) trait PlayerSink {
     /// Writes what is still pending for the player (TCP relay) or nothing (WebSocket relay).
-    async fn drain(&mut self, down: &mut Direction) -> io::Result<()>;
+    async fn drain(&mut self, down: &mut Flow) -> io::Result<()>;
     /// Sends bytes to the player as one write or one message.
     async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()>;
 }
@@ -509,7 +509,7 @@ pub(crate) trait PlayerSink {
 /// The shutdown step of every relay: within [`SHUTDOWN_FLUSH_TIMEOUT`], the player gets what the backend
 /// already sent and then, at a frame boundary of a plaintext stream, the Play Disconnect (encrypted in online
 /// mode). The transport's own close (FIN, WebSocket Close 1001) follows in the caller.
-pub(crate) async fn inject_shutdown(sink: &mut impl PlayerSink, down: &mut Direction) {
+pub(crate) async fn inject_shutdown(sink: &mut impl PlayerSink, down: &mut Flow) {
     let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
         sink.drain(down).await?;
         if down.at_frame_boundary() {
@@ -557,7 +557,7 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut [u8]) -> R) -> R {
 /// with `take(&[])` at EOF.
 pub(crate) fn read_batch<R>(
     from: &TcpStream,
-    down: &mut Direction,
+    down: &mut Flow,
     max: usize,
     take: impl FnOnce(&mut [u8]) -> R,
 ) -> io::Result<Option<R>> {
@@ -650,7 +650,7 @@ mod tests {
             metrics: &metrics,
             resume: None,
         };
-        let (mut up, mut down) = Direction::pair(start);
+        let (mut up, mut down) = Flow::pair(start);
         // Clientbound: two whole frames, scanned as plaintext, then encrypted.
         let plain = [0x02, 0x00, 0x01, 0x01, 0x00];
         let mut batch = plain;
@@ -677,7 +677,7 @@ mod tests {
     /// keeps what the relay handed over.
     struct Recorder(std::sync::mpsc::Sender<Handed>);
 
-    impl HandOver for Recorder {
+    impl Handover for Recorder {
         fn start(self: Box<Self>, _backend: TcpStream, _hop: TcpStream, handed: Handed) -> JoinHandle<()> {
             self.0.send(handed).unwrap();
             tokio::spawn(async {})
@@ -722,7 +722,7 @@ mod tests {
             metrics: &metrics,
             resume: None,
         };
-        let (mut up, mut down) = Direction::pair(start);
+        let (mut up, mut down) = Flow::pair(start);
         // Serverbound: a Close Window (C0D), then half of a Chat Message.
         let mut player = ClientCipher::new(&secret);
         let mut sent = [frame(0x0d, &[1]), vec![0x05, 0x01]].concat();

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 pub(crate) const RETIRED_KEPT: usize = 4096;
 
 /// A new link for a session, handed over by the connection that carried the resume request.
-pub(crate) struct Handoff<L> {
+pub(crate) struct Resumption<L> {
     /// The player's new WebSocket.
     pub(crate) link: L,
     /// The token the resume used.
@@ -37,7 +37,7 @@ pub(crate) struct Handoff<L> {
 }
 
 /// The sending half a session's relay listens on.
-pub(crate) type HandoffTx<L> = mpsc::Sender<Handoff<L>>;
+pub(crate) type ResumptionTx<L> = mpsc::Sender<Resumption<L>>;
 
 /// What a v2 relay needs besides [`crate::relay::RelayStart`].
 pub(crate) struct ResumeStart {
@@ -57,7 +57,7 @@ pub(crate) struct ResumeTable {
 
 #[derive(Default)]
 struct Inner {
-    /// Secret → the session's `HandoffTx<L>` (boxed: one table serves every link type).
+    /// Secret → the session's `ResumptionTx<L>` (boxed: one table serves every link type).
     live: HashMap<[u8; SECRET_LEN], Box<dyn Any + Send>>,
     retired: HashSet<[u8; SECRET_LEN]>,
     retired_order: VecDeque<[u8; SECRET_LEN]>,
@@ -136,7 +136,7 @@ impl ResumeTable {
     }
 
     /// Registers a session reachable through `tx` under a fresh token.
-    pub(crate) fn register<L: Send + 'static>(self: &Arc<Self>, tx: HandoffTx<L>) -> Registration {
+    pub(crate) fn register<L: Send + 'static>(self: &Arc<Self>, tx: ResumptionTx<L>) -> Registration {
         let mut secret = [0u8; SECRET_LEN];
         OsRng.fill_bytes(&mut secret);
         self.lock().live.insert(secret, Box::new(tx));
@@ -146,24 +146,28 @@ impl ResumeTable {
     /// Takes the session of `token` for a resume: its channel, or why not. A token found is used up (it
     /// answers 4004 from then on), unless its session is on another link type (a ws session resumed through a
     /// wss listener: 4001, and the session stays reachable).
-    pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<HandoffTx<L>, Refusal> {
+    pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<ResumptionTx<L>, Refusal> {
         if token.instance != self.instance {
             return Err(Refusal::OTHER_INSTANCE);
         }
         let mut inner = self.lock();
         match inner.live.get(&token.secret) {
             None => return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN }),
-            Some(entry) if !entry.is::<HandoffTx<L>>() => return Err(Refusal::UNKNOWN),
+            Some(entry) if !entry.is::<ResumptionTx<L>>() => return Err(Refusal::UNKNOWN),
             Some(_) => {}
         }
         let entry = inner.live.remove(&token.secret);
         inner.retire(token.secret);
-        entry.and_then(|e| e.downcast::<HandoffTx<L>>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
+        entry.and_then(|e| e.downcast::<ResumptionTx<L>>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
     }
 
     /// Makes a used `token` valid again for the session of `tx`, until the returned registration is dropped
     /// or [`ResumeTable::retire`]d: the player may not have received the next token yet.
-    pub(crate) fn reinstate<L: Send + 'static>(self: &Arc<Self>, token: ResumeToken, tx: HandoffTx<L>) -> Registration {
+    pub(crate) fn reinstate<L: Send + 'static>(
+        self: &Arc<Self>,
+        token: ResumeToken,
+        tx: ResumptionTx<L>,
+    ) -> Registration {
         let mut inner = self.lock();
         inner.retired.remove(&token.secret);
         inner.live.insert(token.secret, Box::new(tx));
@@ -191,7 +195,7 @@ mod tests {
     #[test]
     fn tokens_are_used_once_and_name_their_instance() {
         let table = Arc::new(ResumeTable::new());
-        let (tx, _rx) = mpsc::channel::<Handoff<u8>>(1);
+        let (tx, _rx) = mpsc::channel::<Resumption<u8>>(1);
         let reg = table.register(tx.clone());
         let token = reg.token;
         assert_eq!(table.len(), 1);
@@ -225,7 +229,7 @@ mod tests {
     #[test]
     fn the_retired_set_is_bounded() {
         let table = Arc::new(ResumeTable::new());
-        let (tx, _rx) = mpsc::channel::<Handoff<u8>>(1);
+        let (tx, _rx) = mpsc::channel::<Resumption<u8>>(1);
         let first = table.register(tx.clone()).token;
         // Registration dropped at once: take it before that to retire it.
         let reg = table.register(tx.clone());

@@ -18,7 +18,7 @@ use std::net::Shutdown;
 use tokio::net::TcpStream;
 
 use super::{
-    inject_shutdown, read_batch, within_stall, write_all, BackendSide, Direction, PlayerSink, RelayEnd, RelayReport,
+    inject_shutdown, read_batch, within_stall, write_all, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport,
     RelayStart, Side, HALF_CLOSE_TIMEOUT, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT,
 };
 
@@ -29,7 +29,7 @@ enum PumpError {
 }
 
 /// Writes `dir.pending` to `to` until it is empty, under the write-stall policy.
-async fn drain(to: &TcpStream, dir: &mut Direction, side: Side) -> io::Result<()> {
+async fn drain(to: &TcpStream, dir: &mut Flow, side: Side) -> io::Result<()> {
     while !dir.pending.is_empty() {
         within_stall(dir.stall, side, to.writable()).await?;
         match to.try_write(&dir.pending) {
@@ -54,7 +54,7 @@ enum Batch {
 }
 
 /// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
-fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Direction) -> Result<Batch, PumpError> {
+fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Flow) -> Result<Batch, PumpError> {
     let mut pending = std::mem::take(&mut dir.pending);
     let r = read_batch(from, dir, RELAY_CHUNK, |data| {
         if data.is_empty() {
@@ -86,7 +86,7 @@ enum Stop {
 
 /// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side), a handover or an error.
 /// Cancel-safe: all progress lives in `dir`.
-async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Direction, to_side: Side) -> Result<Stop, PumpError> {
+async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Flow, to_side: Side) -> Result<Stop, PumpError> {
     loop {
         drain(to, dir, to_side).await.map_err(PumpError::Write)?;
         if BackendSide::handover_due(dir) {
@@ -116,7 +116,7 @@ fn side_error(from: Side, e: PumpError) -> RelayEnd {
 struct TcpSink<'a>(&'a TcpStream);
 
 impl PlayerSink for TcpSink<'_> {
-    async fn drain(&mut self, down: &mut Direction) -> io::Result<()> {
+    async fn drain(&mut self, down: &mut Flow) -> io::Result<()> {
         drain(self.0, down, Side::Player).await
     }
 
@@ -134,7 +134,7 @@ pub(crate) async fn run(
     early: Vec<u8>,
 ) -> RelayReport {
     let shutdown = start.shutdown;
-    let (mut up, mut down) = Direction::pair(start);
+    let (mut up, mut down) = Flow::pair(start);
     up.preload(early);
     let first = loop {
         match pumps(player, backend.stream(), &mut up, &mut down, shutdown).await {
@@ -161,8 +161,8 @@ pub(crate) async fn run(
 async fn pumps(
     player: &TcpStream,
     backend: &TcpStream,
-    up: &mut Direction,
-    down: &mut Direction,
+    up: &mut Flow,
+    down: &mut Flow,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Option<RelayEnd> {
     let c2b = pump(player, backend, up, Side::Backend);

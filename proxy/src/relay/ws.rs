@@ -42,8 +42,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::metrics::WsMetrics;
 
 use super::{
-    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, BackendSide, Direction, PlayerGone,
-    PlayerSink, RelayEnd, RelayReport, RelayStart, Side, EARLY_DATA_LIMIT, LINGER, RELAY_CHUNK,
+    discard_until_eof, inject_shutdown, read_batch, within_stall, write_all, BackendSide, Flow, PlayerGone, PlayerSink,
+    RelayEnd, RelayReport, RelayStart, Side, EARLY_DATA_LIMIT, LINGER, RELAY_CHUNK,
 };
 
 /// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
@@ -559,7 +559,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     pub(crate) async fn relay(&mut self, backend: &mut BackendSide, start: RelayStart<'_>) -> RelayReport {
         let shutdown = start.shutdown;
         // Counting, frame following and (online mode) AES-CFB8, in place per batch, as in the TCP relay.
-        let (mut up, mut down) = Direction::pair(start);
+        let (mut up, mut down) = Flow::pair(start);
         let stall = up.stall;
         // Stream bytes decoded from the player, written to the backend together (one write per read). Bytes the
         // player sent ahead during the login stage go first, then what is still buffered undecoded (reading
@@ -672,7 +672,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
-    async fn drain(&mut self, _down: &mut Direction) -> io::Result<()> {
+    async fn drain(&mut self, _down: &mut Flow) -> io::Result<()> {
         Ok(()) // every batch left as a whole message
     }
 

@@ -8,7 +8,7 @@
 //!   ping intervals) parks the session: the backend connection stays, what it sends is retained (reads pause
 //!   when the buffer is full), and the session waits `resume_window_seconds` for a resume. When the window
 //!   passes, the backend connection is closed and the reason logged.
-//! - A resume hands the session a new link ([`Handoff`]): the count is checked against what is retained (4003
+//! - A resume hands the session a new link ([`Resumption`]): the count is checked against what is retained (4003
 //!   otherwise), the proxy answers `resumed <count> <next token>`, sends again what the player has not received,
 //!   and the relay goes on. A resume while the old link still looks alive takes over: the old link gets 4005.
 //! - A Close with another code, a backend FIN, bad input and shutdown end the session as in v1.
@@ -27,11 +27,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::resume::{Handoff, Refusal, Registration, ResumeStart, ResumeTable};
+use super::resume::{Refusal, Registration, ResumeStart, ResumeTable, Resumption};
 use super::ws::{control_frame, Turn, WsLink};
 use super::{
-    discard_until_eof, inject_shutdown, read_batch, write_all, BackendSide, Direction, RelayEnd, RelayReport,
-    RelayStart, Side, LINGER, RELAY_CHUNK,
+    discard_until_eof, inject_shutdown, read_batch, write_all, BackendSide, Flow, RelayEnd, RelayReport, RelayStart,
+    Side, LINGER, RELAY_CHUNK,
 };
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
@@ -39,22 +39,18 @@ use crate::metrics::Metrics;
 /// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
 const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
 
-/// The longest keepalive interval on a v2 link, so a silent drop is noticed within three of them (12 s),
-/// well inside a 1.7.10 server's 30-second read timeout. A playing client sends every tick anyway.
-pub(crate) const V2_MAX_PING_INTERVAL: Duration = Duration::from_secs(4);
-
 /// The close code a v2 player gets on proxy shutdown: 1012 Service Restart (RFC 6455 registry), which the
 /// client takes as an end, not as a drop to resume (1001 is a drop).
 const CLOSE_SERVICE_RESTART: u16 = 1012;
 
 /// How a connected stretch of the relay ended.
-enum Step<L> {
+enum StretchEnd<L> {
     /// The session is over.
     End(RelayEnd),
     /// The player's link was lost without a Minecraft disconnect (the cause, for the log).
     Lost(String),
     /// A resume arrived while the link still looked alive.
-    TakenOver(Handoff<L>),
+    TakenOver(Resumption<L>),
 }
 
 /// What the relay keeps across links.
@@ -67,8 +63,8 @@ struct Resumable<L> {
     /// The token the last resume used, valid again until the player shows it got the next one (its first
     /// `ack` or bytes on the new link): a drop during the resume exchange can then be resumed once more.
     previous: Option<Registration>,
-    tx: mpsc::Sender<Handoff<L>>,
-    rx: mpsc::Receiver<Handoff<L>>,
+    tx: mpsc::Sender<Resumption<L>>,
+    rx: mpsc::Receiver<Resumption<L>>,
     table: Arc<ResumeTable>,
     metrics: Arc<Metrics>,
     window: Duration,
@@ -84,8 +80,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         resume: ResumeStart,
     ) -> RelayReport {
         let shutdown = start.shutdown;
-        let (mut up, mut down) = Direction::pair(start);
-        self.shorten_keepalive(V2_MAX_PING_INTERVAL);
+        let (mut up, mut down) = Flow::pair(start);
+        self.shorten_keepalive(v2::MAX_PING_INTERVAL);
         let (tx, rx) = mpsc::channel(1);
         let registration = resume.table.register(tx.clone());
         // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
@@ -126,8 +122,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     async fn run(
         &mut self,
         backend: &mut BackendSide,
-        up: &mut Direction,
-        down: &mut Direction,
+        up: &mut Flow,
+        down: &mut Flow,
         shutdown: &CancellationToken,
         r: &mut Resumable<Self>,
         batch: BytesMut,
@@ -146,13 +142,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         }
         let mut step = self.connected(backend, up, down, shutdown, r, batch, pending).await;
         loop {
-            let (handoff, cause, lost_at) = match step {
-                Step::End(end) => return end,
-                Step::TakenOver(h) => {
+            let (resumption, cause, lost_at) = match step {
+                StretchEnd::End(end) => return end,
+                StretchEnd::TakenOver(h) => {
                     // The old link still looked alive: tell it, without waiting for it.
                     (h, "taken over by a new connection".to_string(), Instant::now())
                 }
-                Step::Lost(cause) => {
+                StretchEnd::Lost(cause) => {
                     let lost_at = Instant::now();
                     if !self.peer_closed {
                         let _ = tokio::time::timeout(LOST_LINK_CLOSE, self.stream.shutdown()).await;
@@ -169,38 +165,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     }
                 }
             };
-            step = match self.adopt(handoff, r, &cause, lost_at).await {
+            step = match self.adopt(resumption, r, &cause, lost_at).await {
                 Ok(()) if r.backend_eof => {
                     self.close(carriage::CLOSE_NORMAL, "").await;
                     return RelayEnd::Closed(Side::Backend);
                 }
                 Ok(()) => self.connected(backend, up, down, shutdown, r, BytesMut::new(), Turn::Continue).await,
-                Err(AdoptError::Lost(cause)) => Step::Lost(cause),
-                Err(AdoptError::Superseded(h)) => Step::TakenOver(h),
+                Err(AdoptError::Lost(cause)) => StretchEnd::Lost(cause),
+                Err(AdoptError::Superseded(h)) => StretchEnd::TakenOver(h),
                 Err(AdoptError::End(end)) => return end,
             };
         }
     }
 
-    /// One connected stretch: the v1 relay loop with retention, acks and handoffs.
+    /// One connected stretch: the v1 relay loop with retention, acks and resumptions.
     #[allow(clippy::too_many_arguments)]
     async fn connected(
         &mut self,
         backend: &mut BackendSide,
-        up: &mut Direction,
-        down: &mut Direction,
+        up: &mut Flow,
+        down: &mut Flow,
         shutdown: &CancellationToken,
         r: &mut Resumable<Self>,
         mut batch: BytesMut,
         mut pending: Turn,
-    ) -> Step<Self> {
+    ) -> StretchEnd<Self> {
         let stall = up.stall;
         loop {
             // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
             // written whole).
             if let Err(e) = backend.hand_over(up, down).await {
                 self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                return Step::End(RelayEnd::Error(Side::Backend, e));
+                return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
             }
             // Bytes or an ack on this link: the player has the current token, so the last one is spent.
             if (!batch.is_empty() || self.peer_ack.is_some()) && r.previous.is_some() {
@@ -212,7 +208,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 up.process(&mut batch);
                 if let Err(e) = write_all(backend.stream(), &batch, stall, Side::Backend).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    return Step::End(RelayEnd::Error(Side::Backend, e));
+                    return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                 }
                 batch.clear();
             }
@@ -226,21 +222,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 Turn::Continue => {}
                 Turn::Closed if self.peer_close_code == Some(carriage::CLOSE_GOING_AWAY) => {
                     // A CDN edge going away (or the client's network leaving): its Close was answered; wait.
-                    return Step::Lost("Close 1001 (going away)".into());
+                    return StretchEnd::Lost("Close 1001 (going away)".into());
                 }
                 Turn::Closed => {
                     let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
                     discard_until_eof(backend.stream(), LINGER).await;
                     let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
-                    return Step::End(RelayEnd::Closed(Side::Player));
+                    return StretchEnd::End(RelayEnd::Closed(Side::Player));
                 }
                 Turn::Fault(e) if self.fault.is_none() => {
                     // A Pong that could not be written: the link is lost, not broken by the player.
-                    return Step::Lost(format!("write failed: {e}"));
+                    return StretchEnd::Lost(format!("write failed: {e}"));
                 }
                 Turn::Fault(e) => {
                     self.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
-                    return Step::End(RelayEnd::Error(Side::Player, e));
+                    return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                 }
             }
             if let Some(n) = r.acks.on_data(self.stream_in) {
@@ -256,19 +252,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             tokio::select! {
                 h = r.rx.recv() => {
                     if let Some(h) = h {
-                        return Step::TakenOver(h);
+                        return StretchEnd::TakenOver(h);
                     }
                 }
                 res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
                     match res {
                         Ok(0) => {
                             self.peer_closed = true;
-                            return Step::Lost("connection closed (FIN)".into());
+                            return StretchEnd::Lost("connection closed (FIN)".into());
                         }
                         Ok(_) => {}
                         Err(e) => {
                             self.peer_closed = true;
-                            return Step::Lost(format!("connection lost: {e}"));
+                            return StretchEnd::Lost(format!("connection lost: {e}"));
                         }
                     }
                     if let Some(k) = &mut self.keepalive {
@@ -279,7 +275,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 res = backend.stream().readable(), if room => {
                     if let Err(e) = res {
                         self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                        return Step::End(RelayEnd::Error(Side::Backend, e));
+                        return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                     }
                     let room = r.buffer - r.retained.len();
                     // One copy, out of the scratch buffer into the message; the retained chunk shares it. With
@@ -294,17 +290,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         Ok(Some(Ok(m))) => m,
                         Ok(Some(Err(e))) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
-                            return Step::End(RelayEnd::Error(Side::Player, e));
+                            return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                         }
                         Ok(None) => continue,
                         Err(e) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                            return Step::End(RelayEnd::Error(Side::Backend, e));
+                            return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                         }
                     };
                     if msg.2 == 0 {
                         self.close(carriage::CLOSE_NORMAL, "").await;
-                        return Step::End(RelayEnd::Closed(Side::Backend));
+                        return StretchEnd::End(RelayEnd::Closed(Side::Backend));
                     }
                     r.retained.push(msg.1);
                     self.messages_out += 1;
@@ -324,7 +320,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         }
                         KeepaliveAction::Dead => {
                             self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
-                            return Step::Lost("no traffic for 3 ping intervals".into());
+                            return StretchEnd::Lost("no traffic for 3 ping intervals".into());
                         }
                     }
                     if let Some(n) = r.acks.on_tick(self.stream_in) {
@@ -336,22 +332,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 () = shutdown.cancelled() => {
                     inject_shutdown(self, down).await;
                     self.close(CLOSE_SERVICE_RESTART, "proxy shutting down").await;
-                    return Step::End(RelayEnd::Shutdown);
+                    return StretchEnd::End(RelayEnd::Shutdown);
                 }
             }
         }
     }
 
     /// Waits for a resume with no player: the backend's bytes are retained (reads pause when the buffer is
-    /// full), until a handoff, the window's end, or shutdown.
+    /// full), until a resumption, the window's end, or shutdown.
     async fn park(
         &mut self,
         backend: &mut BackendSide,
-        up: &mut Direction,
-        down: &mut Direction,
+        up: &mut Flow,
+        down: &mut Flow,
         shutdown: &CancellationToken,
         r: &mut Resumable<Self>,
-    ) -> Result<Handoff<Self>, RelayEnd> {
+    ) -> Result<Resumption<Self>, RelayEnd> {
         let deadline = tokio::time::Instant::now() + r.window;
         loop {
             // A switch may start while the player is away (a handover when one is due): its frames are retained
@@ -393,12 +389,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// background: 4005 if it was still open).
     async fn adopt(
         &mut self,
-        handoff: Handoff<Self>,
+        resumption: Resumption<Self>,
         r: &mut Resumable<Self>,
         cause: &str,
         lost_at: Instant,
     ) -> Result<(), AdoptError<Self>> {
-        let Handoff { mut link, token, received, sent, at } = handoff;
+        let Resumption { mut link, token, received, sent, at } = resumption;
         let (from, to) = (r.retained.start(), r.retained.end());
         let replay = match r.retained.resume_from(received) {
             Ok(b) if sent >= self.stream_in => b,
@@ -416,7 +412,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 return Err(AdoptError::End(RelayEnd::Error(Side::Player, e)));
             }
         };
-        link.shorten_keepalive(V2_MAX_PING_INTERVAL);
+        link.shorten_keepalive(v2::MAX_PING_INTERVAL);
         r.registration = r.table.register(r.tx.clone());
         // The token this resume used stays valid until the player shows it got the next one.
         r.previous = Some(r.table.reinstate(token, r.tx.clone()));
@@ -433,7 +429,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             }
             outcome = match link.binary_frame(chunk) {
                 Ok((frame, _)) => link.write_racing(&frame, &mut r.rx).await,
-                Err(e) => Err(Step::Lost(format!("compression failed: {e}"))),
+                Err(e) => Err(StretchEnd::Lost(format!("compression failed: {e}"))),
             };
             link.stream_out += chunk.len() as u64;
             link.messages_out += 1;
@@ -443,7 +439,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let first_byte = at.elapsed();
         match outcome {
             Ok(()) => {}
-            Err(Step::TakenOver(newer)) => {
+            Err(StretchEnd::TakenOver(newer)) => {
                 // An even newer resume arrived meanwhile: it wins, this link is closed (4005).
                 tokio::spawn(close_old(link));
                 return Err(AdoptError::Superseded(newer));
@@ -451,7 +447,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             Err(other) => {
                 tokio::spawn(close_old(link));
                 let cause = match other {
-                    Step::Lost(c) => c,
+                    StretchEnd::Lost(c) => c,
                     _ => "resumed link lost".into(),
                 };
                 return Err(AdoptError::Lost(format!("resumed link lost during the replay: {cause}")));
@@ -477,12 +473,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// Writes whole frames to the player unless a resume arrives first (a link that stopped reading must not
-    /// hold up a resume): a failed write is a lost link, a handoff a take-over.
-    async fn write_racing(&mut self, frames: &[u8], rx: &mut mpsc::Receiver<Handoff<Self>>) -> Result<(), Step<Self>> {
+    /// hold up a resume): a failed write is a lost link, a resumption a take-over.
+    async fn write_racing(
+        &mut self,
+        frames: &[u8],
+        rx: &mut mpsc::Receiver<Resumption<Self>>,
+    ) -> Result<(), StretchEnd<Self>> {
         tokio::select! {
             biased;
-            res = self.write_frame(frames) => res.map_err(|e| Step::Lost(format!("write failed: {e}"))),
-            Some(h) = rx.recv() => Err(Step::TakenOver(h)),
+            res = self.write_frame(frames) => res.map_err(|e| StretchEnd::Lost(format!("write failed: {e}"))),
+            Some(h) = rx.recv() => Err(StretchEnd::TakenOver(h)),
         }
     }
 }
@@ -492,7 +492,7 @@ enum AdoptError<L> {
     /// The new link was lost too: wait for the next resume.
     Lost(String),
     /// A newer resume arrived during this one: adopt that instead.
-    Superseded(Handoff<L>),
+    Superseded(Resumption<L>),
     /// The session is over.
     End(RelayEnd),
 }
@@ -504,7 +504,7 @@ async fn close_old<S: AsyncRead + AsyncWrite + Unpin + Send>(mut old: WsLink<S>)
 
 /// A resume request arrived on `link` (its first message): hands the link to its session, or closes it with
 /// the refusal's code. Returns the outcome label for the log.
-pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+pub(crate) async fn deliver_resumption<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut link: WsLink<S>,
     control: Control,
     table: &ResumeTable,
@@ -517,7 +517,7 @@ pub(crate) async fn hand_off<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>
     };
     let at = Instant::now();
     let refusal = match table.take::<WsLink<S>>(&token) {
-        Ok(tx) => match tx.send(Handoff { link, token, received, sent, at }).await {
+        Ok(tx) => match tx.send(Resumption { link, token, received, sent, at }).await {
             Ok(()) => return "handed_over",
             Err(mpsc::error::SendError(h)) => {
                 link = h.link;

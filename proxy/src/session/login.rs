@@ -261,7 +261,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             return summary;
         }
         let mut watch = ClientboundWatch::new(transfer::has_fallback(&live, backend));
-        let to = Box::new(transfer::Handover {
+        let to = Box::new(transfer::ToSwitchboard {
             live: Arc::clone(&live),
             identity: *identity,
             metrics: Arc::clone(&state.metrics),

@@ -13,12 +13,8 @@ use moonbridge_protocol::ws::{self as carriage, v2};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::{RealIpHeader, WsSettings};
+use crate::http_head::{parse_head, HeadError, MAX_HEADERS, MAX_REQUEST_HEAD};
 use crate::trusted::real_ip;
-
-/// Largest HTTP request head (request line and headers) accepted, in bytes; over it: 431.
-pub(crate) const MAX_REQUEST_HEAD: usize = 8192;
-/// Most request headers accepted; over it: 431.
-const MAX_HEADERS: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpgradeError {
@@ -173,16 +169,14 @@ pub(crate) fn parse_upgrade(
     peer: SocketAddr,
     carriages: Carriages,
 ) -> Result<Option<(String, Upgraded)>, UpgradeError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
-        Ok(httparse::Status::Complete(head_len)) => {
-            let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
-            check_request(&req, settings, peer, leftover, carriages).map(Some)
-        }
-        Ok(httparse::Status::Partial) if buf.len() <= MAX_REQUEST_HEAD => Ok(None),
-        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => Err(UpgradeError::TooLarge),
-        Err(e) => Err(UpgradeError::Malformed(e.to_string())),
+    match parse_head(buf, |req, head_len| {
+        let leftover = buf.get(head_len..).unwrap_or_default().to_vec();
+        check_request(req, settings, peer, leftover, carriages)
+    }) {
+        Ok(Some(checked)) => checked.map(Some),
+        Ok(None) => Ok(None),
+        Err(HeadError::TooLarge) => Err(UpgradeError::TooLarge),
+        Err(HeadError::Malformed(e)) => Err(UpgradeError::Malformed(e)),
     }
 }
 

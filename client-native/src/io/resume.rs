@@ -1,0 +1,170 @@
+//! Carriage v2 resume in the client (`docs/carriage.md`): a WebSocket session that outlives its connections,
+//! reconnecting to the same URL and presenting its token when a connection drops.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::ws::v2::{self, Control};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use super::tcp::run_tcp;
+use super::wait::{close_expired, closing_flag};
+use super::ws::{feed_batch, run_ws, Resume, WsEnd, WsZstd};
+use crate::connect::{establish, Stream};
+use crate::error::ClientError;
+use crate::shared::{bump, Shared};
+use crate::target::Target;
+
+/// Runs a WebSocket session: its connections one after another while a carriage v2 session resumes after
+/// drops (new TCP, TLS and upgrade each time, within the proxy's window, with backoff).
+pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shared) -> ClientError {
+    let mut resume = Resume::new();
+    let mut zstd = match WsZstd::for_stream(&first) {
+        Ok(z) => z,
+        Err(e) => return e,
+    };
+    let mut stream = first;
+    loop {
+        let v2 = stream.v2();
+        let end = match stream {
+            Stream::Ws(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
+            Stream::Wss(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
+            Stream::Tcp(s) => return run_tcp(s, shared).await,
+        };
+        let cause = match end {
+            WsEnd::End(e) => return e,
+            WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
+            WsEnd::Lost(e) => e,
+        };
+        (stream, zstd) = match reconnect(target, shared, &mut resume, &cause).await {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+    }
+}
+
+/// Why one resume attempt did not work.
+pub(super) enum Attempt {
+    /// The proxy refused (4001–4004, or no v2 any more): give up.
+    Refused(String),
+    /// Connecting or the exchange failed: try again while the window lasts.
+    Failed(String),
+}
+
+/// Reconnects and resumes within the window, with backoff (50 ms doubling to 1 s between attempts).
+pub(super) async fn reconnect(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+    cause: &ClientError,
+) -> Result<(Stream, Option<WsZstd>), ClientError> {
+    let deadline = Instant::now().checked_add(resume.window).unwrap_or_else(Instant::now);
+    let failed = |reason: String| ClientError::ResumeFailed { cause: cause.to_string(), reason };
+    let mut backoff = Duration::from_millis(50);
+    let mut last = String::from("no attempt finished");
+    loop {
+        if closing_flag(shared) {
+            return Err(ClientError::Closed);
+        }
+        let now = Instant::now();
+        let Some(left) = deadline.checked_duration_since(now).filter(|d| !d.is_zero()) else {
+            return Err(failed(format!(
+                "not resumed within the proxy's {} s window (last attempt: {last})",
+                resume.window.as_secs()
+            )));
+        };
+        let attempt = tokio::select! {
+            r = tokio::time::timeout(left, attempt(target, shared, resume)) => r,
+            () = close_expired(shared) => return Err(ClientError::Closed),
+        };
+        match attempt {
+            Ok(Ok(stream)) => {
+                bump(&shared.counters.resumes, 1);
+                shared
+                    .counters
+                    .last_resume_us
+                    .store(now.elapsed().as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+                return Ok(stream);
+            }
+            Ok(Err(Attempt::Refused(reason))) => return Err(failed(reason)),
+            Ok(Err(Attempt::Failed(reason))) => last = reason,
+            Err(_) => last = "timed out".into(),
+        }
+        let pause = backoff.min(deadline.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = close_expired(shared) => return Err(ClientError::Closed),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// One resume attempt: connect, `resume`, then the proxy's `resumed` and the replay of what it lacks
+/// (compressed when the new connection selected `moonbridge.v2.zstd`; each connection starts new streams).
+pub(super) async fn attempt(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+) -> Result<(Stream, Option<WsZstd>), Attempt> {
+    let mut stream = establish(target, &shared.options).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+    if !stream.v2() {
+        return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
+    }
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|e| Attempt::Failed(e.to_string()))?;
+    match &mut stream {
+        Stream::Ws(ws, _) => resume_on(ws, shared, resume, &mut zstd).await?,
+        Stream::Wss(ws, _) => resume_on(ws, shared, resume, &mut zstd).await?,
+        Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
+    }
+    Ok((stream, zstd))
+}
+
+/// The resume exchange on a new WebSocket (`docs/carriage.md`).
+pub(super) async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    shared: &Shared,
+    resume: &mut Resume,
+    zstd: &mut Option<WsZstd>,
+) -> Result<(), Attempt> {
+    let failed = |e: WsError| Attempt::Failed(e.to_string());
+    let token = resume.token.ok_or_else(|| Attempt::Refused("no resume token".into()))?;
+    let request = Control::Resume { token, received: resume.received, sent: resume.sent() };
+    ws.send(Message::Text(request.encode().into())).await.map_err(failed)?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => match Control::parse(t.as_bytes()) {
+                Ok(Control::Resumed { received, token }) => {
+                    let replay = resume
+                        .retained
+                        .resume_from(received)
+                        .map_err(|e| Attempt::Refused(format!("the proxy's count is wrong: {e}")))?;
+                    resume.token = Some(token);
+                    // Tells the proxy at once that the new token arrived (the old one is then spent).
+                    let ack = Control::Ack(resume.received).encode();
+                    ws.feed(Message::Text(ack.into())).await.map_err(failed)?;
+                    for batch in replay {
+                        feed_batch(ws, batch, zstd, shared).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+                    }
+                    ws.flush().await.map_err(failed)?;
+                    return Ok(());
+                }
+                _ => return Err(Attempt::Refused("unexpected answer to the resume request".into())),
+            },
+            Some(Ok(Message::Close(frame))) => {
+                let code = frame.as_ref().map(|f| u16::from(f.code));
+                return Err(match code {
+                    Some(c) if v2::is_resume_refusal(c) => {
+                        Attempt::Refused(format!("{} (close {c})", v2::refusal_text(c)))
+                    }
+                    Some(c) => Attempt::Refused(format!("the proxy closed with {c}")),
+                    None => Attempt::Failed("closed".into()),
+                });
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(failed(e)),
+            None => return Err(Attempt::Failed("connection closed".into())),
+        }
+    }
+}

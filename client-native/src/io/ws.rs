@@ -1,0 +1,334 @@
+//! The I/O loop of a WebSocket connection (carriage v1, and v2 with its acks and retention): each batch one
+//! Binary message (zstd-compressed under `moonbridge.v2.zstd`), Pings answered at once, keepalive Pings sent.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor, DEFAULT_LEVEL};
+use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, ResumeToken, Retained};
+use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::error::ProtocolError;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use super::wait::{
+    aged_cutoff, closing_flag, sleep_until, tick_deadline, wait_for_space, write_or_abandon, Scanners, Wake,
+};
+use super::wait::{CLOSE_LINGER, MAX_WS_MESSAGE_BYTES};
+use crate::connect::Stream;
+use crate::error::ClientError;
+use crate::shared::{bump, Shared};
+
+/// The longest resume window the library waits for, whatever the proxy announces, in seconds.
+pub(super) const MAX_RESUME_WINDOW_SECONDS: u64 = 3600;
+
+/// Bytes of sent data kept for a resume before the library stops taking batches until the proxy's `ack`
+/// (it acknowledges every 64 KiB, so this is only reached when the proxy stops reading).
+pub(crate) const MAX_RETAINED_BYTES: usize = 4 * 1024 * 1024;
+
+/// Carriage v2 state of a session, kept across its WebSocket connections (`docs/carriage.md`).
+pub(super) struct Resume {
+    /// The token of the next resume, once the proxy sent `session`.
+    pub(super) token: Option<ResumeToken>,
+    /// How long the proxy waits for a resume after a drop.
+    pub(super) window: Duration,
+    /// Stream bytes received from the proxy in all.
+    pub(super) received: u64,
+    /// What was sent and the proxy has not acknowledged.
+    pub(super) retained: Retained,
+    pub(super) acks: AckSchedule,
+}
+
+impl Resume {
+    pub(super) fn new() -> Self {
+        Self {
+            token: None,
+            window: Duration::ZERO,
+            received: 0,
+            retained: Retained::starting_at(0),
+            acks: AckSchedule::new(0),
+        }
+    }
+
+    /// Bytes sent in all.
+    pub(super) fn sent(&self) -> u64 {
+        self.retained.end()
+    }
+}
+
+pub(super) fn close_frame(code: u16, reason: &'static str) -> CloseFrame {
+    CloseFrame { code: code.into(), reason: reason.into() }
+}
+
+/// Sorts a WebSocket error: the server broke the protocol, or the transport failed.
+pub(super) fn ws_error(e: WsError) -> ClientError {
+    match e {
+        WsError::Protocol(_) | WsError::Capacity(_) | WsError::Utf8(_) => ClientError::Protocol(e.to_string()),
+        e => ClientError::Io(e.to_string()),
+    }
+}
+
+/// How a WebSocket connection of a session ended.
+pub(super) enum WsEnd {
+    /// The session is over (an orderly close, a refusal, bad input, `close`).
+    End(ClientError),
+    /// The connection was lost without a Minecraft disconnect: a carriage v2 session may resume.
+    Lost(ClientError),
+}
+
+/// Sorts an error of an established WebSocket: the transport was lost (may resume), or the peer broke the
+/// protocol (ends).
+pub(super) fn ws_loss(e: WsError) -> WsEnd {
+    match e {
+        WsError::Io(_)
+        | WsError::ConnectionClosed
+        | WsError::AlreadyClosed
+        | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => WsEnd::Lost(ws_error(e)),
+        e => WsEnd::End(ws_error(e)),
+    }
+}
+
+/// A write failed: lost, unless the game asked to close (then the session is over).
+pub(super) fn write_loss(e: ClientError) -> WsEnd {
+    match e {
+        ClientError::Closed => WsEnd::End(e),
+        e => WsEnd::Lost(e),
+    }
+}
+
+/// Most stream bytes one compressed message from the proxy may inflate to (the proxy sends one backend read,
+/// at most 256 KiB, per message): 16 MiB. Past it the connection closes with 1009.
+pub(crate) const MAX_INFLATED_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The zstd contexts of one `moonbridge.v2.zstd` connection (each connection starts new streams).
+pub(super) struct WsZstd {
+    pub(super) deflate: Compressor,
+    pub(super) inflate: Decompressor,
+    /// Where a message inflates before it is delivered (its capacity is reused).
+    pub(super) scratch: Vec<u8>,
+}
+
+impl WsZstd {
+    /// The contexts for `stream`, when it selected `moonbridge.v2.zstd`.
+    pub(super) fn for_stream(stream: &Stream) -> Result<Option<Self>, ClientError> {
+        if !stream.zstd() {
+            return Ok(None);
+        }
+        let made = Compressor::new(DEFAULT_LEVEL).and_then(|d| Ok((d, Decompressor::new()?)));
+        let (deflate, inflate) = made.map_err(|e| ClientError::Io(e.to_string()))?;
+        Ok(Some(Self { deflate, inflate, scratch: Vec::new() }))
+    }
+
+    /// Inflates one whole message from the proxy into `scratch`.
+    pub(super) fn inflate_message(&mut self, payload: &[u8]) -> Result<&[u8], CompressError> {
+        self.scratch.clear();
+        self.inflate.queue(payload);
+        while self.inflate.has_output() {
+            self.inflate.inflate(&mut self.scratch, MAX_INFLATED_MESSAGE_BYTES, MAX_INFLATED_MESSAGE_BYTES)?;
+        }
+        self.inflate.end_message();
+        Ok(&self.scratch)
+    }
+}
+
+/// Stream bytes per message on a `moonbridge.v2.zstd` connection: 1 MiB, so a message stays under every proxy's
+/// limit ([`MAX_WS_MESSAGE_BYTES`]) even when nothing shrinks (zstd adds at most about 0.4%).
+pub(crate) const MAX_ZSTD_MESSAGE_STREAM_BYTES: usize = 1024 * 1024;
+
+/// Queues `batch` on `ws` as Binary messages of at most [`MAX_WS_MESSAGE_BYTES`] stream bytes each (at most
+/// [`MAX_ZSTD_MESSAGE_STREAM_BYTES`] compressed with `moonbridge.v2.zstd`), counting them; the caller flushes.
+pub(super) async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    batch: &Bytes,
+    zstd: &mut Option<WsZstd>,
+    shared: &Shared,
+) -> Result<(), ClientError> {
+    let largest = if zstd.is_some() { MAX_ZSTD_MESSAGE_STREAM_BYTES } else { MAX_WS_MESSAGE_BYTES };
+    let mut rest = batch.clone();
+    while !rest.is_empty() {
+        let chunk = rest.split_to(rest.len().min(largest));
+        let payload = match zstd {
+            Some(z) => {
+                let mut out = Vec::new();
+                z.deflate.compress(&chunk, &mut out).map_err(|e| ClientError::Io(e.to_string()))?;
+                Bytes::from(out)
+            }
+            None => chunk,
+        };
+        bump(&shared.counters.messages_out, 1);
+        write_or_abandon(shared, ws.feed(Message::Binary(payload))).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
+    mut ws: WebSocketStream<S>,
+    shared: &Shared,
+    mut resume: Option<&mut Resume>,
+    mut zstd: Option<WsZstd>,
+) -> WsEnd {
+    let mut scanners = Scanners::new();
+    let interval =
+        shared.options.ping_interval().map(|i| if resume.is_some() { i.min(v2::MAX_PING_INTERVAL) } else { i });
+    let mut keepalive = interval.map(|i| Keepalive::new(i, Instant::now()));
+    // One timer for the whole connection, re-armed at each keepalive tick (not a new timer per wake-up).
+    let tick = tokio::time::sleep_until(tick_deadline(keepalive.as_ref()));
+    tokio::pin!(tick);
+    loop {
+        let delay = shared.delay_deadline();
+        let paused = shared.is_paused();
+        let wake = tokio::select! {
+            () = shared.out_ready.notified() => Wake::Outbound,
+            () = sleep_until(delay) => Wake::Delay,
+            () = wait_for_space(shared), if paused => Wake::Space,
+            () = &mut tick, if keepalive.is_some() => {
+                let Some(k) = &mut keepalive else { continue };
+                if paused {
+                    // Not reading is our own backpressure, not the server's silence.
+                    k.on_receive(Instant::now());
+                }
+                let action = k.on_tick(Instant::now());
+                tick.as_mut().reset(tick_deadline(Some(k)));
+                match action {
+                    KeepaliveAction::None => {}
+                    KeepaliveAction::Ping => {
+                        bump(&shared.counters.pings_sent, 1);
+                        if let Err(e) = write_or_abandon(shared, ws.send(Message::Ping(Bytes::new()))).await {
+                            return write_loss(e);
+                        }
+                    }
+                    KeepaliveAction::Dead => {
+                        let _ = tokio::time::timeout(Duration::from_millis(100), ws.close(Some(close_frame(carriage::CLOSE_GOING_AWAY, "no traffic")))).await;
+                        let silent = interval.map_or(0, |i| i.as_millis() as u64 * 3);
+                        return WsEnd::Lost(ClientError::Dead(silent));
+                    }
+                }
+                if let Some(r) = resume.as_deref_mut() {
+                    if let Some(n) = r.acks.on_tick(r.received) {
+                        if let Err(e) = write_or_abandon(shared, ws.send(Message::Text(Control::Ack(n).encode().into()))).await {
+                            return write_loss(e);
+                        }
+                    }
+                }
+                continue;
+            }
+            m = ws.next(), if !paused => {
+                if let Some(k) = &mut keepalive {
+                    k.on_receive(Instant::now());
+                }
+                match m {
+                    Some(Ok(Message::Binary(payload))) => {
+                        bump(&shared.counters.messages_in, 1);
+                        let b: &[u8] = match &mut zstd {
+                            None => &payload,
+                            Some(z) => match z.inflate_message(&payload) {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    let code = match e {
+                                        CompressError::TooLarge { .. } => carriage::CLOSE_MESSAGE_TOO_BIG,
+                                        _ => carriage::CLOSE_PROTOCOL_ERROR,
+                                    };
+                                    let _ = write_or_abandon(shared, ws.close(Some(close_frame(code, "bad compressed message")))).await;
+                                    return WsEnd::End(ClientError::Protocol(format!("the server's message: {e}")));
+                                }
+                            },
+                        };
+                        bump(&shared.counters.bytes_in, b.len() as u64);
+                        Scanners::count(&mut scanners.inb, b, &shared.counters.frames_in);
+                        shared.deliver(b);
+                        if let Some(r) = resume.as_deref_mut() {
+                            r.received += b.len() as u64;
+                            if let Some(n) = r.acks.on_data(r.received) {
+                                if let Err(e) = write_or_abandon(shared, ws.send(Message::Text(Control::Ack(n).encode().into()))).await {
+                                    return write_loss(e);
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    Some(Ok(Message::Ping(_))) => {
+                        // tungstenite queued the Pong: send it now, whatever the game thread is doing.
+                        if let Err(e) = write_or_abandon(shared, ws.flush()).await {
+                            return write_loss(e);
+                        }
+                        if let Some(k) = &mut keepalive {
+                            k.on_write();
+                        }
+                        continue;
+                    }
+                    Some(Ok(Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Text(t))) => {
+                        let control = resume.as_deref_mut().map(|r| (Control::parse(t.as_bytes()), r));
+                        match control {
+                            Some((Ok(Control::Session { token, window_seconds }), r)) => {
+                                r.token = Some(token);
+                                r.window = Duration::from_secs(window_seconds.min(MAX_RESUME_WINDOW_SECONDS));
+                                continue;
+                            }
+                            // An acknowledgement frees retained bytes: batches may leave again.
+                            Some((Ok(Control::Ack(n)), r)) => {
+                                if let Err(e) = r.retained.ack(n) {
+                                    let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_PROTOCOL_ERROR, "bad ack")))).await;
+                                    return WsEnd::End(ClientError::Protocol(format!("the server's ack is wrong: {e}")));
+                                }
+                                Wake::Space
+                            }
+                            _ => {
+                                let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_UNSUPPORTED_DATA, "text message")))).await;
+                                return WsEnd::End(ClientError::Protocol("the server sent an unexpected text message".into()));
+                            }
+                        }
+                    }
+                    Some(Ok(Message::Close(frame))) => {
+                        let _ = write_or_abandon(shared, ws.flush()).await;
+                        let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
+                        let e = ClientError::ClosedByPeer { code, reason };
+                        // 1001: the proxy's side went away (a CDN edge restarting, or it found us silent).
+                        return if code == Some(carriage::CLOSE_GOING_AWAY) { WsEnd::Lost(e) } else { WsEnd::End(e) };
+                    }
+                    Some(Err(e)) => return ws_loss(e),
+                    None => return WsEnd::Lost(ClientError::ClosedByPeer { code: None, reason: String::new() }),
+                }
+            }
+        };
+        let aged = aged_cutoff(&wake, shared);
+        // Sent bytes are kept until acknowledged; at the bound, batches wait for the proxy's ack.
+        let full = resume.as_deref().is_some_and(|r| r.retained.len() >= MAX_RETAINED_BYTES) && !closing_flag(shared);
+        let (batches, closing) =
+            if full { (Vec::new(), closing_flag(shared)) } else { shared.take_ready(closing_flag(shared), aged) };
+        if !batches.is_empty() {
+            // Every batch taken is retained before any is written: if a write fails, the rest is replayed.
+            if let Some(r) = resume.as_deref_mut() {
+                for b in &batches {
+                    r.retained.push(b.clone());
+                }
+            }
+            let mut written = 0;
+            for b in &batches {
+                Scanners::count(&mut scanners.out, b, &shared.counters.frames_out);
+                if let Err(e) = feed_batch(&mut ws, b, &mut zstd, shared).await {
+                    shared.written(batches.iter().map(Bytes::len).sum());
+                    return write_loss(e);
+                }
+                written += b.len();
+                bump(&shared.counters.bytes_out, b.len() as u64);
+            }
+            if let Err(e) = write_or_abandon(shared, ws.flush()).await {
+                shared.written(written);
+                return write_loss(e);
+            }
+            if let Some(k) = &mut keepalive {
+                k.on_write();
+            }
+            shared.written(written);
+        }
+        if closing {
+            let _ = write_or_abandon(shared, ws.close(Some(close_frame(carriage::CLOSE_NORMAL, "")))).await;
+            let _ = tokio::time::timeout(CLOSE_LINGER, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+            return WsEnd::End(ClientError::Closed);
+        }
+    }
+}
