@@ -48,7 +48,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
-use crate::soak::{free_port, tls_connector, Child, Failures};
+use moonbridge_test_certs::free_port;
+
+use crate::soak::{tls_connector, Child, Failures};
 use crate::workload;
 
 /// What the backend answers an active player's tick with.
@@ -609,7 +611,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
             .arg("--config")
             .arg(&config)
             // Handshake timeouts are logged at debug (rate-limited), so a failed join can be explained.
-            .env("RUST_LOG", "warn,moonbridge_proxy::server=info,moonbridge_proxy::session::serve=debug")
+            .env("RUST_LOG", "warn,moonbridge_proxy::listen=info,moonbridge_proxy::session::serve=debug")
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("proxy-{p}.log")))?)
             .spawn()

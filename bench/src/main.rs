@@ -15,17 +15,16 @@ mod sessions;
 mod soak;
 mod workload;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
 use moonbridge_client::Options;
-use moonbridge_test_certs::{KeyType, TestCert};
+use moonbridge_test_certs::{free_port, ChildLog, KeyType, TestCert};
 
 use crate::backend::Profile;
 use crate::client::{run_client, ClientSpec, Sync};
@@ -236,21 +235,10 @@ struct PhaseResult {
 
 /// A process under test (the proxy or a peer), killed on drop.
 struct Spawned {
-    child: Child,
+    child: ChildLog,
     addr: SocketAddr,
     /// The proxy's `[metrics]` listener.
     metrics: Option<SocketAddr>,
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn wait_for_port(addr: SocketAddr, what: &str) -> anyhow::Result<()> {
@@ -302,21 +290,12 @@ fn spawn_proxy(
              [metrics]\nbind = \"{metrics}\"\n"
         ),
     )?;
-    let mut child = Command::new(bin)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start the proxy {}", bin.display()))?;
-    if let Some(stderr) = child.stderr.take() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[moonbridge] {line}");
-            }
-        });
-    }
+    // Its warnings are shown as they come.
+    let child = ChildLog::spawn_echoing(
+        Command::new(bin).arg("--config").arg(&config).env("RUST_LOG", "warn").stdout(Stdio::null()),
+        "[moonbridge] ",
+    )
+    .with_context(|| format!("cannot start the proxy {}", bin.display()))?;
     let s = Spawned { child, addr, metrics: Some(metrics) };
     wait_for_port(addr, "moonbridge")?;
     Ok(s)
@@ -354,20 +333,19 @@ fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path
                      frontend mc\n  bind {addr}\n  default_backend bench\nbackend bench\n  server b {backend}\n"
                 ),
             )?;
-            Command::new(bin.unwrap_or(Path::new("haproxy")))
-                .args(["-db", "-f"])
-                .arg(&cfg)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("cannot start haproxy (bench/peers.sh installs it)")?
+            ChildLog::spawn_echoing(
+                Command::new(bin.unwrap_or(Path::new("haproxy"))).args(["-db", "-f"]).arg(&cfg).stdout(Stdio::null()),
+                "[haproxy] ",
+            )
+            .context("cannot start haproxy (bench/peers.sh installs it)")?
         }
-        PeerArg::Websocat => Command::new(bin.unwrap_or(Path::new("websocat")))
-            .args(["--binary", "-E", &format!("ws-l:{addr}"), &format!("tcp:{backend}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("cannot start websocat (bench/peers.sh installs it)")?,
+        PeerArg::Websocat => ChildLog::spawn_echoing(
+            Command::new(bin.unwrap_or(Path::new("websocat")))
+                .args(["--binary", "-E", &format!("ws-l:{addr}"), &format!("tcp:{backend}")])
+                .stdout(Stdio::null()),
+            "[websocat] ",
+        )
+        .context("cannot start websocat (bench/peers.sh installs it)")?,
     };
     let s = Spawned { child, addr, metrics: None };
     wait_for_port(addr, "the peer")?;

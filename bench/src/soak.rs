@@ -30,7 +30,7 @@ use futures_util::{SinkExt, StreamExt};
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
 use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet};
 use moonbridge_protocol::FrameDecoder;
-use moonbridge_test_certs::{KeyType, TestCert, TestDir};
+use moonbridge_test_certs::{free_port, KeyType, TestCert, TestDir};
 use rsa::pkcs8::DecodePublicKey;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -740,10 +740,6 @@ fn held(pid: u32, ignore_port: u16) -> Held {
         }
     }
     h
-}
-
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// A proxy process, killed when dropped.

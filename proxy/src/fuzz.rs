@@ -24,11 +24,11 @@ pub fn upgrade(data: &[u8]) {
     for header in [RealIpHeader::CfConnectingIp, RealIpHeader::XForwardedFor, RealIpHeader::XRealIp] {
         for peer in ["127.0.0.1:4711", "192.0.2.9:4711"] {
             let peer: SocketAddr = peer.parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 1)));
-            if let Ok(Some((response, up))) = crate::ws::upgrade::parse_upgrade(
+            if let Ok(Some((response, up))) = crate::listen::upgrade::parse_upgrade(
                 data,
                 &settings(header),
                 peer,
-                crate::ws::upgrade::Carriages { v2: true, zstd: Some(1) },
+                crate::listen::upgrade::Carriages { v2: true, zstd: Some(1) },
             ) {
                 assert!(response.starts_with("HTTP/1.1 101 "));
                 assert!(response.ends_with("\r\n\r\n"));

@@ -1,5 +1,5 @@
 //! The one HTTP/1.1 request-head reader (RFC 9112 §2–3, through `httparse`), sans-IO: the WebSocket upgrade
-//! ([`crate::ws::upgrade`]) and the operations listener ([`crate::ops`]) both parse with it, under the same
+//! ([`crate::listen::upgrade`]) and the operations listener ([`crate::ops`]) both parse with it, under the same
 //! limits.
 
 /// Largest request head (request line and headers) accepted, in bytes: 8,192.

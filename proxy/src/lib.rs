@@ -18,54 +18,77 @@
 //! | `proxy_header.rs` | PROXY v1/v2 headers in (load balancers) and v2 out (`proxy-protocol` forwarding) |
 //! | `limits.rs` | the `max_handshaking` slots and rate-limited log lines |
 //! | `workers.rs` | the thread-per-core runtime: worker threads, each session on the least-loaded one |
+//! | `wire.rs` | what every stage does to a socket alike: read sizes, the write-stall bound, linger, scratch reads |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
-//! | `config/mod.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
-//! | `config/settings.rs` | the checked, typed [`config::Settings`] built from it, every problem reported at once |
+//! | `config/schema.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
+//! | `config/errors.rs` | [`config::ConfigProblem`] (one per key) and [`config::ConfigError`] |
+//! | `config/settings.rs` | the checked, typed [`config::Settings`]; the sections used as checked, once ([`config::Tunables`]) |
+//! | `config/check.rs` | the checks that build the settings, every problem reported at once |
+//! | `config/mod.rs` | reading and parsing a file |
+//! | `config/tests.rs` | the configuration's unit tests |
 //! | `rate.rs` | per-address rate limits (token buckets, a bounded table) |
 //! | `auth.rs` | online mode: the RSA key pair and the session server's `hasJoined` |
 //! | `backend.rs` | a backend and connecting to it |
+//! | `ws_link/mod.rs` | the player's WebSocket (`WsLink`): state, carriage v2 control, keepalive, close |
+//! | `ws_link/codec.rs` | its codec: frames in (decode, inflate, close codes for bad input), whole frames out |
+//! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `relay/resume.rs` | carriage v2 resume: the table of resumable sessions (single-use tokens), a new link handed to its session |
-//! | `relay/mod.rs` | the data path once logged in: the policy shared by all transports (counting, frame boundaries, CFB8, write stall, shutdown injection) |
+//! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
+//! | `relay/handover.rs` | the relay's backend side and the hop to the transfer layer |
+//! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
 //! | `relay/tcp.rs` | the TCP relay loop |
-//! | `relay/ws.rs` | the WebSocket link (`WsLink`: the codec used from the first byte) and the carriage v1 relay loop |
-//! | `relay/ws_resume.rs` | the carriage v2 relay: acks, retention, resume and takeover |
+//! | `relay/v2.rs` | what carriage v2 adds to the WebSocket relay loop: retention, acks, the resume registration |
+//! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
+//! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
-//! | `transfer.rs` | server transfers: the switchboard behind a loopback hop (BungeeCord `Connect`, fallback) |
+//! | `transfer/common.rs` | the switchboard's context, outbox and framing helpers |
+//! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
+//! | `transfer/keep_alive.rs` | whose Keep Alive an answer is; the proxy's own while no backend serves the player |
+//! | `transfer/backend.rs` | a backend connection in Play; dialling and logging in a new one |
+//! | `transfer/switch.rs` | a switch in progress |
+//! | `transfer/board.rs` | the switchboard's loop, frame by frame |
+//! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
+//! | `transfer/mod.rs` | whether a session can be moved; the hand-over behind a loopback hop |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
 //! | `session/opening.rs` | the handshake |
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |
 //! | `session/status.rs` | server-list pings |
 //! | `session/login.rs` | route, forwarding, backend, the hand-over to the relay |
 //! | `session/serve.rs` | runs the stages in order and logs the session's end |
-//! | `tcp.rs` | a player on plain TCP (with the optional PROXY header) |
-//! | `ws/mod.rs` | WebSocket listeners |
-//! | `ws/upgrade.rs` | the HTTP upgrade and the player's real address |
-//! | `ws/player.rs` | the session's view of a WebSocket player |
+//! | `listen/upgrade.rs` | the HTTP upgrade and the player's real address |
+//! | `listen/tcp.rs` | a player on plain TCP: the optional PROXY header, the session's view of the socket |
+//! | `listen/ws.rs` | a player on a WebSocket: TLS for `wss`, one WebSocket setup for `ws` and `wss`, resume dispatch |
+//! | `listen/conn.rs` | an accepted connection: its transport setup under the handshake deadline, then the session |
+//! | `listen/mod.rs` | player listeners, accept loops, connection caps |
 //! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
-//! | `server.rs` | listeners, accept loops, connection caps, graceful shutdown, reload, stats |
+//! | `server.rs` | the server's lifecycle: binding, graceful shutdown, reload, stats |
 //! | `fuzz.rs` | entry points for the cargo-fuzz targets (`--cfg fuzzing` only) |
 //! | `main.rs` | the `moonbridge` binary: command line, logging, signals |
 //!
 //! # Data path
 //!
-//! 1. `server.rs` accepts a connection, takes a `max_connections` permit and a `max_handshaking` slot, and
-//!    runs the transport setup under the handshake deadline: the PROXY header (`tcp.rs`), or TLS and the HTTP
-//!    upgrade (`ws/upgrade.rs`), which also yield the player's real address (`trusted.rs`).
+//! 1. `listen/` accepts a connection, takes a `max_connections` permit and a `max_handshaking` slot, and
+//!    runs the transport setup under the handshake deadline (`listen/conn.rs`): the PROXY header
+//!    (`listen/tcp.rs`), or TLS and the HTTP upgrade (`listen/ws.rs`, `listen/upgrade.rs`), which also yield
+//!    the player's real address (`trusted.rs`).
 //! 2. `session/` reads the handshake through the `session::Player` trait: for a WebSocket player, the
-//!    Binary messages' payloads are the stream (`relay/ws.rs` is where a message becomes stream bytes, in every
+//!    Binary messages' payloads are the stream (`ws_link/` is where a message becomes stream bytes, in every
 //!    stage). It routes by the handshake host, authenticates in online mode, connects the backend
 //!    (`backend.rs`) with the handshake, Login Start and what followed in one write, and sends the backend's
 //!    first answer to the player.
 //! 3. `relay/` relays bytes both ways until either side ends: `relay/tcp.rs` for TCP players,
-//!    `relay/ws.rs` for WebSocket players, both through the same `relay::Flow` (count, scan, CFB8),
-//!    write-stall policy and shutdown injection.
+//!    `relay/ws.rs` (one loop, with carriage v2's part from `relay/v2.rs`) for WebSocket players, both through
+//!    the same `relay::Flow` (count, scan, CFB8), write-stall policy and shutdown injection.
+//! 4. `transfer/` takes over a session whose backend sends the player on (BungeeCord `Connect`, a fallback),
+//!    behind a loopback hop the relay goes on against.
 
 mod auth;
 mod backend;
 pub mod config;
 mod http_head;
 mod limits;
+mod listen;
 mod metrics;
 mod ops;
 mod proxy_header;
@@ -74,13 +97,13 @@ mod relay;
 mod server;
 mod session;
 mod state;
-mod tcp;
 pub mod tls;
 mod transfer;
 mod transport;
 pub mod trusted;
+mod wire;
 mod workers;
-mod ws;
+mod ws_link;
 
 #[cfg(fuzzing)]
 pub mod fuzz;

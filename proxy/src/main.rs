@@ -73,12 +73,12 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = config.settings().context("invalid configuration")?;
     // A session holds the player's socket and the backend's, and two more for the transfer layer's hop when
     // `[transfer]` can move players (docs/configuration.md).
-    let transfers = !settings.transfer.targets.is_empty() || !settings.transfer.fallback.is_empty();
+    let transfers = !settings.tunables.transfer.targets.is_empty() || !settings.tunables.transfer.fallback.is_empty();
     let per_connection = if transfers { 4 } else { 2 };
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) if (n as usize) < settings.limits.max_connections * per_connection => warn!(
+        Ok(n) if (n as usize) < settings.tunables.limits.max_connections * per_connection => warn!(
             "open file limit is {n}: fewer than {per_connection} per allowed connection (limits.max_connections = {})",
-            settings.limits.max_connections
+            settings.tunables.limits.max_connections
         ),
         Ok(_) => {}
         Err(e) => warn!("cannot raise the open file limit: {e}"),

@@ -121,7 +121,7 @@ async fn readiness(state: &ProxyState) -> (Vec<String>, Vec<String>) {
         reasons.push("shutting down".to_string());
     }
     let live = state.live();
-    let timeout = live.limits.backend_connect_timeout().min(PROBE_TIMEOUT);
+    let timeout = live.tunables.limits.backend_connect_timeout().min(PROBE_TIMEOUT);
     let stale =
         |b: &crate::backend::Backend| b.reach().is_none_or(|r| r.error.is_some() || r.at.elapsed() > READY_PROBE_AFTER);
     // Concurrently: a handful of backends, each within the connect timeout.

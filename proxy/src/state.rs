@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use crate::auth::OnlineAuth;
 use crate::backend::Backend;
-use crate::config::{
-    AuthMode, CompressionConfig, LimitsConfig, RateLimitsConfig, Settings, StatusConfig, TransferConfig,
-};
+use crate::config::{AuthMode, Settings, Tunables};
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
 use crate::rate::RateLimiter;
@@ -21,15 +19,8 @@ use crate::relay::resume::ResumeTable;
 /// it never sees half of an old configuration and half of a new one.
 #[derive(Debug)]
 pub(crate) struct Live {
-    pub(crate) limits: LimitsConfig,
-    /// `[status]`.
-    pub(crate) status: StatusConfig,
-    /// `[rate_limits]`.
-    pub(crate) rate_limits: RateLimitsConfig,
-    /// `[compression]`.
-    pub(crate) compression: CompressionConfig,
-    /// `[transfer]`.
-    pub(crate) transfer: TransferConfig,
+    /// `[limits]`, `[status]`, `[rate_limits]`, `[compression]`, `[transfer]` as checked.
+    pub(crate) tunables: Tunables,
     backends: Vec<Backend>,
     routes: HashMap<String, usize>,
     default_backend: usize,
@@ -50,11 +41,7 @@ impl Live {
             })
             .collect();
         Self {
-            limits: settings.limits.clone(),
-            status: settings.status.clone(),
-            rate_limits: settings.rate_limits.clone(),
-            compression: settings.compression.clone(),
-            transfer: settings.transfer.clone(),
+            tunables: settings.tunables.clone(),
             backends,
             routes: settings.routes.hosts.clone(),
             default_backend: settings.routes.default_backend,
@@ -114,7 +101,7 @@ pub(crate) struct ProxyState {
 
 impl ProxyState {
     pub(crate) fn new(settings: &Settings, online: Option<Arc<OnlineAuth>>, metrics: Arc<Metrics>) -> Self {
-        let limits = &settings.limits;
+        let limits = &settings.tunables.limits;
         Self {
             auth: settings.auth.mode,
             online,
@@ -140,8 +127,8 @@ impl ProxyState {
     /// Replaces the live configuration (a reload): sessions started from now on use `live`, the caps follow
     /// its limits at once.
     pub(crate) fn replace_live(&self, live: Live) {
-        self.conn_limit.set_max(live.limits.max_connections);
-        self.handshaking.set_max(live.limits.max_handshaking);
+        self.conn_limit.set_max(live.tunables.limits.max_connections);
+        self.handshaking.set_max(live.tunables.limits.max_handshaking);
         *self.live.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
     }
 

@@ -3,10 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use moonbridge_test_certs::ChildLog;
 
 const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
 
@@ -81,56 +82,34 @@ fn check_config_lists_every_problem_by_key() {
     assert!(String::from_utf8(out.stderr).unwrap().contains("cannot read"));
 }
 
-/// Spawns the binary and returns it with a channel of its stderr lines.
-fn spawn(args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
+/// Spawns the binary with `args` (`RUST_LOG=info`), its stderr lines read on a thread.
+fn spawn(args: &[&str]) -> ChildLog {
+    ChildLog::spawn(Command::new(BIN).args(args).env("RUST_LOG", "info").stdout(Stdio::null())).unwrap()
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if l.contains(needle) => return l,
-            Ok(_) => {}
-            Err(_) => panic!("no log line containing {needle:?} within {within:?}"),
-        }
-    }
+/// The next stderr line of `child` containing `needle`, or a panic naming it after `within`.
+fn wait_line(child: &ChildLog, needle: &str, within: Duration) -> String {
+    child.wait_line(needle, within).unwrap_or_else(|| panic!("no log line containing {needle:?} within {within:?}"))
 }
 
 #[test]
 fn no_arguments_runs_on_defaults_and_sigterm_stops_it() {
-    let (mut child, rx) = spawn(&[]);
-    let line = wait_line(&rx, "listening tcp", Duration::from_secs(20));
+    let mut child = spawn(&[]);
+    let line = wait_line(&child, "listening tcp", Duration::from_secs(20));
     assert!(line.contains("listening tcp 0.0.0.0:25577"), "{line}");
-    let line = wait_line(&rx, "listening ws", Duration::from_secs(20));
+    let line = wait_line(&child, "listening ws", Duration::from_secs(20));
     assert!(line.contains("listening ws 0.0.0.0:8080 path=/mc ping=30s"), "{line}");
     std::net::TcpStream::connect("127.0.0.1:25577").expect("default tcp listener accepts");
     std::net::TcpStream::connect("127.0.0.1:8080").expect("default ws listener accepts");
-    sigterm_stops_it(&mut child, &rx);
+    sigterm_stops_it(&mut child);
 }
 
 /// Sends SIGTERM and checks that the process says so and exits with 0 within 15 s.
-fn sigterm_stops_it(child: &mut std::process::Child, rx: &mpsc::Receiver<String>) {
-    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+fn sigterm_stops_it(log: &mut ChildLog) {
+    let status = Command::new("kill").arg("-TERM").arg(log.id().to_string()).status().unwrap();
     assert!(status.success());
-    wait_line(rx, "SIGTERM received", Duration::from_secs(10));
+    wait_line(log, "SIGTERM received", Duration::from_secs(10));
+    let child = log.child();
     let deadline = Instant::now() + Duration::from_secs(15);
     let code = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -171,15 +150,15 @@ fn an_invalid_config_stops_startup_with_a_clear_error() {
 fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
     let base = "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"a\"\naddress = \"127.0.0.1:25565\"\n";
     let file = write_config("reload.toml", base);
-    let (mut child, rx) = spawn(&["--config", file.path.to_str().unwrap()]);
-    wait_line(&rx, "listening tcp", Duration::from_secs(20));
-    let hup = |child: &std::process::Child| {
+    let mut child = spawn(&["--config", file.path.to_str().unwrap()]);
+    wait_line(&child, "listening tcp", Duration::from_secs(20));
+    let hup = |child: &ChildLog| {
         assert!(Command::new("kill").arg("-HUP").arg(child.id().to_string()).status().unwrap().success());
     };
     // An invalid file: refused, with the key.
     std::fs::write(&file.path, format!("{base}[limits]\nlogin_timeout_seconds = 0\n")).unwrap();
     hup(&child);
-    let line = wait_line(&rx, "SIGHUP: reload of", Duration::from_secs(10));
+    let line = wait_line(&child, "SIGHUP: reload of", Duration::from_secs(10));
     assert!(
         line.contains("refused, the running configuration stays") && line.contains("limits.login_timeout_seconds"),
         "{line}"
@@ -187,7 +166,7 @@ fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
     // A listener change: refused, it needs a restart.
     std::fs::write(&file.path, base.replace("127.0.0.1:0", "127.0.0.1:1")).unwrap();
     hup(&child);
-    let line = wait_line(&rx, "SIGHUP: reload of", Duration::from_secs(10));
+    let line = wait_line(&child, "SIGHUP: reload of", Duration::from_secs(10));
     assert!(line.contains("[[listener]] changed, which needs a restart"), "{line}");
     // A new backend and route: applied.
     std::fs::write(
@@ -196,10 +175,10 @@ fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
     )
     .unwrap();
     hup(&child);
-    let line = wait_line(&rx, "SIGHUP: reloaded", Duration::from_secs(10));
+    let line = wait_line(&child, "SIGHUP: reloaded", Duration::from_secs(10));
     assert!(line.contains("2 backend(s) (1 unchanged), 1 host route(s), default backend a"), "{line}");
     // Still serving; SIGTERM still stops it cleanly.
-    sigterm_stops_it(&mut child, &rx);
+    sigterm_stops_it(&mut child);
 }
 
 /// Reads from `s` until `buf` holds at least `want` bytes (the socket's read timeout bounds each read).
@@ -230,9 +209,9 @@ fn both_runtime_modes_relay_a_player() {
             backend.local_addr().unwrap()
         );
         let file = write_config(&format!("runtime-{mode}.toml"), &text);
-        let (mut child, rx) = spawn(&["--config", file.path.to_str().unwrap()]);
-        wait_line(&rx, banner, Duration::from_secs(20));
-        let line = wait_line(&rx, "listening tcp 127.0.0.1:", Duration::from_secs(20));
+        let mut child = spawn(&["--config", file.path.to_str().unwrap()]);
+        wait_line(&child, banner, Duration::from_secs(20));
+        let line = wait_line(&child, "listening tcp 127.0.0.1:", Duration::from_secs(20));
         let addr = line.split("listening tcp ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap();
         let mut player = std::net::TcpStream::connect(addr).unwrap();
         player.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -275,6 +254,6 @@ fn both_runtime_modes_relay_a_player() {
         let mut back = Vec::new();
         read_at_least(&mut player, &mut back, chat.len());
         assert_eq!(back, chat, "{mode}: the backend's packet reaches the player");
-        sigterm_stops_it(&mut child, &rx);
+        sigterm_stops_it(&mut child);
     }
 }

@@ -3,13 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use moonbridge_test_certs::{KeyType, TestCert, TestDir};
+use moonbridge_test_certs::{free_port, ChildLog, KeyType, TestCert, TestDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
 
@@ -18,21 +17,10 @@ fn dir(name: &str) -> TestDir {
     TestDir::new(&format!("moonbridge-tls-{name}")).unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
+/// The binary on a `wss` listener, its stderr lines read on a thread (killed when dropped).
 struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+    log: ChildLog,
     port: u16,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Running {
@@ -41,7 +29,7 @@ impl Running {
     }
 
     fn start_with_backend(cert: &Path, key: &Path, d: &Path, backend: &str) -> Self {
-        let port = free_port();
+        let port = free_port().unwrap();
         let config = d.join("wss.toml");
         std::fs::write(
             &config,
@@ -53,35 +41,17 @@ impl Running {
             ),
         )
         .unwrap();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { child, lines, port }
+        let log = ChildLog::spawn(
+            Command::new(BIN).arg("--config").arg(&config).env("RUST_LOG", "info").stdout(Stdio::null()),
+        )
+        .unwrap();
+        Self { log, port }
     }
 
     fn wait_line(&self, needle: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.contains(needle) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("no log line containing {needle:?} within {within:?}"),
-            }
-        }
+        self.log
+            .wait_line(needle, within)
+            .unwrap_or_else(|| panic!("no log line containing {needle:?} within {within:?}"))
     }
 
     /// Runs `openssl s_client` with `args`; returns (success, combined output).

@@ -143,7 +143,7 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
 
     // A real Prometheus scrapes it every second; its query API returns the same values.
     let dir = TestDir::new("prometheus").unwrap();
-    let web = free_port().await;
+    let web = SocketAddr::from(([127, 0, 0, 1], moonbridge_test_certs::free_port().unwrap()));
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
@@ -177,11 +177,6 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
     let play = "moonbridge_sessions{stage=\"play\",transport=\"wss\"}";
     assert_eq!(metric_until(metrics, play, 0.0).await, Some(0.0), "players left");
     proxy.shutdown().await;
-}
-
-/// A port free on 127.0.0.1 a moment ago (for a child process that cannot report the port it bound).
-async fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap()
 }
 
 /// Queries Prometheus's HTTP API until the first result's value is `want` (or `within` passes): the last

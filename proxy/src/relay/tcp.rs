@@ -18,9 +18,10 @@ use std::net::Shutdown;
 use tokio::net::TcpStream;
 
 use super::{
-    inject_shutdown, read_batch, within_stall, write_all, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport,
-    RelayStart, Side, HALF_CLOSE_TIMEOUT, RELAY_CHUNK, SHUTDOWN_FLUSH_TIMEOUT,
+    inject_shutdown, read_batch, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart, HALF_CLOSE_TIMEOUT,
+    SHUTDOWN_FLUSH_TIMEOUT,
 };
+use crate::wire::{within_stall, write_all, Side, RELAY_CHUNK};
 
 /// How a pump ended.
 enum PumpError {

@@ -1,7 +1,8 @@
-//! The WebSocket relay of carriage v2 (`docs/carriage.md`): the v1 relay ([`super::ws`]) plus resume.
+//! The carriage v2 session over links (`docs/carriage.md`): the one relay loop ([`super::ws`]) run with its v2
+//! part ([`super::v2`]) for each connected stretch, parking when a link is lost, and resumes.
 //!
 //! - When play begins the player gets `session <token> <window>` and an `ack` of what the proxy has received.
-//! - Every backend batch is sent as one Binary message and also kept in [`Retained`] until the player's `ack`
+//! - Every backend batch is sent as one Binary message and also kept in [`v2::Retained`] until the player's `ack`
 //!   covers it; the proxy acknowledges what it receives every [`v2::ACK_EVERY_BYTES`] and at keepalive ticks.
 //!   Backend reads pause while `resume_buffer_bytes` are retained.
 //! - A link lost without a Minecraft disconnect (EOF, reset, a Close 1001, a failed write, no traffic for three
@@ -14,62 +15,26 @@
 //! - A Close with another code, a backend FIN, bad input and shutdown end the session as in v1.
 
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING};
-use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, Retained};
-use moonbridge_protocol::ws::KeepaliveAction;
+use bytes::Bytes;
+use moonbridge_protocol::ws::v2::{self, AckSchedule, Control};
 use moonbridge_protocol::ws::{self as carriage};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::resume::{Refusal, Registration, ResumeStart, ResumeTable, Resumption};
-use super::ws::{control_frame, Turn, WsLink};
-use super::{
-    discard_until_eof, inject_shutdown, read_batch, write_all, BackendSide, Flow, RelayEnd, RelayReport, RelayStart,
-    Side, LINGER, RELAY_CHUNK,
-};
+use super::resume::{Refusal, ResumeStart, ResumeTable, Resumption};
+use super::v2::{Resumable, StretchEnd};
+use super::ws::{Inbound, Pipe};
+use super::{read_batch, BackendSide, RelayEnd, RelayReport, RelayStart};
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
+use crate::wire::Side;
+use crate::ws_link::{control_frame, WsLink};
 
 /// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
 const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
-
-/// The close code a v2 player gets on proxy shutdown: 1012 Service Restart (RFC 6455 registry), which the
-/// client takes as an end, not as a drop to resume (1001 is a drop).
-const CLOSE_SERVICE_RESTART: u16 = 1012;
-
-/// How a connected stretch of the relay ended.
-enum StretchEnd<L> {
-    /// The session is over.
-    End(RelayEnd),
-    /// The player's link was lost without a Minecraft disconnect (the cause, for the log).
-    Lost(String),
-    /// A resume arrived while the link still looked alive.
-    TakenOver(Resumption<L>),
-}
-
-/// What the relay keeps across links.
-struct Resumable<L> {
-    retained: Retained,
-    acks: AckSchedule,
-    /// The backend sent FIN while the player was away: replay, then end.
-    backend_eof: bool,
-    registration: Registration,
-    /// The token the last resume used, valid again until the player shows it got the next one (its first
-    /// `ack` or bytes on the new link): a drop during the resume exchange can then be resumed once more.
-    previous: Option<Registration>,
-    tx: mpsc::Sender<Resumption<L>>,
-    rx: mpsc::Receiver<Resumption<L>>,
-    table: Arc<ResumeTable>,
-    metrics: Arc<Metrics>,
-    window: Duration,
-    buffer: usize,
-}
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
@@ -79,33 +44,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         start: RelayStart<'_>,
         resume: ResumeStart,
     ) -> RelayReport {
-        let shutdown = start.shutdown;
-        let (mut up, mut down) = Flow::pair(start);
+        let mut pipe = Pipe::new(backend, start);
         self.shorten_keepalive(v2::MAX_PING_INTERVAL);
-        let (tx, rx) = mpsc::channel(1);
-        let registration = resume.table.register(tx.clone());
+        let mut r = Resumable::register(resume, self.stream_out, self.stream_in);
         // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
-        let mut batch = self.early.split();
-        let pending = if self.peer_closed {
-            Turn::Closed
-        } else {
-            let limit = batch.len() + RELAY_CHUNK;
-            self.decode(&mut batch, limit).await
-        };
-        let mut r = Resumable {
-            retained: Retained::starting_at(self.stream_out),
-            acks: AckSchedule::new(self.stream_in),
-            backend_eof: false,
-            registration,
-            previous: None,
-            tx,
-            rx,
-            table: resume.table,
-            metrics: resume.metrics,
-            window: resume.window,
-            buffer: resume.buffer,
-        };
-        let end = self.run(backend, &mut up, &mut down, shutdown, &mut r, batch, pending).await;
+        let inbound = self.first_inbound().await;
+        let end = self.run(&mut pipe, &mut r, inbound).await;
         // A resume that arrived as the session ended: its link is told the session is gone.
         r.rx.close();
         while let Ok(h) = r.rx.try_recv() {
@@ -114,21 +58,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 link.close(Refusal::UNKNOWN.code, Refusal::UNKNOWN.reason).await;
             });
         }
-        RelayReport { up: up.bytes, down: down.bytes, end }
+        pipe.report(end)
     }
 
     /// The whole v2 relay: connected stretches, parking and resumes.
-    #[allow(clippy::too_many_arguments)]
-    async fn run(
-        &mut self,
-        backend: &mut BackendSide,
-        up: &mut Flow,
-        down: &mut Flow,
-        shutdown: &CancellationToken,
-        r: &mut Resumable<Self>,
-        batch: BytesMut,
-        pending: Turn,
-    ) -> RelayEnd {
+    async fn run(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>, inbound: Inbound) -> RelayEnd {
         let session = Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() };
         r.acks = AckSchedule::new(self.stream_in);
         // Without its token the player cannot resume: a failure here ends the session at once.
@@ -137,10 +71,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             Err(e) => Err(e),
         };
         if let Err(e) = announced {
-            let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
+            let _ = socket2::SockRef::from(pipe.backend.stream()).shutdown(std::net::Shutdown::Write);
             return RelayEnd::Error(Side::Player, e);
         }
-        let mut step = self.connected(backend, up, down, shutdown, r, batch, pending).await;
+        let mut step = self.pump(pipe, Some(&mut *r), inbound).await;
         loop {
             let (resumption, cause, lost_at) = match step {
                 StretchEnd::End(end) => return end,
@@ -153,7 +87,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     if !self.peer_closed {
                         let _ = tokio::time::timeout(LOST_LINK_CLOSE, self.stream.shutdown()).await;
                     }
-                    match self.park(backend, up, down, shutdown, r).await {
+                    match self.park(pipe, r).await {
                         Ok(h) => (h, cause, lost_at),
                         Err(end) => {
                             if matches!(end, RelayEnd::NotResumed { .. }) {
@@ -170,7 +104,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     self.close(carriage::CLOSE_NORMAL, "").await;
                     return RelayEnd::Closed(Side::Backend);
                 }
-                Ok(()) => self.connected(backend, up, down, shutdown, r, BytesMut::new(), Turn::Continue).await,
+                Ok(()) => self.pump(pipe, Some(&mut *r), Inbound::empty()).await,
                 Err(AdoptError::Lost(cause)) => StretchEnd::Lost(cause),
                 Err(AdoptError::Superseded(h)) => StretchEnd::TakenOver(h),
                 Err(AdoptError::End(end)) => return end,
@@ -178,181 +112,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         }
     }
 
-    /// One connected stretch: the v1 relay loop with retention, acks and resumptions.
-    #[allow(clippy::too_many_arguments)]
-    async fn connected(
-        &mut self,
-        backend: &mut BackendSide,
-        up: &mut Flow,
-        down: &mut Flow,
-        shutdown: &CancellationToken,
-        r: &mut Resumable<Self>,
-        mut batch: BytesMut,
-        mut pending: Turn,
-    ) -> StretchEnd<Self> {
-        let stall = up.stall;
-        loop {
-            // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
-            // written whole).
-            if let Err(e) = backend.hand_over(up, down).await {
-                self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-            }
-            // Bytes or an ack on this link: the player has the current token, so the last one is spent.
-            if (!batch.is_empty() || self.peer_ack.is_some()) && r.previous.is_some() {
-                if let Some(p) = r.previous.take() {
-                    r.table.retire(p);
-                }
-            }
-            if !batch.is_empty() {
-                up.process(&mut batch);
-                if let Err(e) = write_all(backend.stream(), &batch, stall, Side::Backend).await {
-                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                }
-                batch.clear();
-            }
-            if let Some(n) = self.peer_ack.take() {
-                if let Err(e) = r.retained.ack(n) {
-                    self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "ack past the bytes sent"));
-                    pending = Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
-                }
-            }
-            match std::mem::replace(&mut pending, Turn::Continue) {
-                Turn::Continue => {}
-                Turn::Closed if self.peer_close_code == Some(carriage::CLOSE_GOING_AWAY) => {
-                    // A CDN edge going away (or the client's network leaving): its Close was answered; wait.
-                    return StretchEnd::Lost("Close 1001 (going away)".into());
-                }
-                Turn::Closed => {
-                    let _ = socket2::SockRef::from(backend.stream()).shutdown(std::net::Shutdown::Write);
-                    discard_until_eof(backend.stream(), LINGER).await;
-                    let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
-                    return StretchEnd::End(RelayEnd::Closed(Side::Player));
-                }
-                Turn::Fault(e) if self.fault.is_none() => {
-                    // A Pong that could not be written: the link is lost, not broken by the player.
-                    return StretchEnd::Lost(format!("write failed: {e}"));
-                }
-                Turn::Fault(e) => {
-                    self.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
-                    return StretchEnd::End(RelayEnd::Error(Side::Player, e));
-                }
-            }
-            if let Some(n) = r.acks.on_data(self.stream_in) {
-                if let Err(step) = self.write_racing(&control_frame(&Control::Ack(n)), &mut r.rx).await {
-                    return step;
-                }
-            }
-            if self.decode_backlog() {
-                pending = self.decode(&mut batch, RELAY_CHUNK).await;
-                continue;
-            }
-            let room = r.retained.len() < r.buffer;
-            tokio::select! {
-                h = r.rx.recv() => {
-                    if let Some(h) = h {
-                        return StretchEnd::TakenOver(h);
-                    }
-                }
-                res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
-                    match res {
-                        Ok(0) => {
-                            self.peer_closed = true;
-                            return StretchEnd::Lost("connection closed (FIN)".into());
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            self.peer_closed = true;
-                            return StretchEnd::Lost(format!("connection lost: {e}"));
-                        }
-                    }
-                    if let Some(k) = &mut self.keepalive {
-                        k.on_receive(Instant::now());
-                    }
-                    pending = self.decode(&mut batch, RELAY_CHUNK).await;
-                }
-                res = backend.stream().readable(), if room => {
-                    if let Err(e) = res {
-                        self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                        return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                    }
-                    let room = r.buffer - r.retained.len();
-                    // One copy, out of the scratch buffer into the message; the retained chunk shares it. With
-                    // moonbridge.v2.zstd the message is compressed and the retained chunk is its own copy (resume
-                    // counts and replays stream bytes).
-                    let msg = match read_batch(backend.stream(), down, room, |d| {
-                        self.binary_frame(d).map(|(frame, at)| {
-                            let kept = at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..));
-                            (frame, kept, d.len())
-                        })
-                    }) {
-                        Ok(Some(Ok(m))) => m,
-                        Ok(Some(Err(e))) => {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
-                            return StretchEnd::End(RelayEnd::Error(Side::Player, e));
-                        }
-                        Ok(None) => continue,
-                        Err(e) => {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                            return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                        }
-                    };
-                    if msg.2 == 0 {
-                        self.close(carriage::CLOSE_NORMAL, "").await;
-                        return StretchEnd::End(RelayEnd::Closed(Side::Backend));
-                    }
-                    r.retained.push(msg.1);
-                    self.messages_out += 1;
-                    self.stream_out += msg.2 as u64;
-                    self.counters.messages_out.inc();
-                    if let Err(step) = self.write_racing(&msg.0, &mut r.rx).await {
-                        return step;
-                    }
-                }
-                () = self.tick.as_mut(), if self.keepalive.is_some() => {
-                    match self.keepalive_due(false) {
-                        KeepaliveAction::None => {}
-                        KeepaliveAction::Ping => {
-                            if let Err(step) = self.write_racing(&wsframe::frame(OP_PING, &[]), &mut r.rx).await {
-                                return step;
-                            }
-                        }
-                        KeepaliveAction::Dead => {
-                            self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
-                            return StretchEnd::Lost("no traffic for 3 ping intervals".into());
-                        }
-                    }
-                    if let Some(n) = r.acks.on_tick(self.stream_in) {
-                        if let Err(step) = self.write_racing(&control_frame(&Control::Ack(n)), &mut r.rx).await {
-                            return step;
-                        }
-                    }
-                }
-                () = shutdown.cancelled() => {
-                    inject_shutdown(self, down).await;
-                    self.close(CLOSE_SERVICE_RESTART, "proxy shutting down").await;
-                    return StretchEnd::End(RelayEnd::Shutdown);
-                }
-            }
-        }
-    }
-
     /// Waits for a resume with no player: the backend's bytes are retained (reads pause when the buffer is
     /// full), until a resumption, the window's end, or shutdown.
-    async fn park(
-        &mut self,
-        backend: &mut BackendSide,
-        up: &mut Flow,
-        down: &mut Flow,
-        shutdown: &CancellationToken,
-        r: &mut Resumable<Self>,
-    ) -> Result<Resumption<Self>, RelayEnd> {
+    async fn park(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> Result<Resumption<Self>, RelayEnd> {
         let deadline = tokio::time::Instant::now() + r.window;
         loop {
             // A switch may start while the player is away (a handover when one is due): its frames are retained
             // from the hop.
-            backend.hand_over(up, down).await.map_err(|e| RelayEnd::Error(Side::Backend, e))?;
+            pipe.backend
+                .hand_over(&mut pipe.up, &mut pipe.down)
+                .await
+                .map_err(|e| RelayEnd::Error(Side::Backend, e))?;
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {
                 biased;
@@ -364,13 +134,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
                 }
-                res = backend.stream().readable(), if room => {
+                res = pipe.backend.stream().readable(), if room => {
                     if let Err(e) = res {
                         return Err(RelayEnd::Error(Side::Backend, e));
                     }
                     let room = r.buffer - r.retained.len();
                     let retained = &mut r.retained;
-                    match read_batch(backend.stream(), down, room, |d| {
+                    match read_batch(pipe.backend.stream(), &mut pipe.down, room, |d| {
                         retained.push(Bytes::copy_from_slice(d));
                         d.len()
                     }) {
@@ -379,7 +149,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         Err(e) => return Err(RelayEnd::Error(Side::Backend, e)),
                     }
                 }
-                () = shutdown.cancelled() => return Err(RelayEnd::Shutdown),
+                () = pipe.shutdown.cancelled() => return Err(RelayEnd::Shutdown),
             }
         }
     }
@@ -468,22 +238,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             "session resumed"
         );
         Ok(())
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
-    /// Writes whole frames to the player unless a resume arrives first (a link that stopped reading must not
-    /// hold up a resume): a failed write is a lost link, a resumption a take-over.
-    async fn write_racing(
-        &mut self,
-        frames: &[u8],
-        rx: &mut mpsc::Receiver<Resumption<Self>>,
-    ) -> Result<(), StretchEnd<Self>> {
-        tokio::select! {
-            biased;
-            res = self.write_frame(frames) => res.map_err(|e| StretchEnd::Lost(format!("write failed: {e}"))),
-            Some(h) = rx.recv() => Err(StretchEnd::TakenOver(h)),
-        }
     }
 }
 

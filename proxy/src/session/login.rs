@@ -73,7 +73,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     summary.player = Some(login.name.clone());
     let state = Arc::clone(s.state);
     let live = Arc::clone(s.live);
-    if !state.rate.allow(&live.rate_limits, s.info.client.ip(), Bucket::Login) {
+    if !state.rate.allow(&live.tunables.rate_limits, s.info.client.ip(), Bucket::Login) {
         if let Some(suppressed) = state.limit_log.allow() {
             warn!(client = %s.info.client.ip(), suppressed, "rate_limits.logins_per_minute reached: refusing login");
         }
@@ -133,9 +133,9 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let unreachable = format!("Server {} is unreachable", backend.name);
     // Connect, send the opening, and wait for the backend's first answer (Login Success, Encryption Request or
     // Login Disconnect) while the player is watched: kept alive, and the wait abandoned if the player leaves.
-    let login_timeout = live.limits.login_timeout();
+    let login_timeout = live.tunables.limits.login_timeout();
     let client = s.info.client;
-    let connect_timeout = live.limits.backend_connect_timeout();
+    let connect_timeout = live.tunables.limits.backend_connect_timeout();
     let wait = async {
         let mut stream = backend.connect(client, connect_timeout).await.map_err(BackendWait::Connect)?;
         stream.write_all(&opening).await.map_err(BackendWait::Write)?;
@@ -187,7 +187,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         )),
         Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"), "backend_unreachable")),
         Err(_) => {
-            warn!(backend = %backend.name, "backend did not answer the login within {}s", live.limits.login_timeout_seconds);
+            warn!(backend = %backend.name, "backend did not answer the login within {}s", live.tunables.limits.login_timeout_seconds);
             Some((
                 format!("Server {} did not answer the login in time", backend.name),
                 "backend login timeout".into(),
@@ -230,13 +230,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         });
     }
     backend.metrics.to_backend.inc_by(up);
-    let write_stall = live.limits.write_stall_timeout();
+    let write_stall = live.tunables.limits.write_stall_timeout();
     let metrics = &backend.metrics;
-    let resume = live.limits.resume_window().map(|window| {
+    let resume = live.tunables.limits.resume_window().map(|window| {
         Box::new(ResumeStart {
             table: Arc::clone(&s.state.resume),
             window,
-            buffer: live.limits.resume_buffer_bytes,
+            buffer: live.tunables.limits.resume_buffer_bytes,
             metrics: Arc::clone(&s.state.metrics),
         })
     });

@@ -29,9 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
-pub(crate) use crate::relay::PlayerGone;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::state::{Live, ProxyState};
+pub(crate) use crate::wire::PlayerGone;
 
 mod login;
 mod online;

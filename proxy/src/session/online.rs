@@ -94,9 +94,9 @@ pub(super) async fn authenticate<P: Player>(
     // The player's Encryption Response, within the login deadline.
     let mut dec = FrameDecoder::new(MAX_ENCRYPTION_RESPONSE_FRAME_LEN);
     dec.queue_bytes(rest);
-    let login_timeout = s.live.limits.login_timeout_seconds;
+    let login_timeout = s.live.tunables.limits.login_timeout_seconds;
     let frame = tokio::select! {
-        r = timeout(s.live.limits.login_timeout(), next_frame(&mut *player, &mut dec)) => r,
+        r = timeout(s.live.tunables.limits.login_timeout(), next_frame(&mut *player, &mut dec)) => r,
         () = slot.evicted() => {
             return Err(AuthFailure::new(
                 None,

@@ -68,7 +68,7 @@ pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
 }
 
 async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
-    let limit = s.live.limits.handshake_timeout_seconds;
+    let limit = s.live.tunables.limits.handshake_timeout_seconds;
     let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;
     let metrics = &s.state.metrics;
     match &opening {

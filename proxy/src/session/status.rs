@@ -45,7 +45,7 @@ const STATUS_FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 /// What the server list shows for `backend` when it cannot be reached: `[status] offline_message`, or
 /// "Server NAME is unreachable".
 fn offline_message(live: &Live, backend: &Backend) -> String {
-    live.status.offline_message.clone().unwrap_or_else(|| format!("Server {} is unreachable", backend.name))
+    live.tunables.status.offline_message.clone().unwrap_or_else(|| format!("Server {} is unreachable", backend.name))
 }
 
 /// A server-list status exchange: the proxy answers the player's Status Request with the routed backend's
@@ -84,7 +84,7 @@ async fn backend_status(
     client: SocketAddr,
     live: &Live,
 ) -> (Result<String, String>, &'static str) {
-    let ttl = Duration::from_secs(live.status.cache_seconds);
+    let ttl = Duration::from_secs(live.tunables.status.cache_seconds);
     if ttl.is_zero() {
         return (fetch_status(backend, handshake, client, live).await, "fetched");
     }
@@ -108,7 +108,7 @@ async fn fetch_status(
     client: SocketAddr,
     live: &Live,
 ) -> Result<String, String> {
-    let connect_timeout = live.limits.backend_connect_timeout().min(STATUS_FETCH_TIMEOUT);
+    let connect_timeout = live.tunables.limits.backend_connect_timeout().min(STATUS_FETCH_TIMEOUT);
     let mut stream = backend.connect(client, connect_timeout).await.map_err(|e| e.to_string())?;
     let mut out = BytesMut::new();
     // Always as a 1.7.10 client asks (protocol 5), whatever the pinging client said: the answer is shared.
@@ -133,7 +133,7 @@ async fn fetch_status(
             dec.queue_bytes(buf);
         }
     };
-    let within = live.limits.login_timeout().min(STATUS_FETCH_TIMEOUT);
+    let within = live.tunables.limits.login_timeout().min(STATUS_FETCH_TIMEOUT);
     match timeout(within, exchange).await {
         Ok(r) => r,
         Err(_) => Err(format!("no Status Response within {} ms", within.as_millis())),
@@ -160,7 +160,7 @@ async fn answer_status<P: Player>(player: &mut P, live: &Live, json: &str, rest:
             }
         }
     };
-    let _ = timeout(live.limits.handshake_timeout(), exchange).await;
+    let _ = timeout(live.tunables.limits.handshake_timeout(), exchange).await;
     player.finish(Finish::Normal).await;
 }
 
@@ -178,7 +178,7 @@ pub(super) async fn legacy_ping<P: Player>(
         return Summary::new("legacy ping: no backend configured");
     };
     let ask = async {
-        let mut stream = backend.connect(info.client, live.limits.backend_connect_timeout()).await.ok()?;
+        let mut stream = backend.connect(info.client, live.tunables.limits.backend_connect_timeout()).await.ok()?;
         stream.write_all(&raw).await.ok()?;
         let mut answer = BytesMut::with_capacity(512);
         loop {
@@ -195,7 +195,7 @@ pub(super) async fn legacy_ping<P: Player>(
         }
     };
     let relayed = timeout_at(deadline, async {
-        let ttl = Duration::from_secs(live.status.cache_seconds);
+        let ttl = Duration::from_secs(live.tunables.status.cache_seconds);
         if ttl.is_zero() {
             return ask.await;
         }

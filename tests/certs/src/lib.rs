@@ -6,7 +6,13 @@
 //! does not matter.
 //!
 //! Also [`TestDir`], the scratch directory tests write their files into: removed when dropped (also when the
-//! test fails and unwinds), unless `MOONBRIDGE_KEEP_TEST_FILES` is set.
+//! test fails and unwinds), unless `MOONBRIDGE_KEEP_TEST_FILES` is set; and [`process`]: a free port for a
+//! child, and a spawned binary whose stderr lines are read on a thread ([`ChildLog`]). The one place for the
+//! helpers every test crate and the benchmark share.
+
+pub mod process;
+
+pub use process::{free_port, ChildLog};
 
 use std::fmt;
 use std::io;

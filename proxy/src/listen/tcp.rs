@@ -10,9 +10,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::proxy_header::{read_header, ProxyHeaderError};
-use crate::relay::{discard_until_eof, BackendSide, PlayerGone, RelayReport, RelayStart, EARLY_DATA_LIMIT, LINGER};
+use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 use crate::trusted::TrustedProxies;
+use crate::wire::{discard_until_eof, PlayerGone, EARLY_DATA_LIMIT, LINGER};
 
 /// A player on a plain TCP connection.
 pub(crate) struct TcpPlayer {

@@ -1,0 +1,154 @@
+//! A freshly accepted connection: its transport setup (the PROXY header for `tcp`; TLS and the HTTP upgrade
+//! for `wss` and `ws`) under the handshake deadline and slot, then the session.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::tcp::TcpSetupError;
+use super::upgrade::{Carriages, UpgradeError};
+use super::ws::{tls_handshake, websocket, WsSetup, WsSetupError};
+use crate::config::WsSettings;
+use crate::limits::HandshakeSlot;
+use crate::metrics::StageGauge;
+use crate::rate::Bucket;
+use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
+use crate::state::{Live, ProxyState};
+use crate::tls::Tls;
+
+/// How a bound listener accepts players.
+pub(crate) enum Accept {
+    Tcp { proxy_header: Option<Option<crate::trusted::TrustedProxies>> },
+    Ws(WsSettings),
+    Wss(WsSettings, Tls),
+}
+
+/// A freshly accepted connection: the transport setup (PROXY header, TLS, HTTP upgrade) runs under the same
+/// handshake deadline and slot as the Minecraft handshake that follows.
+pub(super) struct Conn {
+    pub(super) state: Arc<ProxyState>,
+    pub(super) slot: HandshakeSlot,
+    pub(super) token: CancellationToken,
+    pub(super) peer: SocketAddr,
+    /// Its place in `moonbridge_sessions` (the handshake stage, to begin with).
+    pub(super) stage: StageGauge,
+    /// The configuration it runs on, from accept to end (a reload affects later connections).
+    pub(super) live: Arc<Live>,
+}
+
+/// Why a transport setup failed.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    #[error(transparent)]
+    Cut(#[from] HandshakeCut),
+    #[error(transparent)]
+    Tcp(#[from] TcpSetupError),
+    #[error(transparent)]
+    Ws(#[from] WsSetupError),
+}
+
+impl Conn {
+    pub(super) async fn serve(self, stream: TcpStream, accept: &Accept) {
+        let live = Arc::clone(&self.live);
+        let deadline = Instant::now() + live.tunables.limits.handshake_timeout();
+        let peer = self.peer;
+        let metrics = Arc::clone(&self.state.metrics);
+        let state = Arc::clone(&self.state);
+        let v2 = live.tunables.limits.resume_window().is_some();
+        let carriages =
+            Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
+        // The same WebSocket setup for ws and wss, over TCP or over TLS.
+        let s = |ws| WsSetup { ws, peer, carriages, live: &live, state: &state };
+        // Each transport's session future is boxed on its own, so a task holds only the state of its own
+        // transport (a TLS session is several KiB larger than a TCP one).
+        match accept {
+            Accept::Tcp { proxy_header } => {
+                let setup = async { Ok(super::tcp::setup(stream, peer, proxy_header.as_ref()).await?) };
+                Box::pin(self.run(deadline, setup)).await;
+            }
+            Accept::Ws(ws) => {
+                let setup = async { Ok(websocket(stream, s(ws)).await?) };
+                Box::pin(self.run(deadline, setup)).await;
+            }
+            Accept::Wss(ws, tls) => {
+                let setup = async {
+                    let stream = tls_handshake(stream, tls, &metrics).await?;
+                    Ok(websocket(stream, s(ws)).await?)
+                };
+                Box::pin(self.run(deadline, setup)).await;
+            }
+        }
+    }
+
+    async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<(P, SocketAddr), SetupError>>) {
+        let limit = self.live.tunables.limits.handshake_timeout_seconds;
+        let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
+        match outcome.map_err(SetupError::from).and_then(|r| r) {
+            Ok((player, client)) => {
+                let Self { state, slot, token, stage, live, .. } = self;
+                let rate_limited = !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
+                let info = ConnInfo { client, rate_limited };
+                let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
+                session::serve::serve(player, accepted).await;
+            }
+            Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => {}
+            Err(SetupError::Ws(WsSetupError::Resume(outcome))) if outcome != "bad_request" => {}
+            Err(reason) => {
+                let metrics = &self.state.metrics;
+                match &reason {
+                    SetupError::Cut(HandshakeCut::Shutdown) => {}
+                    SetupError::Cut(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
+                    SetupError::Cut(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
+                    SetupError::Tcp(super::tcp::TcpSetupError::Untrusted(_)) => metrics.refused("untrusted_proxy_peer"),
+                    SetupError::Tcp(_) => metrics.handshake_failed("bad_proxy_header"),
+                    SetupError::Ws(WsSetupError::Tls(_)) => metrics.handshake_failed("tls"),
+                    SetupError::Ws(WsSetupError::Upgrade(UpgradeError::Closed | UpgradeError::Io(_))) => {
+                        metrics.handshake_failed("closed")
+                    }
+                    SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed("bad_upgrade"),
+                    SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed("bad_frame"),
+                }
+                if let Some(suppressed) = self.state.bad_input_log.allow() {
+                    info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Transport};
+    use crate::metrics::Metrics;
+    use tokio::net::TcpListener;
+
+    /// A session's task is allocated at its largest state for its whole life, so rarely used states (online
+    /// login, status, legacy ping, the AES key schedules) are boxed. This keeps an idle TCP session small: the
+    /// bound is what `idle_rss` measures per session (about 6 KiB) minus the sockets' kernel-side share, plus
+    /// about 300 bytes for operations (the stage gauge, a byte counter per relay direction, the login outcome,
+    /// the session's configuration snapshot for live reload): 5,424 bytes when this bound was last raised.
+    #[tokio::test]
+    async fn session_tasks_stay_small() {
+        let settings = Config::default().settings().unwrap();
+        let state = Arc::new(ProxyState::new(&settings, None, Arc::new(Metrics::new().unwrap())));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(peer).await.unwrap();
+        let (slot, _) = state.handshaking.enter();
+        let stage = state.metrics.stage(Transport::Tcp);
+        let live = state.live();
+        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage, live };
+        let setup = async { Ok(super::super::tcp::setup(stream, peer, None).await?) };
+        let tcp = conn.run(Instant::now(), setup);
+        let size = std::mem::size_of_val(&tcp);
+        // 5,472 bytes before the transfer layer, 5,520 with it (the player's identity kept for later logins,
+        // boxed; the transfer relay and its hop boxed too).
+        assert!(size < 5 * 1024 + 448, "a TCP session task is {size} bytes");
+    }
+}

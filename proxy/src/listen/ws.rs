@@ -1,0 +1,169 @@
+//! A player on a WebSocket (`ws`, and `wss` after its TLS handshake): one setup for both over any stream
+//! (the HTTP upgrade, the [`WsLink`], on carriage v2 the resume dispatch), and the session's view of the link
+//! ([`Player`] over [`WsLink`]).
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::BytesMut;
+use moonbridge_protocol::ws as carriage;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tracing::debug;
+
+use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
+use crate::config::WsSettings;
+use crate::limits::LogLimiter;
+use crate::metrics::Metrics;
+use crate::relay::resume::ResumeTable;
+use crate::relay::ws_resume::deliver_resumption;
+use crate::relay::{BackendSide, RelayReport, RelayStart};
+use crate::session::{Finish, Player};
+use crate::state::{Live, ProxyState};
+use crate::tls::Tls;
+use crate::wire::PlayerGone;
+use crate::ws_link::WsLink;
+
+/// Why a WebSocket setup failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WsSetupError {
+    #[error("TLS handshake failed: {0}")]
+    Tls(io::Error),
+    #[error("WebSocket upgrade refused: {0}")]
+    Upgrade(#[from] UpgradeError),
+    /// The connection carried a carriage v2 resume request (handed to its session, or refused).
+    #[error("resume request: {0}")]
+    Resume(&'static str),
+}
+
+/// What the WebSocket setup of one connection needs (the same for `ws` and `wss`).
+pub(super) struct WsSetup<'a> {
+    pub(super) ws: &'a WsSettings,
+    /// The TCP peer (the real address comes from a trusted proxy's header, when there is one).
+    pub(super) peer: SocketAddr,
+    /// The carriages this proxy offers (v2 when resume is on, zstd when `[compression]` is).
+    pub(super) carriages: Carriages,
+    pub(super) live: &'a Live,
+    pub(super) state: &'a ProxyState,
+}
+
+/// The TLS handshake of a `wss` connection (rustls), counted by version and logged at debug level with the
+/// SNI, version and cipher suite.
+///
+/// # Errors
+/// [`WsSetupError::Tls`] when the handshake fails.
+pub(super) async fn tls_handshake(
+    stream: TcpStream,
+    tls: &Tls,
+    metrics: &Metrics,
+) -> Result<TlsStream<TcpStream>, WsSetupError> {
+    let stream = tls.acceptor.accept(stream).await.map_err(WsSetupError::Tls)?;
+    let (_, conn) = stream.get_ref();
+    metrics.tls_handshake(match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "other",
+    });
+    debug!(
+        sni = conn.server_name().unwrap_or("-"),
+        version = ?conn.protocol_version(),
+        suite = ?conn.negotiated_cipher_suite().map(|s| s.suite()),
+        "TLS established"
+    );
+    Ok(stream)
+}
+
+/// The WebSocket setup on `stream` (TCP, or TLS over it): the HTTP upgrade, the link, and on carriage v2 a
+/// first message that may be a resume request. Returns the link and the player's real address.
+///
+/// # Errors
+/// The upgrade was refused (or was a health check), or the connection was a resume request (handed to its
+/// session, or refused with its close code).
+pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut stream: S,
+    s: WsSetup<'_>,
+) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
+    let up = accept_upgrade(&mut stream, s.ws, s.peer, s.carriages).await?;
+    let limits = &s.live.tunables.limits;
+    let counters = s.state.metrics.ws.clone();
+    let link = WsLink::new(
+        stream,
+        &up.leftover,
+        s.ws.ping_interval,
+        limits.write_stall_timeout(),
+        limits.max_ws_message_bytes,
+        counters,
+    );
+    resume_or_session(link, up, &s.state.resume, &s.state.metrics, &s.state.bad_input_log).await
+}
+
+/// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
+/// refused with its close code) and this connection's own setup ends; anything else starts a new session.
+async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut link: WsLink<S>,
+    up: Upgraded,
+    table: &ResumeTable,
+    metrics: &Metrics,
+    log: &LogLimiter,
+) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
+    if up.v2 {
+        link.enable_v2();
+        if let Some(level) = up.zstd {
+            link.enable_zstd(level);
+        }
+        match link.first_control().await {
+            Ok(None) => {}
+            Ok(Some(control)) => {
+                return Err(WsSetupError::Resume(deliver_resumption(link, control, table, metrics, log).await));
+            }
+            Err(_) => {
+                link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                return Err(WsSetupError::Resume("bad_request"));
+            }
+        }
+    }
+    Ok((link, up.client))
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
+    async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        self.read_stream(buf).await
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.send_binary(bytes).await
+    }
+
+    async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone> {
+        WsLink::during(self, work).await
+    }
+
+    async fn finish(&mut self, how: Finish) {
+        let (code, reason) = match how {
+            Finish::Normal => (carriage::CLOSE_NORMAL, ""),
+            Finish::Shutdown => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
+            Finish::ProtocolError => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
+            Finish::BackendUnavailable => (carriage::CLOSE_INTERNAL_ERROR, "server unavailable"),
+        };
+        // A fault earned by bad input takes precedence (WsLink::close).
+        self.close(code, reason).await;
+    }
+
+    fn message_counts(&self) -> Option<(u64, u64)> {
+        Some((self.messages_in, self.messages_out))
+    }
+
+    async fn relay(&mut self, mut backend: BackendSide, mut start: RelayStart<'_>) -> RelayReport {
+        let report = match start.resume.take() {
+            // Carriage v2 with resume on: the relay that survives a dropped connection.
+            Some(resume) if self.v2 => Box::pin(self.relay_resumable(&mut backend, start, *resume)).await,
+            _ => WsLink::relay(self, &mut backend, start).await,
+        };
+        if let Some(task) = backend.close() {
+            let _ = task.await;
+        }
+        report
+    }
+}

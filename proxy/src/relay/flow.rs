@@ -1,0 +1,430 @@
+//! A direction of the relay ([`Flow`]): its byte count, the frame scanner that knows where clientbound frames
+//! end, the transfer watch and online mode's AES-CFB8, all in place on the batch in flight; and the one batch
+//! read from the backend through it ([`read_batch`]).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict, Watched};
+use moonbridge_protocol::transfer::Leftovers;
+use moonbridge_protocol::FrameScanner;
+use prometheus::IntCounter;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::resume;
+use crate::metrics::BackendMetrics;
+use crate::wire::{read_clearing, with_scratch};
+
+/// The player's AES-128-CFB8 stream in online mode (protocol 5: key = IV = the 16-byte shared secret), one
+/// state per direction. Both transform in place, so the relay adds no copy and no allocation per batch.
+#[derive(Debug)]
+pub(crate) struct ClientCipher {
+    /// Encrypts what the player receives.
+    pub(crate) encrypt: Cfb8Encryptor,
+    /// Decrypts what the player sends.
+    pub(crate) decrypt: Cfb8Decryptor,
+}
+
+impl ClientCipher {
+    pub(crate) fn new(shared_secret: &[u8; SHARED_SECRET_LEN]) -> Self {
+        Self { encrypt: Cfb8Encryptor::new(shared_secret), decrypt: Cfb8Decryptor::new(shared_secret) }
+    }
+}
+
+/// What the relay stage starts with.
+pub(crate) struct RelayStart<'a> {
+    pub(crate) shutdown: &'a CancellationToken,
+    /// How the clientbound stream is followed: nothing (not plaintext Play), its frame boundaries, or the
+    /// transfer layer's watch.
+    pub(crate) follow: Follow,
+    /// Bytes already counted in each direction (handshake, Login Start, first answer; already in the
+    /// metrics too).
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    /// `limits.write_stall_timeout_seconds`.
+    pub(crate) write_stall: Duration,
+    /// Online mode: the player's AES-CFB8 stream (the backend link stays plaintext). Boxed: the AES key
+    /// schedules are about 1.5 KiB, which would otherwise size every session's task.
+    pub(crate) cipher: Option<Box<ClientCipher>>,
+    /// The backend's series: bytes each way are added per batch (one relaxed atomic add).
+    pub(crate) metrics: &'a BackendMetrics,
+    /// Carriage v2 resume, when it is on (`limits.resume_window_seconds` > 0); used by v2 WebSocket links only.
+    /// Boxed to keep every session's task small.
+    pub(crate) resume: Option<Box<resume::ResumeStart>>,
+}
+
+/// How a direction follows its plaintext stream.
+pub(crate) enum Follow {
+    /// Not at all (not plaintext Minecraft frames, or the stream stopped parsing).
+    Nothing,
+    /// Frame boundaries (clientbound: where the shutdown disconnect may go).
+    Frames(FrameScanner),
+    /// Clientbound, in a session that can be moved: frame boundaries, and the watch that tells when the
+    /// transfer layer takes over ([`moonbridge_protocol::transfer::watch`]).
+    Watch(Box<Watching>),
+    /// Serverbound, in a session that can be moved: frame boundaries (a handover inside a frame passes its rest
+    /// on unparsed) and the count of the client's Close Window (C0D) frames, shared with the clientbound watch.
+    Closes(FrameScanner, Arc<AtomicU64>),
+}
+
+impl std::fmt::Debug for Follow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Nothing => "Nothing",
+            Self::Frames(_) => "Frames",
+            Self::Watch(_) => "Watch",
+            Self::Closes(..) => "Closes",
+        })
+    }
+}
+
+/// The clientbound watch of a session that can be moved, and what it needs for the handover.
+pub(crate) struct Watching {
+    pub(super) watch: ClientboundWatch,
+    /// The client's C0D count (the serverbound direction counts).
+    pub(super) closes: Arc<AtomicU64>,
+    /// A frame head a batch ended in, to start the next batch (under `MAX_HELD` bytes).
+    pub(super) held: Vec<u8>,
+    /// The handover is due: the rest of the batch, from the frame that starts a switch.
+    pub(super) rest: Option<Vec<u8>>,
+    /// Starts the transfer layer.
+    pub(super) to: Box<dyn Handover>,
+}
+
+impl Watching {
+    /// A watch that has followed `first` (bytes already sent to the player) and hands over through `to`.
+    pub(crate) fn new(watch: ClientboundWatch, held: Vec<u8>, to: Box<dyn Handover>) -> Self {
+        Self { watch, closes: Arc::new(AtomicU64::new(0)), held, rest: None, to }
+    }
+}
+
+/// Starts the transfer layer behind a relay (`crate::transfer`, which depends on this module, not the other
+/// way).
+pub(crate) trait Handover: Send {
+    /// Starts the transfer layer on the old `backend` connection and the switchboard's end of the `hop`,
+    /// continuing from `handed`; returns its task.
+    fn start(self: Box<Self>, backend: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()>;
+}
+
+/// Where the relay stopped, for the transfer layer that goes on from there.
+pub(crate) struct Handed {
+    /// Clientbound bytes read from the backend and not delivered, from a frame start.
+    pub(crate) rest: Vec<u8>,
+    /// What the watch learned (the player's entity id, the Forge handshake, the leftovers).
+    pub(crate) watched: Watched,
+    /// Serverbound: the frame under way at the backend (its rest is passed on unparsed first).
+    pub(crate) tail: FrameScanner,
+}
+
+/// What a direction does to its bytes besides counting them.
+#[derive(Debug)]
+enum Transform {
+    /// Player → backend in online mode: decrypt before anything looks at the bytes.
+    Decrypt(Box<Cfb8Decryptor>),
+    /// Backend → player in online mode: encrypt after the frame scanner has seen the plaintext.
+    Encrypt(Box<Cfb8Encryptor>),
+}
+
+/// One direction of the relay.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    /// Bytes read from the source side so far.
+    pub(crate) bytes: u64,
+    /// Bytes read but not yet accepted by the destination socket (TCP relay; at most one read's worth).
+    pub(super) pending: Vec<u8>,
+    /// How the plaintext stream is followed: frame boundaries of a clientbound stream, for injecting a
+    /// disconnect on shutdown; the transfer watch.
+    pub(super) follow: Follow,
+    /// How long the destination may accept nothing before the relay gives up on it.
+    pub(crate) stall: Duration,
+    /// Online mode's cipher for this direction.
+    transform: Option<Transform>,
+    /// `moonbridge_relayed_bytes_total` of this direction and backend; `None` after a handover (the transfer
+    /// layer counts under the backend each byte came from or went to).
+    pub(super) counter: Option<IntCounter>,
+}
+
+impl Flow {
+    /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
+    /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
+    pub(crate) fn pair(start: RelayStart<'_>) -> (Self, Self) {
+        let (encrypt, decrypt) = match start.cipher.map(|c| *c) {
+            Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
+            None => (None, None),
+        };
+        let direction = |bytes, follow, transform, counter: &IntCounter| Self {
+            bytes,
+            pending: Vec::new(),
+            follow,
+            stall: start.write_stall,
+            transform,
+            counter: Some(counter.clone()),
+        };
+        let up_follow = match &start.follow {
+            Follow::Watch(w) => Follow::Closes(FrameScanner::new(), Arc::clone(&w.closes)),
+            _ => Follow::Nothing,
+        };
+        (
+            direction(start.up, up_follow, decrypt, &start.metrics.to_backend),
+            direction(start.down, start.follow, encrypt, &start.metrics.to_player),
+        )
+    }
+
+    /// Everything that happens to a batch in flight, in place: decrypt (serverbound), follow, count and scan
+    /// the plaintext, encrypt (clientbound). Returns how many bytes from the start may go on now: all of them,
+    /// except when the transfer watch holds a frame head back for the next batch or asks for a handover (it
+    /// keeps the rest, uncounted and unencrypted).
+    pub(crate) fn process(&mut self, data: &mut [u8]) -> usize {
+        if let Some(Transform::Decrypt(d)) = &mut self.transform {
+            d.apply(data);
+        }
+        let keep = match &mut self.follow {
+            Follow::Nothing => data.len(),
+            Follow::Frames(s) => {
+                if s.scan(data).is_err() {
+                    // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
+                    self.follow = Follow::Nothing;
+                }
+                data.len()
+            }
+            Follow::Closes(s, closes) => {
+                let mut n = 0;
+                if s.scan_ids(data, |id| n += u64::from(i32::from(id) == Leftovers::SERVERBOUND_ID)).is_err() {
+                    self.follow = Follow::Nothing;
+                } else if n > 0 {
+                    closes.fetch_add(n, Ordering::Relaxed);
+                }
+                data.len()
+            }
+            Follow::Watch(w) => match w.watch.scan(data, w.closes.load(Ordering::Relaxed)) {
+                Ok(Verdict::Pass) => data.len(),
+                Ok(Verdict::Hold(k)) => {
+                    w.held.extend_from_slice(data.get(k..).unwrap_or_default());
+                    k
+                }
+                Ok(Verdict::Handover(k)) => {
+                    w.rest = Some(data.get(k..).unwrap_or_default().to_vec());
+                    k
+                }
+                Err(_) => {
+                    // Not Minecraft frames after all: relayed opaquely, and nobody can be moved.
+                    self.follow = Follow::Nothing;
+                    data.len()
+                }
+            },
+        };
+        let data = data.get_mut(..keep).unwrap_or_default();
+        self.bytes += data.len() as u64;
+        if let Some(c) = &self.counter {
+            c.inc_by(data.len() as u64);
+        }
+        self.seal(data);
+        keep
+    }
+
+    /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
+    pub(super) fn seal(&mut self, data: &mut [u8]) {
+        if let Some(Transform::Encrypt(e)) = &mut self.transform {
+            e.apply(data);
+        }
+    }
+
+    /// Bytes read from the player before the relay started (sent ahead during the login stage): processed like
+    /// any batch and written to the backend before anything else.
+    pub(crate) fn preload(&mut self, mut early: Vec<u8>) {
+        if !early.is_empty() {
+            self.process(&mut early);
+            self.pending = early;
+        }
+    }
+
+    /// True when a packet can be inserted into this stream now.
+    pub(super) fn at_frame_boundary(&self) -> bool {
+        self.pending.is_empty()
+            && match &self.follow {
+                Follow::Frames(s) | Follow::Closes(s, _) => s.at_boundary(),
+                // Held bytes are the head of a frame not sent yet: the player's stream is between two frames.
+                Follow::Watch(w) => w.watch.at_boundary(),
+                Follow::Nothing => false,
+            }
+    }
+}
+
+/// Reads one batch (at most `max` bytes, at most [`crate::wire::RELAY_CHUNK`]) from the backend into the scratch buffer and
+/// passes it through `down` (counted, frames followed, encrypted in online mode), then hands it to `take` before
+/// the next read can reuse the buffer. `Ok(None)` when nothing was ready after all, or nothing may go on yet
+/// (the transfer watch held it back or asks for a handover: see [`super::BackendSide::handover_due`]); `Ok(Some(r))`
+/// with `take(&[])` at EOF.
+pub(crate) fn read_batch<R>(
+    from: &TcpStream,
+    down: &mut Flow,
+    max: usize,
+    take: impl FnOnce(&mut [u8]) -> R,
+) -> io::Result<Option<R>> {
+    with_scratch(|buf| {
+        // A frame head the last batch ended in starts this one.
+        let held = match &down.follow {
+            Follow::Watch(w) => w.held.as_slice(),
+            _ => &[],
+        };
+        let h = held.len();
+        if let Some(start) = buf.get_mut(..h) {
+            start.copy_from_slice(held);
+        }
+        // At least one new byte: a resume buffer with less room than the held head goes over by under
+        // `MAX_HELD` bytes.
+        let end = max.max(h + 1).min(buf.len());
+        match read_clearing(from, buf.get_mut(h..end).unwrap_or_default()) {
+            Ok(n) => {
+                if let Follow::Watch(w) = &mut down.follow {
+                    w.held.clear();
+                }
+                if n == 0 {
+                    // EOF: a frame head held back can never be completed.
+                    return Ok(Some(take(&mut [])));
+                }
+                let data = buf.get_mut(..h + n).unwrap_or_default();
+                let keep = down.process(data);
+                if keep == 0 {
+                    return Ok(None);
+                }
+                Ok(Some(take(data.get_mut(..keep).unwrap_or_default())))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::relay::BackendSide;
+    use moonbridge_protocol::transfer::watch::MAX_HELD;
+
+    #[test]
+    fn a_direction_counts_scans_and_ciphers_in_place() {
+        let secret = [7u8; SHARED_SECRET_LEN];
+        let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+        let start = RelayStart {
+            shutdown: &shutdown,
+            follow: Follow::Frames(FrameScanner::new()),
+            up: 10,
+            down: 20,
+            write_stall: Duration::from_secs(1),
+            cipher: Some(Box::new(ClientCipher::new(&secret))),
+            metrics: &metrics,
+            resume: None,
+        };
+        let (mut up, mut down) = Flow::pair(start);
+        // Clientbound: two whole frames, scanned as plaintext, then encrypted.
+        let plain = [0x02, 0x00, 0x01, 0x01, 0x00];
+        let mut batch = plain;
+        down.process(&mut batch);
+        assert_eq!(down.bytes, 25);
+        assert!(down.at_frame_boundary());
+        let mut player_side = ClientCipher::new(&secret);
+        let mut seen = batch;
+        player_side.decrypt.apply(&mut seen);
+        assert_eq!(seen, plain, "the player decrypts what the relay encrypted");
+        // Half a frame: not a boundary any more.
+        let mut half = [0x05, 0x00];
+        down.process(&mut half);
+        assert!(!down.at_frame_boundary());
+        // Serverbound: decrypted before counting.
+        let mut sent = *b"hello";
+        player_side.encrypt.apply(&mut sent);
+        up.process(&mut sent);
+        assert_eq!(&sent, b"hello");
+        assert_eq!(up.bytes, 15);
+    }
+
+    /// Stands in for the transfer layer (`crate::transfer`, tested on live sockets in `tests/tests/transfer.rs`):
+    /// keeps what the relay handed over.
+    struct Recorder(std::sync::mpsc::Sender<Handed>);
+
+    impl Handover for Recorder {
+        fn start(self: Box<Self>, _backend: TcpStream, _hop: TcpStream, handed: Handed) -> JoinHandle<()> {
+            self.0.send(handed).unwrap();
+            tokio::spawn(async {})
+        }
+    }
+
+    fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
+        let mut out = bytes::BytesMut::new();
+        moonbridge_protocol::frame::encode_frame(&mut out, id, fields).unwrap();
+        out.to_vec()
+    }
+
+    #[tokio::test]
+    async fn the_watch_holds_frame_heads_back_and_hands_over_at_a_connect_in_tiny_reads() {
+        use moonbridge_protocol::packets::PluginMessage;
+        use moonbridge_protocol::transfer::BungeeRequest;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut backend = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (relay_end, _) = listener.accept().await.unwrap();
+        // Join Game (entity 9), an objective, a chat line, then BungeeCord's Connect and what follows it.
+        let mut join = 9i32.to_be_bytes().to_vec();
+        join.extend_from_slice(&[0, 0, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't']);
+        let mut connect = Vec::new();
+        let data = BungeeRequest::connect_payload("lobby").unwrap();
+        PluginMessage { channel: "BungeeCord".into(), data }.encode_fields(&mut connect).unwrap();
+        let before = [frame(0x01, &join), frame(0x3b, &[1, b'o', 1, b'O', 0]), frame(0x02, b"\x04\"hi\"")].concat();
+        let after = [frame(0x3f, &connect), frame(0x00, &[0, 0, 0, 5])].concat();
+        tokio::io::AsyncWriteExt::write_all(&mut backend, &[before.clone(), after.clone()].concat()).await.unwrap();
+
+        let secret = [3u8; SHARED_SECRET_LEN];
+        let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let watching = Watching::new(ClientboundWatch::new(false), Vec::new(), Box::new(Recorder(tx)));
+        let start = RelayStart {
+            shutdown: &shutdown,
+            follow: Follow::Watch(Box::new(watching)),
+            up: 0,
+            down: 0,
+            write_stall: Duration::from_secs(1),
+            cipher: Some(Box::new(ClientCipher::new(&secret))),
+            metrics: &metrics,
+            resume: None,
+        };
+        let (mut up, mut down) = Flow::pair(start);
+        // Serverbound: a Close Window (C0D), then half of a Chat Message.
+        let mut player = ClientCipher::new(&secret);
+        let mut sent = [frame(0x0d, &[1]), vec![0x05, 0x01]].concat();
+        player.encrypt.apply(&mut sent);
+        assert_eq!(up.process(&mut sent), 5);
+        let mut passed = Vec::new();
+        while !BackendSide::handover_due(&down) {
+            tokio::time::timeout(Duration::from_secs(5), relay_end.readable()).await.unwrap().unwrap();
+            // Reads of at most 5 bytes: every frame head is split at least once.
+            if let Some(data) = read_batch(&relay_end, &mut down, 5, |d| d.to_vec()).unwrap() {
+                assert!(!data.is_empty(), "no EOF before the handover");
+                passed.extend_from_slice(&data);
+            }
+        }
+        player.decrypt.apply(&mut passed);
+        assert_eq!(passed, before, "everything before the Connect reached the player, encrypted once");
+        assert_eq!(down.bytes, before.len() as u64, "the bytes not delivered are not counted");
+        assert!(down.at_frame_boundary());
+        let mut side = BackendSide::new(relay_end, None);
+        side.hand_over(&mut up, &mut down).await.unwrap();
+        let Handed { rest, watched, mut tail } = rx.try_recv().unwrap();
+        assert!(rest.len() <= 5 + MAX_HELD && after.starts_with(&rest), "the rest starts at the Connect");
+        assert_eq!(rest.first(), after.first());
+        assert_eq!(watched.client_entity, Some(9));
+        let mut objective = Leftovers::default();
+        objective.observe(moonbridge_protocol::transfer::Direction::Clientbound, 0x3b, &[1, b'o', 1, b'O', 0]);
+        assert_eq!(watched.leftovers, objective);
+        // The serverbound frame under way: 4 more bytes finish it.
+        assert_eq!(tail.finish_frame(&[1, 2, 3, 4, 9, 9]).unwrap(), 4);
+        assert!(matches!(down.follow, Follow::Frames(_)) && matches!(up.follow, Follow::Nothing));
+        side.close().unwrap().await.unwrap();
+    }
+}

@@ -1,0 +1,96 @@
+//! The switchboard's backend connections: one in Play with its clientbound frames ([`Link`]), and dialling
+//! and logging in the backend a switch goes to ([`dial`]).
+
+use std::io;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::packets::{LoginDisconnect, LoginSuccess, Packet};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::common::{chat_plain, READ_CHUNK};
+use crate::backend::{Backend, Identity};
+
+/// Largest Login-state frame read from a new backend (Login Success, Login Disconnect, Encryption Request),
+/// in bytes.
+const MAX_LOGIN_FRAME: usize = 256 * 1024;
+
+/// A backend connection in Play, with its clientbound frames.
+pub(super) struct Link {
+    pub(super) backend: Backend,
+    pub(super) stream: TcpStream,
+    pub(super) frames: FrameDecoder,
+}
+
+impl Link {
+    pub(super) fn new(backend: Backend, stream: TcpStream, early: &[u8]) -> Self {
+        let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
+        frames.queue_slice(early);
+        Self { backend, stream, frames }
+    }
+}
+
+/// A new backend connection logged in: the stream and the Play bytes read after Login Success, or why not (a
+/// readable reason for the chat).
+pub(super) type Dialed = Result<(TcpStream, BytesMut), String>;
+
+/// Connects to `target`, sends the player's opening and reads up to Login Success: the stream and the Play
+/// bytes after it, or why not (a readable reason for the chat).
+pub(super) async fn dial(target: Backend, identity: Identity, connect_timeout: Duration) -> Dialed {
+    let mut stream = target.connect(identity.client, connect_timeout).await.map_err(|e| match e {
+        crate::backend::BackendError::Timeout { .. } => "it did not accept the connection in time".to_string(),
+        _ => "it is unreachable".to_string(),
+    })?;
+    let opening = identity.opening(&target, &[]).map_err(|_| "the handshake could not be forwarded".to_string())?;
+    stream.write_all(&opening).await.map_err(|_| "it closed the connection".to_string())?;
+    target.metrics.to_backend.inc_by(opening.len() as u64);
+    let mut frames = FrameDecoder::new(MAX_LOGIN_FRAME);
+    let mut buf = vec![0; READ_CHUNK];
+    loop {
+        match frames.try_next_frame() {
+            Ok(Some(f)) if f.id == LoginSuccess::ID => return Ok((stream, frames.take_buffered())),
+            Ok(Some(f)) if f.id == LoginDisconnect::ID => {
+                let reason = f.decode::<LoginDisconnect>().map(|d| chat_plain(&d.reason_json)).unwrap_or_default();
+                return Err(format!("it refused the login: {reason}"));
+            }
+            Ok(Some(f)) => {
+                return Err(if f.id == 0x01 {
+                    "it asked for encryption (online mode); backends behind MoonBridge run in offline mode".into()
+                } else {
+                    format!("it answered the login with packet {:#04x}", f.id)
+                })
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("it sent a bad login frame: {e}")),
+        }
+        stream.readable().await.map_err(|e| format!("read failed: {e}"))?;
+        match try_read(&stream, &mut buf) {
+            Ok(0) => return Err("it closed the connection during login".into()),
+            Ok(n) => {
+                target.metrics.to_player.inc_by(n as u64);
+                frames.queue_slice(buf.get(..n).unwrap_or_default());
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+}
+
+/// Waits until `stream` is readable; never, without a stream.
+pub(super) async fn readable(stream: Option<&TcpStream>) -> io::Result<()> {
+    match stream {
+        Some(s) => s.readable().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One non-blocking read after readiness; `Interrupted` when the wake-up was spurious (not EOF).
+pub(super) fn try_read(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    match stream.try_read(buf) {
+        Ok(n) => Ok(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(io::ErrorKind::Interrupted.into()),
+        Err(e) => Err(e),
+    }
+}

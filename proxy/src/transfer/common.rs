@@ -1,0 +1,150 @@
+//! What the switchboard's parts share: the session's context, how the board ends, what one event writes, and
+//! framing helpers (protocol 5 frames: a VarInt length, a VarInt packet id, the body).
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use moonbridge_protocol::frame::{encode_frame, Frame};
+use moonbridge_protocol::packets::{chat_text, ChatMessage, Packet, PluginMessage};
+use moonbridge_protocol::transfer::{bungee_registration, carries_entity_ids, Direction, EntityIdSwap};
+
+use crate::backend::Identity;
+use crate::metrics::Metrics;
+use crate::state::Live;
+
+/// Largest read from the hop or a backend, in bytes.
+pub(super) const READ_CHUNK: usize = 64 * 1024;
+
+/// The `REGISTER` of the `BungeeCord` channel a backend gets after each login when `[transfer] targets` is set
+/// (a whole serverbound frame), or nothing.
+pub(crate) fn registration(live: &Live) -> BytesMut {
+    let mut out = BytesMut::new();
+    let mut fields = Vec::with_capacity(24);
+    if !live.tunables.transfer.targets.is_empty() && bungee_registration().encode_fields(&mut fields).is_ok() {
+        encode(&mut out, PluginMessage::SERVERBOUND_ID, &fields);
+    }
+    out
+}
+
+/// What every part of the switchboard reads: the configuration it runs on, the player, the metrics.
+pub(super) struct Ctx {
+    pub(super) live: Arc<Live>,
+    pub(super) identity: Identity,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+/// How the switchboard ended (for the log line of the session, through the relay: the hop closes).
+#[derive(Debug)]
+pub(super) enum End {
+    /// The relay side closed (the player left, or the proxy shuts down).
+    PlayerGone,
+    /// The backend closed or failed, with no switch to wait for.
+    BackendGone,
+    /// The player was disconnected by the proxy (fallback failed, reset handshake) or the backend broke a rule.
+    Closed(String),
+}
+
+/// What one event of the switchboard produced, written before the next: to the player (on the hop), the
+/// current backend and the backend being switched to.
+#[derive(Default)]
+pub(super) struct Outbox {
+    pub(super) to_player: BytesMut,
+    pub(super) to_backend: BytesMut,
+    pub(super) to_target: BytesMut,
+}
+
+impl Outbox {
+    /// Queues a chat line for the player.
+    pub(super) fn chat(&mut self, text: &str) {
+        let _ = (ChatMessage { json: chat_text(text) }).encode_frame(&mut self.to_player);
+    }
+}
+
+/// Appends a frame.
+pub(super) fn encode(out: &mut BytesMut, id: i32, body: &[u8]) {
+    let _ = encode_frame(out, id, body);
+}
+
+/// Appends `frame`, with its entity ids through `swap` when it carries any.
+pub(super) fn put_frame(
+    out: &mut BytesMut,
+    swap: Option<EntityIdSwap>,
+    direction: Direction,
+    frame: Frame,
+    body: &mut Vec<u8>,
+) {
+    if let Some(swap) = swap.filter(|s| !s.is_identity() && carries_entity_ids(direction, frame.id)) {
+        body.clear();
+        body.extend_from_slice(&frame.body);
+        if swap.rewrite(direction, frame.id, body).is_ok() {
+            encode(out, frame.id, body);
+            return;
+        }
+    }
+    encode(out, frame.id, &frame.body);
+}
+
+/// The plain text of a JSON chat component (its `text` and `extra` parts), for logs and chat lines.
+pub(super) fn chat_plain(json: &str) -> String {
+    fn walk(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::String(s) => out.push_str(s),
+            serde_json::Value::Object(o) => {
+                if let Some(t) = o.get("text") {
+                    walk(t, out);
+                }
+                if let Some(serde_json::Value::Array(extra)) = o.get("extra") {
+                    extra.iter().for_each(|e| walk(e, out));
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|e| walk(e, out)),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(v) => {
+            let mut out = String::new();
+            walk(&v, &mut out);
+            out
+        }
+        Err(_) => json.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use moonbridge_protocol::packets::PluginMessage;
+    use moonbridge_protocol::transfer::{fml, is_channel, BUNGEE_CHANNEL};
+
+    #[test]
+    fn chat_plain_reads_text_and_extra() {
+        assert_eq!(chat_plain(r#"{"text":"Bye","extra":[{"text":" now"},"!"]}"#), "Bye now!");
+        assert_eq!(chat_plain(r#""plain""#), "plain");
+        assert_eq!(chat_plain("not json"), "not json");
+    }
+
+    #[test]
+    fn channels_are_matched_exactly() {
+        let mut body = Vec::new();
+        PluginMessage { channel: "BungeeCord".into(), data: vec![0, 1] }.encode_fields(&mut body).unwrap();
+        assert!(is_channel(&body, BUNGEE_CHANNEL));
+        assert!(!is_channel(&body, fml::CHANNEL));
+        assert!(!is_channel(&[0xff], BUNGEE_CHANNEL));
+    }
+
+    #[test]
+    fn frames_pass_through_the_swap_only_when_they_carry_ids() {
+        let swap = Some(EntityIdSwap::new(7, 300));
+        let mut out = BytesMut::new();
+        // S12 Entity Velocity: i32 entity id, then three i16.
+        let frame = Frame { id: 0x12, body: BytesMut::from(&[0, 0, 1, 44, 0, 1, 0, 2, 0, 3][..]) };
+        put_frame(&mut out, swap, Direction::Clientbound, frame, &mut Vec::new());
+        assert_eq!(&out[..], &[11, 0x12, 0, 0, 0, 7, 0, 1, 0, 2, 0, 3]);
+        out.clear();
+        // S02 Chat carries none: unchanged.
+        let frame = Frame { id: 0x02, body: BytesMut::from(&[2, b'{', b'}'][..]) };
+        put_frame(&mut out, swap, Direction::Clientbound, frame, &mut Vec::new());
+        assert_eq!(&out[..], &[4, 0x02, 2, b'{', b'}']);
+    }
+}

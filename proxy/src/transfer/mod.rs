@@ -1,0 +1,100 @@
+//! Server transfer: moving a connected player from one backend to another without a reconnect
+//! (docs/network.md). 1.7.10 has no transfer packet, so the client must believe it is still on one server.
+//!
+//! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) keeps
+//! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
+//! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded). At the
+//! first frame that starts a switch the relay hands over ([`ToSwitchboard`]): the backend connection moves to the
+//! the switchboard, and the relay goes on against one end of a loopback TCP pair ([`crate::relay::hop`]) whose other end the
+//! switchboard serves, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
+//! mode's cipher) works unchanged on the player's side, and a player who never switches never meets the
+//! switchboard.
+//!
+//! What the switchboard does, with the sources of each fact:
+//! - **Triggers.** A clientbound Plugin Message (S3F) on channel `BungeeCord` with subchannel `Connect` and a
+//!   backend name (BungeeCord's plugin messaging channel, as server plugins use it) starts a switch and is not
+//!   relayed. A Play Disconnect (S40) from a backend with a `[transfer.fallback]` entry starts a switch to the
+//!   fallback instead of reaching the player.
+//! - **Registration.** Each backend gets a `REGISTER` of the `BungeeCord` channel right after the login (when
+//!   `targets` is set), as BungeeCord sends it: Bukkit-based servers let plugins send only on registered
+//!   channels.
+//! - **The switch.** The new backend is dialled and logged in ([`Identity::opening`]: the same handshake,
+//!   Login Start and forwarding as the first login) while the old one keeps serving the player. Its Keep
+//!   Alives are answered by the proxy until the cutover. With a Forge client (`\0FML\0` in the handshake), the
+//!   first `FML|HS` message of the new backend is preceded by a HandshakeReset (`FML|HS` 0xFE,
+//!   Forge 1.7.10 `FMLHandshakeMessage.HandshakeReset`), and the client's `FML|HS` answers go to the new
+//!   backend, so the mod list and registry handshake run again; the deadline is then
+//!   `forge_handshake_timeout_seconds` instead of `switch_timeout_seconds`.
+//! - **The cutover**, at the new backend's Join Game (S01; a Forge server sends it once its handshake is
+//!   complete, `NetworkDispatcher.completeServerSideConnection`): the client gets the removal of what the old
+//!   server left ([`moonbridge_protocol::transfer::Leftovers`]: scoreboard objectives, teams, tab-list entries, an open window), then the two
+//!   Respawns of [`moonbridge_protocol::transfer::world_reset`] instead of the Join Game, the old backend's connection is closed, and from then on every
+//!   packet that carries the player's own entity id is rewritten both ways ([`moonbridge_protocol::transfer::EntityIdSwap`]).
+//! - **Keep Alive.** After a switch, the client's answers (C00) reach the backend only for ids that backend
+//!   sent (at most [`keep_alive::MAX_UNANSWERED_KEEP_ALIVES`] outstanding; more ends the session); while no backend serves
+//!   the player (a fallback in progress) the proxy sends its own Keep Alives so the client's 30-second read
+//!   timeout does not fire, and swallows their answers.
+//! - **Failures.** The player stays on the old backend and is told why in chat. A Forge client whose handshake
+//!   was reset gets the rest of the old backend's recorded handshake, from the message its state waits for, as
+//!   long as it has not applied the new server's registry. When the old backend is gone (a fallback), or the
+//!   client cannot be brought back, the player gets a Play Disconnect with the reason instead.
+
+//!
+//! The files, bottom-up: [`common`] (the context, the outbox, framing), [`forge`] (the Forge handshake's steps,
+//! record and replay), [`keep_alive`] (whose Keep Alive an answer is), [`backend`] (a backend connection in
+//! Play; dialling and logging in a new one), [`switch`] (a switch in progress), [`board`] (the switchboard's
+//! loop, frame by frame), [`cutover`] (a switch's course: request, joining, cutover, failure), and this file
+//! (whether a session can be moved, the hand-over).
+
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::backend::{Backend, Identity};
+use crate::metrics::Metrics;
+use crate::relay::{Handed, Handover};
+use crate::state::Live;
+
+mod backend;
+mod board;
+mod common;
+mod cutover;
+mod forge;
+mod keep_alive;
+mod switch;
+
+use board::{SwitchStart, Switchboard};
+pub(crate) use common::registration;
+use common::Ctx;
+
+/// Whether players on `backend` can be moved (their relay watches for the frames that start a switch).
+pub(crate) fn applies(live: &Live, backend: &Backend) -> bool {
+    !live.tunables.transfer.targets.is_empty() || live.tunables.transfer.fallback.contains_key(&backend.name)
+}
+
+/// Whether a Play Disconnect from `backend` starts a switch to its fallback.
+pub(crate) fn has_fallback(live: &Live, backend: &Backend) -> bool {
+    live.tunables.transfer.fallback.contains_key(&backend.name)
+}
+
+/// What a relay hands over to start the switchboard ([`Handover`]).
+pub(crate) struct ToSwitchboard {
+    pub(crate) live: Arc<Live>,
+    pub(crate) identity: Identity,
+    pub(crate) metrics: Arc<Metrics>,
+    /// The backend the player is on.
+    pub(crate) backend: Backend,
+}
+
+impl Handover for ToSwitchboard {
+    fn start(self: Box<Self>, stream: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()> {
+        let Self { live, identity, metrics, backend } = *self;
+        metrics.transfer_handovers.inc();
+        info!(player = %identity.name, backend = %backend.name, "transfer layer takes over the session");
+        let Handed { rest, watched, tail } = handed;
+        let start = SwitchStart { ctx: Ctx { live, identity, metrics }, backend, stream, early: rest, watched, tail };
+        tokio::spawn(Switchboard::run(start, hop))
+    }
+}

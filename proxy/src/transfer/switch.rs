@@ -1,0 +1,59 @@
+//! A switch in progress: why it started, where it is, and what it holds until the cutover.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::time::Instant;
+
+use super::backend::{Dialed, Link};
+use super::forge::ServerStep;
+use crate::backend::Backend;
+
+/// Bytes of clientbound frames (other than Keep Alive and `FML|HS`) a new backend may send before its Join
+/// Game; they are held and delivered after the world reset. More fails the switch.
+pub(crate) const MAX_HELD_BYTES: usize = 1024 * 1024;
+
+/// Longest backend name from a `Connect` that is shown in chat and logs, in characters.
+pub(super) const MAX_SHOWN_NAME: usize = 64;
+
+/// Fallbacks a session may take within [`FALLBACK_WINDOW`]; past that, a backend's disconnect reaches the
+/// player (two backends that are each other's fallback and kick at once cannot bounce a player forever).
+pub(crate) const MAX_FALLBACKS: usize = 3;
+/// The window of [`MAX_FALLBACKS`].
+pub(super) const FALLBACK_WINDOW: Duration = Duration::from_secs(60);
+
+/// Why a switch started.
+pub(super) enum Trigger {
+    /// The old backend's BungeeCord `Connect`.
+    Connect,
+    /// Backend `from` disconnected the player: the frame as it came, and its reason as text.
+    Fallback { from: String, disconnect: BytesMut, reason: String },
+}
+
+/// Where a switch is.
+pub(super) enum SwitchStep {
+    /// Connecting and logging in.
+    Dialing(Pin<Box<dyn Future<Output = Dialed> + Send>>),
+    /// In Play, before its Join Game.
+    Joining(Link),
+}
+
+/// A switch in progress.
+pub(super) struct Switch {
+    pub(super) target: Backend,
+    pub(super) trigger: Trigger,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
+    pub(super) step: SwitchStep,
+    /// A Forge HandshakeReset went to the client: it runs the new server's handshake now.
+    pub(super) reset_sent: bool,
+    /// How far the client got in the new server's handshake: the last of its messages delivered
+    /// ([`ServerStep`]).
+    pub(super) delivered: ServerStep,
+    /// Frames the new backend sent before Join Game, framed again.
+    pub(super) held: BytesMut,
+    /// The new backend's Forge handshake messages, for a replay if a later switch fails.
+    pub(super) record: Option<BytesMut>,
+}

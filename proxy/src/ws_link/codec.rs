@@ -1,0 +1,202 @@
+//! The WebSocket codec of a [`WsLink`]: reading frames into the sans-IO decoder
+//! ([`moonbridge_protocol::ws::frame`], RFC 6455 §5), decoding them into stream bytes (inflating with
+//! `moonbridge.v2.zstd`), the close codes bad input earns, and writing whole frames under the write-stall bound.
+
+use std::io;
+
+use bytes::{Bytes, BytesMut};
+use moonbridge_protocol::ws as carriage;
+use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor};
+use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PONG};
+use moonbridge_protocol::ws::v2::Control;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::{Turn, WsLink, MAX_SERVER_HEADER, WS_READ_CHUNK};
+use crate::metrics::WsMetrics;
+use crate::wire::{within_stall, Side, LINGER};
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
+    /// One Binary frame carrying `data` (compressed with `moonbridge.v2.zstd`), and where `data` itself starts
+    /// in it when it is carried as is (so a caller can keep that part without copying).
+    ///
+    /// # Errors
+    /// zstd failed (the stream cannot go on).
+    pub(crate) fn binary_frame(&mut self, data: &[u8]) -> io::Result<(Bytes, Option<usize>)> {
+        let Some(z) = &mut self.zstd else {
+            let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
+            let mut msg = Vec::with_capacity(n + data.len());
+            msg.extend_from_slice(h.get(..n).unwrap_or_default());
+            msg.extend_from_slice(data);
+            return Ok((Bytes::from(msg), Some(n)));
+        };
+        // Room for the longest header in front, written once the compressed length is known: no second copy.
+        let mut msg = vec![0u8; MAX_SERVER_HEADER];
+        let deflate = match &mut z.deflate {
+            Some(d) => d,
+            None => z.deflate.insert(Compressor::new(z.level).map_err(io::Error::other)?),
+        };
+        deflate.compress(data, &mut msg).map_err(io::Error::other)?;
+        let (h, n) = wsframe::encode_header(OP_BINARY, msg.len() - MAX_SERVER_HEADER);
+        let start = MAX_SERVER_HEADER - n;
+        if let (Some(dst), Some(src)) = (msg.get_mut(start..MAX_SERVER_HEADER), h.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        Ok((Bytes::from(msg).slice(start..), None))
+    }
+
+    /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
+    pub(crate) async fn fill(stream: &mut S, dec: &mut ServerDecoder, counters: &WsMetrics) -> io::Result<usize> {
+        let buf = dec.buffer_mut();
+        buf.reserve(WS_READ_CHUNK);
+        let n = (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await?;
+        counters.bytes_in.inc_by(n as u64);
+        Ok(n)
+    }
+
+    /// Decodes what is buffered: stream bytes go to `data` (up to `limit` bytes in all; the rest stays
+    /// buffered), Pings are answered, a Close is answered and ends the turn.
+    pub(crate) async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
+        let mut pongs: Vec<u8> = Vec::new();
+        self.stopped_at_limit = false;
+        let turn = loop {
+            if data.len() >= limit {
+                // Frames may still be buffered: the relay decodes again before it waits for the socket.
+                self.stopped_at_limit = true;
+                break Turn::Continue;
+            }
+            // A compressed message inflates in pieces of at most about what the caller takes this turn.
+            if let Some(z) = self.zstd.as_mut() {
+                if let Some(inflate) = z.inflate.as_mut().filter(|i| i.has_output()) {
+                    z.scratch.clear();
+                    match inflate.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
+                        Ok(n) => {
+                            data.extend_from_slice(&z.scratch);
+                            self.stream_in += n as u64;
+                            continue;
+                        }
+                        Err(e) => break self.inflate_fault(&e),
+                    }
+                }
+            }
+            match self.dec.try_next() {
+                Ok(None) => break Turn::Continue,
+                Ok(Some(Event::Data(d))) => match &mut self.zstd {
+                    Some(z) => match &mut z.inflate {
+                        Some(i) => i.queue(&d),
+                        None => match Decompressor::new() {
+                            Ok(i) => z.inflate.insert(i).queue(&d),
+                            Err(e) => break self.inflate_fault(&e),
+                        },
+                    },
+                    None => {
+                        self.stream_in += d.len() as u64;
+                        data.extend_from_slice(&d);
+                    }
+                },
+                Ok(Some(Event::Text(t))) => match Control::parse(&t) {
+                    Ok(Control::Ack(n)) if self.v2 => self.peer_ack = Some(self.peer_ack.map_or(n, |a| a.max(n))),
+                    _ => {
+                        self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "unexpected control message"));
+                        break Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, "unexpected control message"));
+                    }
+                },
+                Ok(Some(Event::MessageEnd)) => {
+                    if let Some(i) = self.zstd.as_mut().and_then(|z| z.inflate.as_mut()) {
+                        i.end_message();
+                    }
+                    self.messages_in += 1;
+                    self.counters.messages_in.inc();
+                }
+                Ok(Some(Event::Ping(p))) => pongs.extend_from_slice(&wsframe::frame(OP_PONG, &p)),
+                Ok(Some(Event::Pong)) => {}
+                Ok(Some(Event::Close(c))) => {
+                    self.peer_closed = true;
+                    self.peer_close_code = Some(match &c {
+                        wsframe::CloseReceived::NoCode => 1005,
+                        wsframe::CloseReceived::Code(code, _) => *code,
+                    });
+                    let _ = self.write_frame(&pongs).await;
+                    self.send_close(c.reply_code(), "").await;
+                    return Turn::Closed;
+                }
+                Err(f) => break self.fault_turn(&f),
+            }
+        };
+        if !pongs.is_empty() {
+            if let Err(e) = self.write_frame(&pongs).await {
+                return Turn::Fault(e);
+            }
+        }
+        turn
+    }
+
+    /// True when the last decode turn stopped at its limit with input left (buffered frames, or a compressed
+    /// message with more to inflate): the relay decodes again before it waits for the socket.
+    pub(crate) fn decode_backlog(&self) -> bool {
+        self.stopped_at_limit
+            || self.zstd.as_ref().and_then(|z| z.inflate.as_ref()).is_some_and(Decompressor::has_output)
+    }
+
+    /// A compressed message that inflates too far (1009), is not zstd (1002), or finds no memory (1011).
+    fn inflate_fault(&mut self, e: &CompressError) -> Turn {
+        self.fault = Some(match e {
+            CompressError::TooLarge { .. } => (carriage::CLOSE_MESSAGE_TOO_BIG, "message too big"),
+            CompressError::NoMemory => (carriage::CLOSE_INTERNAL_ERROR, "out of memory"),
+            _ => (carriage::CLOSE_PROTOCOL_ERROR, "bad compressed data"),
+        });
+        Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+    }
+
+    fn fault_turn(&mut self, f: &FrameFault) -> Turn {
+        Turn::Fault(self.fault_error(f))
+    }
+
+    /// Records the close code a frame fault earned and returns it as an error.
+    pub(super) fn fault_error(&mut self, f: &FrameFault) -> io::Error {
+        self.fault = Some((f.close_code(), f.close_reason()));
+        io::Error::new(io::ErrorKind::InvalidData, f.to_string())
+    }
+
+    /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
+    /// an earlier write failed or was cut off (its frame may be half on the wire).
+    pub(crate) async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.close_sent || self.broken {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the WebSocket is closing"));
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        // Set until the write completes: a write dropped half-way (a timeout or select around it) leaves it set.
+        self.broken = true;
+        let stream = &mut self.stream;
+        within_stall(self.write_stall, Side::Player, async {
+            stream.write_all(bytes).await?;
+            stream.flush().await
+        })
+        .await?;
+        self.broken = false;
+        self.counters.bytes_out.inc_by(bytes.len() as u64);
+        if let Some(k) = &mut self.keepalive {
+            k.on_write();
+        }
+        Ok(())
+    }
+
+    /// Sends stream bytes as one Binary message.
+    pub(crate) async fn send_binary(&mut self, data: &[u8]) -> io::Result<()> {
+        self.stream_out += data.len() as u64;
+        self.messages_out += 1;
+        self.counters.messages_out.inc();
+        let (msg, _) = self.binary_frame(data)?;
+        self.write_frame(&msg).await
+    }
+
+    /// Sends a Close (once) within [`LINGER`], unless the frame stream is already broken.
+    pub(crate) async fn send_close(&mut self, code: u16, reason: &str) {
+        if !self.close_sent && !self.broken {
+            let frame = wsframe::close_frame(code, reason);
+            let _ = tokio::time::timeout(LINGER, self.write_frame(&frame)).await;
+        }
+        self.close_sent = true;
+    }
+}

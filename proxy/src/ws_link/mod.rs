@@ -1,0 +1,291 @@
+//! The player's WebSocket connection ([`WsLink`], carriage version 1 and the v2 additions, see
+//! [`moonbridge_protocol::ws`]): where a WebSocket message becomes stream bytes and stream bytes become a
+//! message, in every stage. The login stage ([`crate::session`]) and the relay ([`crate::relay`]) both stand
+//! on it: the codec is [`codec`], the login stage's reads and waits are [`stage`].
+//!
+//! Framing is [`moonbridge_protocol::ws::frame`] (RFC 6455 §5, server side, sans-IO), so the proxy never holds a
+//! whole message: the payload of a Binary frame leaves for the backend as it arrives, and what one connection
+//! can make the proxy hold is one read ([`WS_READ_CHUNK`]) plus at most [`crate::wire::EARLY_DATA_LIMIT`] bytes sent ahead
+//! during the login stage, whatever `max_ws_message_bytes` is.
+//!
+//! - Binary messages carry the Minecraft stream: their payloads are the bytes, whatever the message sizes.
+//! - A Ping is answered with a Pong at once. Pongs are ignored.
+//! - One close policy in every stage (RFC 6455 §5.5.1, §7.4): a Close from the player is answered with a Close
+//!   echoing its code (1000 for a Close without one); a Text message is answered with 1003, a message over
+//!   `max_ws_message_bytes` with 1009 (known from the frame header, before the payload is read), an unmasked
+//!   or malformed frame, a status code that must not be sent or a 1-byte Close body with 1002. When the proxy
+//!   ends a connection that is still open, a Close goes out before the TCP close; 1005 or 1006 never do.
+//!   Nothing is written after a Close, nor after a write that was cut off (a frame is never left half-sent
+//!   with another after it).
+//! - One keepalive schedule per connection, from the upgrade to the end, in every stage (handshake, login,
+//!   the waits for the backend and the session server, status, play): a Ping after `ping_interval` without
+//!   writing, and a close with 1001 after three intervals without receiving anything.
+//! - Every write to the player (data, Pong, Ping, Close) is bounded by `limits.write_stall_timeout_seconds`.
+//! - In the relay, every backend read batch leaves as one Binary message, the backend's FIN becomes Close
+//!   1000, and the player's Close (or a lost connection) becomes a FIN to the backend.
+//! - With `moonbridge.v2.zstd` ([`moonbridge_protocol::ws::compress`]) every Binary payload is compressed on
+//!   the way out and inflated on the way in, in pieces of at most the relay's batch; a message that inflates
+//!   past `max_ws_message_bytes` is closed with 1009 when it gets there, and data that is not zstd with 1002.
+
+use std::io;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use moonbridge_protocol::ws::compress::{Compressor, Decompressor};
+use moonbridge_protocol::ws::frame::{self as wsframe, Event, ServerDecoder, OP_PING, OP_TEXT};
+use moonbridge_protocol::ws::v2::{self, Control};
+use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::metrics::WsMetrics;
+use crate::wire::LINGER;
+
+pub(crate) mod codec;
+pub(crate) mod stage;
+
+/// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
+/// and the read buffer is kept per connection, so it stays small; larger messages arrive over several reads.
+pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
+
+/// Largest header of a frame the proxy sends (unmasked, 64-bit length; RFC 6455 §5.2), in bytes.
+const MAX_SERVER_HEADER: usize = 10;
+
+/// The zstd contexts of a `moonbridge.v2.zstd` connection (boxed: most connections have none). Each is made on
+/// first use, so a connection that never sends (or is never sent) a Binary message costs none of its memory.
+pub(crate) struct Zstd {
+    level: i32,
+    deflate: Option<Compressor>,
+    inflate: Option<Decompressor>,
+    /// Where a piece of a player's message inflates before it joins the batch (its capacity is reused).
+    scratch: Vec<u8>,
+}
+
+/// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
+pub(crate) struct WsLink<S> {
+    pub(crate) stream: S,
+    pub(crate) dec: ServerDecoder,
+    pub(crate) counters: WsMetrics,
+    /// The keepalive schedule (none when `ping_interval_seconds` is 0) and its one timer, kept across stages.
+    pub(crate) keepalive: Option<Keepalive>,
+    pub(crate) tick: Pin<Box<tokio::time::Sleep>>,
+    /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
+    write_stall: Duration,
+    /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
+    broken: bool,
+    /// Carriage v2 was negotiated (`moonbridge.v2`): control messages (Text) are accepted.
+    pub(crate) v2: bool,
+    /// Stream bytes received from and sent to the player in Binary payloads (carriage v2 counts; carried
+    /// over to a resumed link).
+    pub(crate) stream_in: u64,
+    pub(crate) stream_out: u64,
+    /// The highest `ack` count the player sent and the relay has not applied yet (carriage v2).
+    pub(crate) peer_ack: Option<u64>,
+    /// The code of the player's Close, when one arrived (1005 for a Close without a code).
+    pub(crate) peer_close_code: Option<u16>,
+    /// Stream bytes decoded but not yet taken by the session (sent ahead during the login stage).
+    pub(crate) early: BytesMut,
+    /// The close code earned by bad input, sent when the session finishes.
+    pub(crate) fault: Option<(u16, &'static str)>,
+    /// The player's Close arrived (or its connection ended): nothing more will be read.
+    pub(crate) peer_closed: bool,
+    /// A Close was sent: no frame may follow it (RFC 6455 §5.5.1).
+    pub(crate) close_sent: bool,
+    /// Binary messages received from and sent to this player.
+    pub(crate) messages_in: u64,
+    pub(crate) messages_out: u64,
+    /// `max_ws_message_bytes`: also the most one compressed message may inflate to.
+    max_message: usize,
+    /// `moonbridge.v2.zstd` was selected: both directions' contexts.
+    pub(crate) zstd: Option<Box<Zstd>>,
+    /// The last decode turn stopped at its byte limit (see [`WsLink::decode_backlog`]).
+    stopped_at_limit: bool,
+}
+
+/// What reading a batch of events turned up besides stream bytes.
+pub(crate) enum Turn {
+    /// Nothing that ends the connection.
+    Continue,
+    /// The player closed (Close answered) or its connection ended.
+    Closed,
+    /// The player broke the carriage (the fault is recorded; close with it).
+    Fault(io::Error),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
+    /// Starts the WebSocket protocol on an upgraded stream; `leftover` are bytes read after the request head.
+    pub(crate) fn new(
+        stream: S,
+        leftover: &[u8],
+        ping_interval: Option<Duration>,
+        write_stall: Duration,
+        max_message_bytes: usize,
+        counters: WsMetrics,
+    ) -> Self {
+        let mut dec = ServerDecoder::new(max_message_bytes);
+        dec.queue_slice(leftover);
+        let keepalive = ping_interval.map(|i| Keepalive::new(i, Instant::now()));
+        let tick = Box::pin(tokio::time::sleep_until(tick_deadline(keepalive.as_ref())));
+        Self {
+            stream,
+            dec,
+            counters,
+            keepalive,
+            tick,
+            write_stall,
+            broken: false,
+            v2: false,
+            stream_in: 0,
+            stream_out: 0,
+            peer_ack: None,
+            peer_close_code: None,
+            early: BytesMut::new(),
+            fault: None,
+            peer_closed: false,
+            close_sent: false,
+            messages_in: 0,
+            messages_out: 0,
+            max_message: max_message_bytes,
+            zstd: None,
+            stopped_at_limit: false,
+        }
+    }
+
+    /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
+    /// sends. The contexts are made on first use.
+    pub(crate) fn enable_zstd(&mut self, level: i32) {
+        self.zstd = Some(Box::new(Zstd { level, deflate: None, inflate: None, scratch: Vec::new() }));
+    }
+
+    /// Turns on carriage v2: control messages (Text, at most [`v2::MAX_CONTROL_LEN`] bytes) are decoded.
+    pub(crate) fn enable_v2(&mut self) {
+        self.v2 = true;
+        self.dec.accept_text(v2::MAX_CONTROL_LEN);
+    }
+
+    /// On a v2 link before anything else: when the player's first message is a control message, reads and
+    /// parses it (a resume request); `Ok(None)` when the first message is something else (a new session).
+    /// Bad input earns its close code in [`WsLink::fault`] and is an error.
+    pub(crate) async fn first_control(&mut self) -> io::Result<Option<Control>> {
+        loop {
+            match self.dec.next_opcode() {
+                Some(OP_TEXT) => match self.dec.try_next() {
+                    Ok(Some(Event::Text(t))) => {
+                        return match Control::parse(&t) {
+                            Ok(c) => Ok(Some(c)),
+                            Err(e) => {
+                                self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "malformed control message"));
+                                Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                            }
+                        };
+                    }
+                    Ok(_) => {}
+                    Err(f) => return Err(self.fault_error(&f)),
+                },
+                Some(_) => return Ok(None),
+                None => {}
+            }
+            if self.fill_alive().await? == 0 {
+                self.peer_closed = true;
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Sends a carriage v2 control message (one Text frame).
+    pub(crate) async fn send_control(&mut self, c: &Control) -> io::Result<()> {
+        self.write_frame(&control_frame(c)).await
+    }
+
+    /// One keepalive tick (the schedule of [`Keepalive`]): a Ping after an interval without writing, close 1001
+    /// after three intervals without receiving anything; re-arms the timer. While the proxy itself is not
+    /// reading (`paused`), silence does not count against the player. A Ping that cannot be written, or a dead
+    /// peer, is an error.
+    pub(crate) async fn keepalive_tick(&mut self, paused: bool) -> io::Result<()> {
+        match self.keepalive_due(paused) {
+            KeepaliveAction::None => Ok(()),
+            KeepaliveAction::Ping => self.write_frame(&wsframe::frame(OP_PING, &[])).await,
+            KeepaliveAction::Dead => {
+                self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
+                Err(io::Error::new(io::ErrorKind::TimedOut, "no traffic for 3 ping intervals"))
+            }
+        }
+    }
+
+    /// The keepalive schedule's decision at a tick, without acting on it: re-arms the timer and counts the
+    /// Ping or the dead peer in the metrics.
+    pub(crate) fn keepalive_due(&mut self, paused: bool) -> KeepaliveAction {
+        let Some(k) = &mut self.keepalive else { return KeepaliveAction::None };
+        let now = Instant::now();
+        if paused {
+            k.on_receive(now);
+        }
+        let action = k.on_tick(now);
+        self.tick.as_mut().reset(tick_deadline(Some(k)));
+        match action {
+            KeepaliveAction::Ping => self.counters.pings_sent.inc(),
+            KeepaliveAction::Dead => self.counters.silent_closed.inc(),
+            KeepaliveAction::None => {}
+        }
+        action
+    }
+
+    /// Shortens the keepalive interval to at most `max` (carriage v2 notices a silent drop sooner); no effect
+    /// when the keepalive is off.
+    pub(crate) fn shorten_keepalive(&mut self, max: Duration) {
+        if let Some(k) = &self.keepalive {
+            if k.tick_period() * 2 > max {
+                let k = Keepalive::new(max, Instant::now());
+                self.tick.as_mut().reset(tick_deadline(Some(&k)));
+                self.keepalive = Some(k);
+            }
+        }
+    }
+
+    /// Ends the WebSocket: a Close with `code` (the fault's code when bad input earned one), unless one was
+    /// already sent; then, unless the player's Close already arrived, a brief wait for it (so the TCP close
+    /// does not race it); then the transport's own close (TLS close_notify, FIN).
+    pub(crate) async fn close(&mut self, code: u16, reason: &'static str) {
+        let (code, reason) = self.fault.unwrap_or((code, reason));
+        self.send_close(code, reason).await;
+        if !self.peer_closed {
+            // Until the player's Close (or EOF): frames are decoded and dropped while the stream is in step;
+            // after a frame fault the decoder is not, so raw bytes are dropped (reading on keeps the kernel
+            // from answering with a reset that could destroy the Close just sent).
+            let _ = tokio::time::timeout(LINGER, async {
+                let mut in_step = true;
+                loop {
+                    while in_step {
+                        match self.dec.try_next() {
+                            Ok(Some(Event::Close(_))) => return,
+                            Ok(Some(_)) => {}
+                            Ok(None) => break,
+                            Err(_) => in_step = false,
+                        }
+                    }
+                    if !in_step {
+                        self.dec.buffer_mut().clear();
+                    }
+                    match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            self.peer_closed = true;
+        }
+        let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
+    }
+}
+
+/// A carriage v2 control message as one Text frame (RFC 6455 §5.6, unmasked from the proxy).
+pub(crate) fn control_frame(c: &Control) -> Vec<u8> {
+    wsframe::frame(OP_TEXT, c.encode().as_bytes())
+}
+
+/// When the keepalive timer fires next: at the schedule's next tick, or now when there is no keepalive (the
+/// timer's branch is disabled then).
+pub(crate) fn tick_deadline(keepalive: Option<&Keepalive>) -> tokio::time::Instant {
+    keepalive.map_or_else(tokio::time::Instant::now, |k| tokio::time::Instant::from_std(k.next_tick()))
+}
