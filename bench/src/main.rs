@@ -106,6 +106,15 @@ struct Args {
     /// PID of the external endpoint's process, for its CPU time (with --target HOST:PORT).
     #[arg(long)]
     target_pid: Option<u32>,
+    /// With --target HOST:PORT over wss: the CA certificates (a PEM file) the clients trust for the endpoint.
+    /// Default: the web PKI roots (webpki-roots), as for a real edge or a CDN; the throwaway CA this run makes
+    /// is only for the proxy it starts itself.
+    #[arg(long, value_name = "PEM")]
+    ca_file: Option<PathBuf>,
+    /// With --target HOST:PORT over wss: the TLS server name (SNI, and the name the certificate must carry).
+    /// Default: HOST.
+    #[arg(long, value_name = "NAME")]
+    server_name: Option<String>,
     /// Port of the fake backend on 127.0.0.1 (0: any free port; an external --target needs a fixed one).
     #[arg(long, default_value_t = 0)]
     backend_port: u16,
@@ -782,11 +791,14 @@ fn main() -> anyhow::Result<()> {
                 TransportArg::Ws => format!("ws://{other}/mc"),
                 TransportArg::Wss => format!("wss://{other}/mc"),
             };
+            let mut target_options = options.clone();
+            target_options.ca_file = args.ca_file.clone();
+            target_options.server_name = args.server_name.clone();
             variants.push(Variant {
                 name: "target".into(),
                 switches: 0,
                 url,
-                options: options.clone(),
+                options: target_options,
                 pid: args.target_pid,
                 online: false,
                 metrics: None,

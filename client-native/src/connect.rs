@@ -67,13 +67,13 @@ impl Stream {
 /// not larger.
 const WS_READ_BUFFER: usize = 64 * 1024 + 16;
 
-/// The WebSocket configuration of client connections: no message limit beyond the server's own (a frame is
-/// at most 2 MiB anyway); tungstenite buffers writes until [`futures_util::SinkExt::flush`].
+/// The WebSocket configuration of client connections: messages and frames up to what the carriage allows,
+/// [`moonbridge_protocol::ws::MAX_MESSAGE_FOR_ONE_FRAME`] (2 MiB and 2 bytes; the proxy sends at most one relay
+/// batch, 256 KiB, per message), so a server announcing a larger frame is refused from its header before any of
+/// its payload is buffered; tungstenite buffers writes until [`futures_util::SinkExt::flush`].
 pub(crate) fn ws_config() -> WebSocketConfig {
-    WebSocketConfig::default()
-        .read_buffer_size(WS_READ_BUFFER)
-        .max_message_size(Some(64 * 1024 * 1024))
-        .max_frame_size(Some(64 * 1024 * 1024))
+    let most = moonbridge_protocol::ws::MAX_MESSAGE_FOR_ONE_FRAME;
+    WebSocketConfig::default().read_buffer_size(WS_READ_BUFFER).max_message_size(Some(most)).max_frame_size(Some(most))
 }
 
 /// Connects within `options.connect_timeout_ms`.

@@ -12,9 +12,16 @@
 //!   it does.
 //!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
-//! must arrive within [`REQUEST_TIMEOUT`] and fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and
-//! [`crate::http_head::MAX_HEADERS`] headers; at most [`MAX_OPS_CONNECTIONS`] are served at once, and a connection over that is answered `503 busy` at once instead of waiting (idle
-//! clients cannot make the probes time out).
+//! must fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and [`crate::http_head::MAX_HEADERS`] headers.
+//!
+//! The probes always answer, whatever other clients of the port do (a flood of slow connections cannot get a
+//! pod restarted by failing its liveness probe):
+//! - at most [`MAX_OPS_CONNECTIONS`] connections are served at once, each with [`REQUEST_TIMEOUT`] for its
+//!   request head;
+//! - a connection over that takes one of [`MAX_BUSY_CONNECTIONS`] busy slots, whose request head must arrive
+//!   within [`BUSY_REQUEST_TIMEOUT`]: `/healthz` and `/readyz` are answered there as usual, any other request
+//!   gets `503 busy` once its head is read (so the client reads an answer, not a connection reset);
+//! - beyond both, a connection gets `503 busy` at once, after what it already sent is read.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,12 +42,20 @@ pub(crate) const READY_PROBE_AFTER: Duration = Duration::from_secs(10);
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest readiness probe of one backend: 3 seconds (or `backend_connect_timeout_seconds` when shorter).
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Requests served at once.
+/// Requests served at once: 256.
 pub(crate) const MAX_OPS_CONNECTIONS: usize = 256;
+/// Connections over [`MAX_OPS_CONNECTIONS`] that are still read, each for at most [`BUSY_REQUEST_TIMEOUT`]
+/// (probes answered, other requests `503 busy`): 1,024.
+pub(crate) const MAX_BUSY_CONNECTIONS: usize = 1024;
+/// Time allowed for the request head of a connection in a busy slot: 500 ms (a probe sends its request in one
+/// packet).
+pub(crate) const BUSY_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Serves the operations endpoints on `listener` until `stop` is cancelled.
+/// Serves the operations endpoints on `listener` until `stop` is cancelled (see the module documentation for
+/// the slots).
 pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_OPS_CONNECTIONS));
+    let busy_slots = Arc::new(Semaphore::new(MAX_BUSY_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -51,29 +66,48 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: C
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
-            // Busy: say so at once (without reading) rather than keep a probe waiting.
-            let _ = stream.try_write(&response(503, "Service Unavailable", "text/plain", "busy\n"));
-            continue;
+        let (permit, busy) = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(p) => (p, false),
+            Err(_) => match Arc::clone(&busy_slots).try_acquire_owned() {
+                Ok(p) => (p, true),
+                Err(_) => {
+                    refuse_now(&stream);
+                    continue;
+                }
+            },
         };
         let state = Arc::clone(&state);
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state)).await {
+            let head_within = if busy { BUSY_REQUEST_TIMEOUT } else { REQUEST_TIMEOUT };
+            if let Err(e) = tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state, head_within, busy)).await {
                 debug!(%peer, "operations request abandoned: {e}");
             }
         });
     }
 }
 
-/// Reads one request head and answers it.
-async fn answer(mut stream: TcpStream, state: &ProxyState) {
-    let Some((method, path)) = read_request(&mut stream).await else {
+/// `503 busy` for a connection over every slot, after reading (and dropping) what it already sent, so closing
+/// does not reset the connection under the answer.
+fn refuse_now(stream: &TcpStream) {
+    let mut sink = [0u8; 1024];
+    while matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {}
+    let _ = stream.try_write(&busy());
+}
+
+/// The `503 busy` answer.
+fn busy() -> Vec<u8> {
+    response(503, "Service Unavailable", "text/plain", "busy\n")
+}
+
+/// Reads one request head (within `head_within`) and answers it; in a busy slot only the probes are answered,
+/// other paths get `503 busy`.
+async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration, busy_slot: bool) {
+    let Some((method, path)) = read_request(&mut stream, head_within).await else {
         let _ = stream.write_all(&response(400, "Bad Request", "text/plain", "bad request\n")).await;
         return;
     };
     let reply = match (method.as_str(), path.as_str()) {
-        ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
         ("GET", "/healthz") => response(200, "OK", "text/plain", "ok\n"),
         ("GET", "/readyz") => {
             let (reasons, unreachable) = readiness(state).await;
@@ -84,6 +118,8 @@ async fn answer(mut stream: TcpStream, state: &ProxyState) {
                 response(503, "Service Unavailable", "text/plain", &format!("{}\n{details}", reasons.join("\n")))
             }
         }
+        _ if busy_slot => busy(),
+        ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
         (_, "/metrics" | "/healthz" | "/readyz") => response(405, "Method Not Allowed", "text/plain", "GET only\n"),
         _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz or /readyz\n"),
     };
@@ -91,8 +127,8 @@ async fn answer(mut stream: TcpStream, state: &ProxyState) {
     let _ = stream.shutdown().await;
 }
 
-/// The method and path of a request head, read within [`REQUEST_TIMEOUT`] and the limits of [`parse_head`].
-async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
+/// The method and path of a request head, read within `within` and the limits of [`parse_head`].
+async fn read_request(stream: &mut TcpStream, within: Duration) -> Option<(String, String)> {
     let mut buf = Vec::with_capacity(1024);
     let read = async {
         let mut chunk = [0u8; 1024];
@@ -111,7 +147,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<(String, String)> {
             }
         }
     };
-    tokio::time::timeout(REQUEST_TIMEOUT, read).await.ok().flatten()
+    tokio::time::timeout(within, read).await.ok().flatten()
 }
 
 /// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way).

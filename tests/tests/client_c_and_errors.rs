@@ -307,3 +307,40 @@ async fn closed_by_peer_with_its_close_code() {
     assert!(end.is_orderly_close(), "{end}");
     proxy.shutdown().await;
 }
+
+/// Issue 33: a hostile server that announces a WebSocket frame larger than the carriage allows (3 MiB, then
+/// trickles its payload a byte a second) is refused from the frame header at once, not noticed as silence
+/// three ping intervals later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_carriage_limit_is_refused_from_its_header() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let (s, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
+        let raw = ws.get_mut();
+        // Binary with FIN, unmasked, 64-bit payload length (RFC 6455 §5.2): 3 MiB.
+        let mut header = vec![0x82, 127];
+        header.extend_from_slice(&(3u64 << 20).to_be_bytes());
+        raw.write_all(&header).await.unwrap();
+        for _ in 0..30 {
+            if raw.write_all(&[0]).await.is_err() {
+                return;
+            }
+            // The trickle's pace, not synchronisation.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    let (end, took) = blocking(move || {
+        let options = opts(r#"{"subprotocol":false}"#);
+        let c = Connection::connect(&format!("ws://{addr}/mc"), options).unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let end = c.recv(&mut buf, Some(Duration::from_secs(10))).expect_err("the frame is refused");
+        (end, started.elapsed())
+    })
+    .await;
+    assert!(matches!(&end, ClientError::Protocol(m) if m.contains("2097154")), "{end}");
+    assert!(took < Duration::from_secs(3), "refused after {took:?}");
+}

@@ -6,6 +6,8 @@
 
 use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::SinkExt;
@@ -334,6 +336,65 @@ async fn rate_limits_refuse_a_flood_from_one_address_only() {
     proxy.shutdown().await;
 }
 
+/// Issue 33: 500 wss connections from one address with the default limits (a burst of 30, then 10 per second).
+/// A WebSocket player that connects directly is limited by its address at accept, before TLS: the proxy
+/// completes at most the burst plus what the rate refilled of TLS handshakes (`moonbridge_tls_handshakes_total`)
+/// for the flood, and a player from another address logs in meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wss_flood_from_one_address_costs_only_its_allowance_of_tls_handshakes() {
+    let cert = TestCert::generate("tls-flood", KeyType::Ec).unwrap();
+    let backend = login_backend().await;
+    let proxy = Proxy::start(&format!(
+        "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n{}\
+         [metrics]\nbind = \"127.0.0.1:0\"\n\
+         # The default connection limits (the test harness turns an unconfigured [rate_limits] off).\n\
+         [rate_limits]\nconnections_per_second = 10\nconnection_burst = 30\nlogins_per_minute = 0\n",
+        cert.cert.display(),
+        cert.key.display(),
+        backend_section(backend.addr, "")
+    ))
+    .await;
+    let addr = proxy.addr(Transport::Wss);
+    let config = moonbridge_tests::ws::tls_client_config(&cert.ca, &[&rustls::version::TLS13]);
+    let started = std::time::Instant::now();
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..500 {
+        let tcp = connect_from([127, 0, 0, 2], addr).await;
+        let config = Arc::clone(&config);
+        flood.spawn(async move {
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+            // Kept open, so an admitted connection holds its place until the test ends.
+            tokio::time::timeout(STEP, tls).await.ok().and_then(Result::ok)
+        });
+    }
+    // Meanwhile a player from 127.0.0.1 logs in over wss.
+    let url = format!("wss://localhost:{}/mc", addr.port());
+    let (mut ws, _) = ws_connect(addr, &url, &[], Some(&cert.ca)).await.unwrap();
+    ws.send(Message::Binary(hs_ls().into())).await.unwrap();
+    let (got, _) = moonbridge_tests::ws_read_bytes(&mut ws, login_success("Steve").len(), STEP).await;
+    assert_eq!(got, login_success("Steve"), "another address is not limited");
+    let mut admitted = Vec::new();
+    while let Some(r) = flood.join_next().await {
+        if let Some(tls) = r.unwrap() {
+            admitted.push(tls);
+        }
+    }
+    let allowance = 30 + (10.0 * started.elapsed().as_secs_f64()).ceil() as usize;
+    assert!(
+        (30..=allowance).contains(&admitted.len()),
+        "{} TLS handshakes of the flood, allowance {allowance}",
+        admitted.len()
+    );
+    let series = "moonbridge_tls_handshakes_total{version=\"TLSv1.3\"}";
+    let done = proxy.metric(series).await.unwrap_or_default() as usize;
+    assert_eq!(done, admitted.len() + 1, "the proxy completed the admitted handshakes and the player's, no more");
+    let refused = proxy.metric("moonbridge_connections_refused_total{reason=\"rate_limit\"}").await.unwrap_or_default();
+    assert_eq!(refused as usize, 500 - admitted.len());
+    drop((ws, admitted));
+    proxy.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_login_rate_limit_tells_the_player_with_a_login_disconnect() {
     let backend = login_backend().await;
@@ -363,5 +424,80 @@ async fn the_login_rate_limit_tells_the_player_with_a_login_disconnect() {
     assert_eq!(backend.accepted(), 2, "the refused login never reached the backend");
     let series = "moonbridge_logins_total{outcome=\"rate_limited\"}";
     assert_eq!(metric_until(proxy.metrics.unwrap(), series, 1.0).await, Some(1.0));
+    proxy.shutdown().await;
+}
+
+/// Issue 33: a flood of slow connections on the metrics listener. 500 clients each hold a connection that
+/// trickles a request head (one header line every 100 ms, never the end) and reconnect when the proxy gives up
+/// on it. Meanwhile 40 fresh `/healthz` probes are each answered 200 within 1 s, and every `/metrics` request
+/// reads a whole answer (200, or `503 busy` once the serving slots are taken), never a reset; with 500 slow
+/// clients against 256 serving slots, at least one of them reads `503 busy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_within_a_second_under_a_slow_connection_flood() {
+    let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = Proxy::start(&tcp_config(backend.local_addr().unwrap(), "[metrics]\nbind = \"127.0.0.1:0\"\n")).await;
+    let metrics = proxy.metrics.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let holding = Arc::new(AtomicUsize::new(0));
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..500 {
+        let (stop, holding) = (Arc::clone(&stop), Arc::clone(&holding));
+        flood.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(metrics).await else { continue };
+                if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").await.is_err() {
+                    continue;
+                }
+                holding.fetch_add(1, Ordering::Relaxed);
+                // Pacing of the flood, not synchronisation: a header line every 100 ms until the write fails.
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if s.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                        break;
+                    }
+                }
+                holding.fetch_sub(1, Ordering::Relaxed);
+            }
+        });
+    }
+    // The flood is in place once 450 of its connections are open at the same time (the others are being
+    // closed by the proxy or reconnecting).
+    tokio::time::timeout(STEP, async {
+        while holding.load(Ordering::Relaxed) < 450 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("450 slow connections open at once");
+
+    for i in 0..40 {
+        let started = tokio::time::Instant::now();
+        let reply =
+            tokio::time::timeout(Duration::from_secs(1), raw_http(metrics, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+                .await
+                .unwrap_or_else(|_| panic!("probe {i} not answered within 1 s"));
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n") && reply.ends_with("\r\n\r\nok\n"), "probe {i}: {reply:?}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+    let mut refused = 0;
+    for i in 0..20 {
+        let mut s = TcpStream::connect(metrics).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let (got, closed) = read_to_close(&mut s, STEP).await;
+        let reply = String::from_utf8_lossy(&got);
+        assert!(closed, "request {i}: the answer ends with a close");
+        if reply.starts_with("HTTP/1.1 503 ") {
+            assert!(reply.ends_with("\r\n\r\nbusy\n"), "request {i}: {reply:?}");
+            refused += 1;
+        } else {
+            assert!(
+                reply.starts_with("HTTP/1.1 200 OK\r\n") && reply.contains("moonbridge_"),
+                "request {i}: {reply:?}"
+            );
+        }
+    }
+    assert!(refused > 0, "with 500 slow clients some /metrics requests are refused");
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(STEP, async { while flood.join_next().await.is_some() {} }).await.expect("the flood stops");
     proxy.shutdown().await;
 }

@@ -94,6 +94,23 @@ async fn c15_unmasked_client_frame_gets_close_1002() {
     proxy.shutdown().await;
 }
 
+/// Issue 33: a WebSocket that upgrades and then sends no Minecraft handshake is closed at the handshake deadline
+/// with 1008 Policy Violation (a limit, not a protocol error), and the backend never hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handshake_deadline_closes_with_1008() {
+    let backend = login_backend().await;
+    let proxy = Proxy::start(
+        &(ws_listener("") + &backend_section(backend.addr, "") + "[limits]\nhandshake_timeout_seconds = 1\n"),
+    )
+    .await;
+    let mut s = raw_upgrade(proxy.addr(Transport::Ws)).await;
+    assert_eq!(read_close(&mut s).await, carriage::CLOSE_POLICY_VIOLATION);
+    let (_, closed) = read_to_close(&mut s, STEP).await;
+    assert!(closed);
+    assert_eq!(backend.accepted(), 0);
+    proxy.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_over_large_messages_are_refused_before_buffering() {
     let backend = login_backend().await;

@@ -28,6 +28,11 @@ pub const CLOSE_NORMAL: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// 1002 Protocol Error: a malformed or unmasked frame from the client, or bad Minecraft bytes.
 pub const CLOSE_PROTOCOL_ERROR: u16 = 1002;
+
+/// 1008 Policy Violation: the connection hit one of the proxy's limits before it logged in: the handshake
+/// deadline (`limits.handshake_timeout_seconds`) passed, or a newer connection took its handshake slot
+/// (`limits.max_handshaking`). A limit, not a protocol error.
+pub const CLOSE_POLICY_VIOLATION: u16 = 1008;
 /// 1003 Unsupported Data: a text message.
 pub const CLOSE_UNSUPPORTED_DATA: u16 = 1003;
 /// 1009 Message Too Big: over the configured message limit (sent before the message is buffered).

@@ -39,6 +39,8 @@ pub(super) struct Conn {
     pub(super) stage: StageGauge,
     /// The configuration it runs on, from accept to end (a reload affects later connections).
     pub(super) live: Arc<Live>,
+    /// The connection-rate limit was applied at accept (a WebSocket player connecting directly).
+    pub(super) rate_checked: bool,
 }
 
 /// Why a transport setup failed.
@@ -90,8 +92,9 @@ impl Conn {
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         match outcome.map_err(SetupError::from).and_then(|r| r) {
             Ok((player, client)) => {
-                let Self { state, slot, token, stage, live, .. } = self;
-                let rate_limited = !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
+                let Self { state, slot, token, stage, live, rate_checked, .. } = self;
+                let rate_limited =
+                    !rate_checked && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
                 let info = ConnInfo { client, rate_limited };
                 let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
                 session::serve::serve(player, accepted).await;
@@ -143,7 +146,15 @@ mod tests {
         let (slot, _) = state.handshaking.enter();
         let stage = state.metrics.stage(Transport::Tcp);
         let live = state.live();
-        let conn = Conn { state: Arc::clone(&state), slot, token: CancellationToken::new(), peer, stage, live };
+        let conn = Conn {
+            state: Arc::clone(&state),
+            slot,
+            token: CancellationToken::new(),
+            peer,
+            stage,
+            live,
+            rate_checked: false,
+        };
         let setup = async { Ok(super::super::tcp::setup(stream, peer, None).await?) };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);

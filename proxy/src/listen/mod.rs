@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info_span, warn, Instrument};
 
 use crate::config::{Listener, ListenerKind, Transport};
+use crate::rate::Bucket;
 use crate::state::ProxyState;
 use crate::tls::{TLS_LIBRARY, TLS_VERSIONS};
 use crate::workers::Workers;
@@ -115,6 +116,22 @@ pub(crate) async fn accept_loop(
             }
             continue;
         };
+        // A WebSocket player that connects directly (not through a trusted proxy) is rate-limited by its TCP
+        // address here, before the TLS handshake and the upgrade it would otherwise cost; players behind a
+        // trusted proxy are limited by their real address once the upgrade names it, and TCP players after
+        // their handshake (so they read why in a Login Disconnect).
+        let live = state.live();
+        let checked = match &*l.accept {
+            Accept::Ws(ws) | Accept::Wss(ws, _) => !ws.trusted.contains(peer.ip()),
+            Accept::Tcp { .. } => false,
+        };
+        if checked && !state.rate.allow(&live.tunables.rate_limits, peer.ip(), Bucket::Connection) {
+            state.metrics.refused("rate_limit");
+            if let Some(suppressed) = state.limit_log.allow() {
+                warn!(suppressed, client = %peer.ip(), "rate_limits.connections_per_second reached: closing new connection before its handshake");
+            }
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let (slot, evicted) = state.handshaking.enter();
         if evicted {
@@ -129,7 +146,8 @@ pub(crate) async fn accept_loop(
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
         let stage = state.metrics.stage(l.transport);
-        let conn = Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live: state.live() };
+        let conn =
+            Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live, rate_checked: checked };
         let accept = Arc::clone(&l.accept);
         let session = move |stream| {
             async move {

@@ -69,9 +69,9 @@ impl Player for TcpPlayer {
 
     async fn finish(&mut self, how: Finish) {
         let _ = self.stream.shutdown().await;
-        if how != Finish::ProtocolError {
+        if !matches!(how, Finish::ProtocolError | Finish::Policy) {
             // Lingering close: read until the player closes too (or briefly), so a reset cannot discard the
-            // message just sent.
+            // message just sent (nothing was sent to a player that broke the protocol or a limit).
             discard_until_eof(&self.stream, LINGER).await;
         }
     }

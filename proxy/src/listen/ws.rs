@@ -145,6 +145,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
             Finish::Normal => (carriage::CLOSE_NORMAL, ""),
             Finish::Shutdown => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
             Finish::ProtocolError => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
+            Finish::Policy => (carriage::CLOSE_POLICY_VIOLATION, "handshake deadline"),
             Finish::BackendUnavailable => (carriage::CLOSE_INTERNAL_ERROR, "server unavailable"),
         };
         // A fault earned by bad input takes precedence (WsLink::close).

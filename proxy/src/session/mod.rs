@@ -72,6 +72,9 @@ pub(crate) enum Finish {
     Shutdown,
     /// The player broke the protocol (1002).
     ProtocolError,
+    /// The connection hit a limit before it logged in: the handshake deadline, or eviction from the
+    /// handshake slots (1008).
+    Policy,
     /// The backend could not be reached (1011).
     BackendUnavailable,
 }

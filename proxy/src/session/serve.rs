@@ -100,9 +100,9 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
                     if let Some(suppressed) = s.state.bad_input_log.allow() {
                         debug!(client = %s.info.client.ip(), suppressed, "closing connection: {cut}");
                     }
-                    Finish::ProtocolError
+                    Finish::Policy
                 }
-                HandshakeCut::Evicted => Finish::ProtocolError,
+                HandshakeCut::Evicted => Finish::Policy,
                 HandshakeCut::Shutdown => Finish::Shutdown,
             };
             s.player.finish(finish).await;
