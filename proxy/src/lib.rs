@@ -61,6 +61,7 @@
 //! | `listen/ws.rs` | a player on a WebSocket: TLS for `wss`, one WebSocket setup for `ws` and `wss`, resume dispatch |
 //! | `listen/conn.rs` | an accepted connection: its transport setup under the handshake deadline, then the session |
 //! | `listen/mod.rs` | player listeners, accept loops, connection caps |
+//! | `memory.rs` | freed memory back to the operating system after sessions end (glibc `malloc_trim`) |
 //! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `server.rs` | the server's lifecycle: binding, graceful shutdown, reload, stats |
 //! | `fuzz.rs` | entry points for the cargo-fuzz targets (`--cfg fuzzing` only) |
@@ -89,6 +90,7 @@ pub mod config;
 mod http_head;
 mod limits;
 mod listen;
+mod memory;
 mod metrics;
 mod ops;
 mod proxy_header;

@@ -231,6 +231,7 @@ impl Server {
             }
             tokio::spawn(crate::ops::serve(listener, Arc::clone(&self.state), ops_stop.clone()))
         });
+        tracker.spawn(crate::memory::trim_after_sessions_end(Arc::clone(&self.state), token.clone()));
         for l in self.listeners {
             info!("{}", l.banner);
             if let Accept::Wss(_, tls) = &*l.accept {
