@@ -19,8 +19,9 @@
 //! - at most [`MAX_OPS_CONNECTIONS`] connections are served at once, each with [`REQUEST_TIMEOUT`] for its
 //!   request head;
 //! - a connection over that takes one of [`MAX_BUSY_CONNECTIONS`] busy slots, whose request head must arrive
-//!   within [`BUSY_REQUEST_TIMEOUT`]: `/healthz` and `/readyz` are answered there as usual, any other request
-//!   gets `503 busy` once its head is read (so the client reads an answer, not a connection reset);
+//!   within [`BUSY_REQUEST_TIMEOUT`]: `/healthz` is answered there as usual and `/readyz` from what is known
+//!   (no new backend probes), any other request gets `503 busy` once its head is read (so the client reads an
+//!   answer, not a connection reset);
 //! - beyond both, a connection gets `503 busy` at once, after what it already sent is read.
 
 use std::sync::atomic::Ordering;
@@ -88,11 +89,14 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: C
 }
 
 /// `503 busy` for a connection over every slot, after reading (and dropping) what it already sent, so closing
-/// does not reset the connection under the answer.
+/// does not reset the connection under the answer. Plain non-blocking syscalls on the socket: a socket just
+/// accepted has no readiness recorded yet, so tokio's `try_read`/`try_write` would not even try.
 fn refuse_now(stream: &TcpStream) {
+    use std::io::{Read, Write};
+    let sock = socket2::SockRef::from(stream);
     let mut sink = [0u8; 1024];
-    while matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {}
-    let _ = stream.try_write(&busy());
+    while matches!((&*sock).read(&mut sink), Ok(n) if n > 0) {}
+    let _ = (&*sock).write(&busy());
 }
 
 /// The `503 busy` answer.
@@ -110,7 +114,9 @@ async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration
     let reply = match (method.as_str(), path.as_str()) {
         ("GET", "/healthz") => response(200, "OK", "text/plain", "ok\n"),
         ("GET", "/readyz") => {
-            let (reasons, unreachable) = readiness(state).await;
+            // In a busy slot from what is known, without connecting to backends (a flood must not turn into
+            // backend probes).
+            let (reasons, unreachable) = readiness(state, !busy_slot).await;
             let details: String = unreachable.iter().map(|u| format!("{u}\n")).collect();
             if reasons.is_empty() {
                 response(200, "OK", "text/plain", &format!("ready\n{details}"))
@@ -150,8 +156,9 @@ async fn read_request(stream: &mut TcpStream, within: Duration) -> Option<(Strin
     tokio::time::timeout(within, read).await.ok().flatten()
 }
 
-/// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way).
-async fn readiness(state: &ProxyState) -> (Vec<String>, Vec<String>) {
+/// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way); with
+/// `probe`, stale backends are probed first.
+async fn readiness(state: &ProxyState, probe: bool) -> (Vec<String>, Vec<String>) {
     let mut reasons = Vec::new();
     if state.draining.load(Ordering::Relaxed) {
         reasons.push("shutting down".to_string());
@@ -162,7 +169,7 @@ async fn readiness(state: &ProxyState) -> (Vec<String>, Vec<String>) {
         |b: &crate::backend::Backend| b.reach().is_none_or(|r| r.error.is_some() || r.at.elapsed() > READY_PROBE_AFTER);
     // Concurrently: a handful of backends, each within the connect timeout.
     let mut probes = tokio::task::JoinSet::new();
-    for b in live.backends().iter().filter(|b| stale(b)) {
+    for b in live.backends().iter().filter(|b| probe && stale(b)) {
         let b = b.clone();
         probes.spawn(async move { b.probe(timeout).await });
     }

@@ -100,6 +100,26 @@ pub fn rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// The `moonbridge` binary next to the running test (`target/<profile>/moonbridge`, built by
+/// `cargo build --workspace` before the tests, as `scripts/test-all.sh` does).
+pub fn moonbridge_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("moonbridge");
+    assert!(bin.is_file(), "{} is built (cargo build --workspace)", bin.display());
+    bin
+}
+
+/// A child process killed and reaped when dropped, also when the test fails and unwinds.
+#[derive(Debug)]
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts the `moonbridge` binary `bin` as its own process with `config` (errors only on stderr, dropped) and
 /// waits until `listens_on` accepts connections (at most 20 s).
 pub async fn spawn_proxy_process(bin: &str, config: &std::path::Path, listens_on: SocketAddr) -> std::process::Child {

@@ -1,6 +1,6 @@
 //! Issue 33: memory that comes back. 300 carriage v2 sessions parked for resume with full retention (the
 //! backends keep sending while the players are gone) grow the proxy by tens of MiB; once their resume window
-//! passes and they expire, the proxy's resident size returns to within 16 MiB of its baseline within 30 s
+//! (15 s, long enough that none expires before the peak is read) passes and they expire, the proxy's resident size returns to within 16 MiB of its baseline within 30 s
 //! (`proxy/src/memory.rs`). The proxy runs as its own process (`target/<profile>/moonbridge`, built by
 //! `cargo build --workspace` before the tests), so its RSS is its own.
 
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moonbridge_tests::{
-    hs_ls, login_success, masked_frame, raise_fd_limit, raw_http, read_server_frame, rss_kib, sample,
-    spawn_proxy_process, TestDir,
+    hs_ls, login_success, masked_frame, moonbridge_bin, raise_fd_limit, raw_http, read_server_frame, rss_kib, sample,
+    spawn_proxy_process, KillOnDrop, TestDir, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,8 +21,13 @@ use tokio::net::{TcpListener, TcpStream};
 const PLAYERS: usize = 300;
 const BUFFER: usize = 256 * 1024;
 
-/// A player: upgrade offering `moonbridge.v2`, handshake and Login Start, then frames until `session`.
+/// A player: upgrade offering `moonbridge.v2`, handshake and Login Start, then frames until `session` (within
+/// [`STEP`]).
 async fn player(addr: SocketAddr) -> TcpStream {
+    tokio::time::timeout(STEP, player_in(addr)).await.expect("a player logs in within STEP")
+}
+
+async fn player_in(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(
         b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -94,17 +99,15 @@ async fn memory_of_expired_sessions_goes_back_to_the_system() {
         format!(
             "[[listener]]\ntransport = \"ws\"\nbind = \"{addr}\"\npath = \"/\"\n\n\
              [[backend]]\nname = \"b\"\naddress = \"{backend_addr}\"\n\n\
-             [limits]\nresume_window_seconds = 3\nresume_buffer_bytes = {BUFFER}\n\
+             [limits]\nresume_window_seconds = 15\nresume_buffer_bytes = {BUFFER}\n\
              [rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n\
              [metrics]\nbind = \"{metrics}\"\n"
         ),
     )
     .unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().and_then(|deps| deps.parent()).unwrap().join("moonbridge");
-    assert!(bin.is_file(), "{} is built (cargo build --workspace)", bin.display());
-    let mut proxy = spawn_proxy_process(bin.to_str().unwrap(), &config, addr).await;
-    let pid = proxy.id();
+    let bin = moonbridge_bin();
+    let proxy = KillOnDrop(spawn_proxy_process(bin.to_str().unwrap(), &config, addr).await);
+    let pid = proxy.0.id();
 
     // The baseline: one session (thread stacks, arenas) ended by a Close 1000, and no connection open.
     let mut first = player(addr).await;
@@ -151,6 +154,4 @@ async fn memory_of_expired_sessions_goes_back_to_the_system() {
         "RSS {baseline} KiB before, {peak} KiB with {PLAYERS} parked sessions, {after} KiB {:.1} s after they expired",
         started.elapsed().as_secs_f64()
     );
-    let _ = proxy.kill();
-    let _ = proxy.wait();
 }

@@ -434,9 +434,24 @@ async fn the_login_rate_limit_tells_the_player_with_a_login_disconnect() {
 /// clients against 256 serving slots, at least one of them reads `503 busy`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_answer_within_a_second_under_a_slow_connection_flood() {
+    // The proxy as its own process, so the flood's 500 client tasks do not share its threads.
     let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let proxy = Proxy::start(&tcp_config(backend.local_addr().unwrap(), "[metrics]\nbind = \"127.0.0.1:0\"\n")).await;
-    let metrics = proxy.metrics.unwrap();
+    let dir = TestDir::new("moonbridge-probes").unwrap();
+    let port = || moonbridge_test_certs::free_port().unwrap();
+    let (tcp, metrics) = (SocketAddr::from(([127, 0, 0, 1], port())), SocketAddr::from(([127, 0, 0, 1], port())));
+    let config = dir.join("probes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"{tcp}\"\n[[backend]]\nname = \"b\"\naddress = \"{}\"\n\
+             [metrics]\nbind = \"{metrics}\"\n",
+            backend.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let bin = moonbridge_tests::moonbridge_bin();
+    let _proxy =
+        moonbridge_tests::KillOnDrop(moonbridge_tests::spawn_proxy_process(bin.to_str().unwrap(), &config, tcp).await);
     let stop = Arc::new(AtomicBool::new(false));
     let holding = Arc::new(AtomicUsize::new(0));
     let mut flood = tokio::task::JoinSet::new();
@@ -471,13 +486,11 @@ async fn probes_answer_within_a_second_under_a_slow_connection_flood() {
     .expect("450 slow connections open at once");
 
     for i in 0..40 {
-        let started = tokio::time::Instant::now();
         let reply =
             tokio::time::timeout(Duration::from_secs(1), raw_http(metrics, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
                 .await
                 .unwrap_or_else(|_| panic!("probe {i} not answered within 1 s"));
         assert!(reply.starts_with("HTTP/1.1 200 OK\r\n") && reply.ends_with("\r\n\r\nok\n"), "probe {i}: {reply:?}");
-        assert!(started.elapsed() < Duration::from_secs(1));
     }
     let mut refused = 0;
     for i in 0..20 {
@@ -499,5 +512,4 @@ async fn probes_answer_within_a_second_under_a_slow_connection_flood() {
     assert!(refused > 0, "with 500 slow clients some /metrics requests are refused");
     stop.store(true, Ordering::Relaxed);
     tokio::time::timeout(STEP, async { while flood.join_next().await.is_some() {} }).await.expect("the flood stops");
-    proxy.shutdown().await;
 }

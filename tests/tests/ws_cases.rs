@@ -94,8 +94,10 @@ async fn c15_unmasked_client_frame_gets_close_1002() {
     proxy.shutdown().await;
 }
 
-/// Issue 33: a WebSocket that upgrades and then sends no Minecraft handshake is closed at the handshake deadline
-/// with 1008 Policy Violation (a limit, not a protocol error), and the backend never hears of it.
+/// Issue 33: a WebSocket that upgrades and then sends nothing is closed at the handshake deadline with 1008
+/// Policy Violation (a limit, not a protocol error): over carriage v1, where the deadline cuts the Minecraft
+/// handshake, and over carriage v2, where it cuts the wait for the first message (resume or not), just before
+/// the deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handshake_deadline_closes_with_1008() {
     let backend = login_backend().await;
@@ -103,11 +105,26 @@ async fn the_handshake_deadline_closes_with_1008() {
         &(ws_listener("") + &backend_section(backend.addr, "") + "[limits]\nhandshake_timeout_seconds = 1\n"),
     )
     .await;
-    let mut s = raw_upgrade(proxy.addr(Transport::Ws)).await;
-    assert_eq!(read_close(&mut s).await, carriage::CLOSE_POLICY_VIOLATION);
-    let (_, closed) = read_to_close(&mut s, STEP).await;
-    assert!(closed);
-    assert_eq!(backend.accepted(), 0);
+    let addr = proxy.addr(Transport::Ws);
+    let mut v1 = raw_upgrade(addr).await;
+    let mut v2 = TcpStream::connect(addr).await.unwrap();
+    v2.write_all(
+        b"GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Protocol: moonbridge.v2\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(timeout(STEP, v2.read_u8()).await.unwrap().unwrap());
+    }
+    assert!(String::from_utf8_lossy(&head).contains("moonbridge.v2"), "v2 selected");
+    for (name, s) in [("v1", &mut v1), ("v2", &mut v2)] {
+        assert_eq!(read_close(s).await, carriage::CLOSE_POLICY_VIOLATION, "{name}");
+        let (_, closed) = read_to_close(s, STEP).await;
+        assert!(closed, "{name}");
+    }
     proxy.shutdown().await;
 }
 

@@ -65,7 +65,7 @@ impl Conn {
         let carriages =
             Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
         // The same WebSocket setup for ws and wss, over TCP or over TLS.
-        let s = |ws| WsSetup { ws, peer, carriages, live: &live, state: &state };
+        let s = |ws| WsSetup { ws, peer, carriages, live: &live, state: &state, deadline };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -115,6 +115,7 @@ impl Conn {
                     }
                     SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed("bad_upgrade"),
                     SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed("bad_frame"),
+                    SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed("timeout"),
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");

@@ -5,19 +5,19 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use moonbridge_protocol::ws as carriage;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
 use tracing::debug;
 
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
-use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
-use crate::relay::resume::ResumeTable;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
@@ -36,7 +36,15 @@ pub(super) enum WsSetupError {
     /// The connection carried a carriage v2 resume request (handed to its session, or refused).
     #[error("resume request: {0}")]
     Resume(&'static str),
+    /// A carriage v2 connection sent no first message before the handshake deadline (closed with 1008).
+    #[error("no first message before the handshake deadline")]
+    Deadline,
 }
+
+/// How long before the handshake deadline (which cuts the whole setup) a carriage v2 connection that has not
+/// sent its first message is closed with 1008, so it reads why instead of losing the connection without a
+/// Close: 250 ms.
+const CLOSE_BEFORE_DEADLINE: Duration = Duration::from_millis(250);
 
 /// What the WebSocket setup of one connection needs (the same for `ws` and `wss`).
 pub(super) struct WsSetup<'a> {
@@ -47,6 +55,8 @@ pub(super) struct WsSetup<'a> {
     pub(super) carriages: Carriages,
     pub(super) live: &'a Live,
     pub(super) state: &'a ProxyState,
+    /// The handshake deadline of the connection.
+    pub(super) deadline: Instant,
 }
 
 /// The TLS handshake of a `wss` connection (rustls), counted by version and logged at debug level with the
@@ -96,7 +106,8 @@ pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
         limits.max_ws_message_bytes,
         counters,
     );
-    resume_or_session(link, up, &s.state.resume, &s.state.metrics, &s.state.bad_input_log).await
+    let told_at = s.deadline.checked_sub(CLOSE_BEFORE_DEADLINE).unwrap_or(s.deadline);
+    resume_or_session(link, up, told_at, s.state).await
 }
 
 /// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
@@ -104,18 +115,22 @@ pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
 async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut link: WsLink<S>,
     up: Upgraded,
-    table: &ResumeTable,
-    metrics: &Metrics,
-    log: &LogLimiter,
+    told_at: Instant,
+    state: &ProxyState,
 ) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
     if up.v2 {
         link.enable_v2();
         if let Some(level) = up.zstd {
             link.enable_zstd(level);
         }
-        match link.first_control().await {
+        let Ok(first) = tokio::time::timeout_at(told_at, link.first_control()).await else {
+            link.close(carriage::CLOSE_POLICY_VIOLATION, "handshake deadline").await;
+            return Err(WsSetupError::Deadline);
+        };
+        match first {
             Ok(None) => {}
             Ok(Some(control)) => {
+                let (table, metrics, log) = (&state.resume, &state.metrics, &state.bad_input_log);
                 return Err(WsSetupError::Resume(deliver_resumption(link, control, table, metrics, log).await));
             }
             Err(_) => {
@@ -145,7 +160,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
             Finish::Normal => (carriage::CLOSE_NORMAL, ""),
             Finish::Shutdown => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
             Finish::ProtocolError => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
-            Finish::Policy => (carriage::CLOSE_POLICY_VIOLATION, "handshake deadline"),
+            Finish::Policy => (carriage::CLOSE_POLICY_VIOLATION, "handshake limit"),
             Finish::BackendUnavailable => (carriage::CLOSE_INTERNAL_ERROR, "server unavailable"),
         };
         // A fault earned by bad input takes precedence (WsLink::close).
