@@ -18,33 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moonbridge_tests::{
-    hs_ls, login_success, masked_frame, raise_fd_limit, read_server_frame, rss_kib, spawn_proxy_process, TestDir,
+    hs_ls, login_success, masked_frame, raise_fd_limit, raw_v2_player, rss_kib, spawn_proxy_process, TestDir,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A player: upgrade offering `moonbridge.v2`, handshake and Login Start, then frames until `session`.
 async fn player(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-          Sec-WebSocket-Protocol: moonbridge.v2\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(s.read_u8().await.unwrap());
-    }
-    assert!(String::from_utf8_lossy(&head).contains("moonbridge.v2"), "v2 selected");
-    s.write_all(&masked_frame(0x2, &hs_ls(), [1, 2, 3, 4])).await.unwrap();
-    loop {
-        let (op, payload) = read_server_frame(&mut s).await;
-        if op == 0x1 && payload.starts_with(b"session ") {
-            return s;
-        }
-    }
+    raw_v2_player(addr, "/").await
 }
 
 #[tokio::main]

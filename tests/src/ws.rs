@@ -125,13 +125,20 @@ pub async fn raw_http(addr: SocketAddr, request: &str) -> String {
 
 /// Opens a raw WebSocket: sends the upgrade request, checks the 101, returns the socket.
 pub async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
+    raw_upgrade_at(addr, "/mc", None).await.0
+}
+
+/// Opens a raw WebSocket on `path`, offering `protocol` (`Sec-WebSocket-Protocol`) when given: sends the upgrade
+/// request, checks the 101 and the accept key (each byte of the head within [`STEP`]), returns the socket and
+/// the response head.
+pub async fn raw_upgrade_at(addr: SocketAddr, path: &str, protocol: Option<&str>) -> (TcpStream, String) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        b"GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
+    let offer = protocol.map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n")).unwrap_or_default();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -141,7 +148,27 @@ pub async fn raw_upgrade(addr: SocketAddr) -> TcpStream {
     let head = String::from_utf8(head).unwrap();
     assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
     assert!(head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), "RFC 6455 §1.3 example: {head}");
+    (s, head)
+}
+
+/// Opens a raw carriage v2 WebSocket on `path` (offering only `moonbridge.v2`) and checks the proxy selected it.
+pub async fn raw_upgrade_v2(addr: SocketAddr, path: &str) -> TcpStream {
+    let (s, head) = raw_upgrade_at(addr, path, Some("moonbridge.v2")).await;
+    assert!(head.contains("moonbridge.v2"), "v2 selected: {head}");
     s
+}
+
+/// A raw carriage v2 player on `path`: the upgrade, the handshake and Login Start of [`crate::hs_ls`], then the
+/// frames up to the proxy's `session` message; returns the socket there.
+pub async fn raw_v2_player(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut s = raw_upgrade_v2(addr, path).await;
+    s.write_all(&masked_frame(0x2, &crate::hs_ls(), [1, 2, 3, 4])).await.unwrap();
+    loop {
+        let (op, payload) = read_server_frame(&mut s).await;
+        if op == 0x1 && payload.starts_with(b"session ") {
+            return s;
+        }
+    }
 }
 
 /// A client frame with FIN set, masked with `mask` (RFC 6455 §5.2).

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use moonbridge_tests::{
-    hs_ls, login_success, masked_frame, moonbridge_bin, raise_fd_limit, raw_http, read_server_frame, rss_kib, sample,
+    hs_ls, login_success, masked_frame, moonbridge_bin, raise_fd_limit, raw_http, raw_v2_player, rss_kib, sample,
     spawn_proxy_process, KillOnDrop, TestDir, STEP,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,33 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 const PLAYERS: usize = 300;
 const BUFFER: usize = 256 * 1024;
 
-/// A player: upgrade offering `moonbridge.v2`, handshake and Login Start, then frames until `session` (within
-/// [`STEP`]).
+/// A raw carriage v2 player, within [`STEP`] (see [`raw_v2_player`]).
 async fn player(addr: SocketAddr) -> TcpStream {
-    tokio::time::timeout(STEP, player_in(addr)).await.expect("a player logs in within STEP")
-}
-
-async fn player_in(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-          Sec-WebSocket-Protocol: moonbridge.v2\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(s.read_u8().await.unwrap());
-    }
-    assert!(String::from_utf8_lossy(&head).contains("moonbridge.v2"), "v2 selected");
-    s.write_all(&masked_frame(0x2, &hs_ls(), [1, 2, 3, 4])).await.unwrap();
-    loop {
-        let (op, payload) = read_server_frame(&mut s).await;
-        if op == 0x1 && payload.starts_with(b"session ") {
-            return s;
-        }
-    }
+    tokio::time::timeout(STEP, raw_v2_player(addr, "/")).await.expect("a player logs in within STEP")
 }
 
 /// The value of `series` on the proxy's metrics listener (0 when absent).

@@ -107,19 +107,7 @@ async fn the_handshake_deadline_closes_with_1008() {
     .await;
     let addr = proxy.addr(Transport::Ws);
     let mut v1 = raw_upgrade(addr).await;
-    let mut v2 = TcpStream::connect(addr).await.unwrap();
-    v2.write_all(
-        b"GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-          Sec-WebSocket-Protocol: moonbridge.v2\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(timeout(STEP, v2.read_u8()).await.unwrap().unwrap());
-    }
-    assert!(String::from_utf8_lossy(&head).contains("moonbridge.v2"), "v2 selected");
+    let mut v2 = moonbridge_tests::raw_upgrade_v2(addr, "/mc").await;
     for (name, s) in [("v1", &mut v1), ("v2", &mut v2)] {
         assert_eq!(read_close(s).await, carriage::CLOSE_POLICY_VIOLATION, "{name}");
         let (_, closed) = read_to_close(s, STEP).await;

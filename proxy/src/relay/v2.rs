@@ -79,17 +79,12 @@ impl<L> Resumable<L> {
             self.table.retire(p);
         }
     }
-
-    /// The next resumption for this session; never when the channel is closed.
-    pub(super) async fn next_resumption(&mut self) -> Option<Resumption<L>> {
-        self.rx.recv().await
-    }
 }
 
 /// Waits for a resumption on a v2 relay; never on a v1 relay (`None`).
 pub(super) async fn next_resumption<L>(v2: Option<&mut Resumable<L>>) -> Option<Resumption<L>> {
     match v2 {
-        Some(r) => r.next_resumption().await,
+        Some(r) => r.rx.recv().await,
         None => std::future::pending().await,
     }
 }
