@@ -3,13 +3,16 @@
 //! and a stream of Play packets through `Leftovers` (no panic; what `clear` writes is whole frames of the
 //! removal packets only, once); the same bytes as a clientbound stream through the relay's `ClientboundWatch`
 //! in batches cut where the input says (no panic; what passes plus what is held or handed over is the stream,
-//! in order; a hold is under `MAX_HELD` bytes and never of a whole frame head).
+//! in order; a hold is under `MAX_HELD` bytes and never of a whole frame head); and as a serverbound stream
+//! through the relay's `ServerboundFilter` in the same batches (no panic; a hold is under
+//! `MAX_HELD_SERVERBOUND` bytes; what passes is the stream's frames with the `BungeeCord` Plugin Messages left
+//! out, in order, as a frame decoder reads them).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
-use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict, MAX_HELD};
-use moonbridge_protocol::transfer::{BungeeRequest, Direction, Leftovers};
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, ServerboundFilter, Verdict, MAX_HELD, MAX_HELD_SERVERBOUND};
+use moonbridge_protocol::transfer::{is_channel, BungeeRequest, Direction, Leftovers, BUNGEE_CHANNEL};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(BungeeRequest::Connect { server }) = BungeeRequest::parse(data) {
@@ -35,7 +38,54 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(frames.buffered().is_empty());
     watch(data);
+    filter(data);
 });
+
+/// Filters `data` as the relay filters a player's stream, in batches cut as [`watch`] cuts them, and checks it
+/// against a frame decoder's reading of the same stream.
+fn filter(data: &[u8]) {
+    let Some((&cut, stream)) = data.split_first() else { return };
+    let size = usize::from(cut % 64) + 1;
+    let mut filter = ServerboundFilter::new();
+    let mut passed = Vec::new();
+    let mut held = Vec::new();
+    for piece in stream.chunks(size) {
+        let mut batch = std::mem::take(&mut held);
+        batch.extend_from_slice(piece);
+        let Ok(f) = filter.filter(&mut batch) else { return };
+        assert!(f.held < MAX_HELD_SERVERBOUND + 1, "held {} bytes", f.held);
+        passed.extend_from_slice(&batch[..f.pass]);
+        held = batch[f.pass..f.pass + f.held].to_vec();
+    }
+    // The reference: whole frames, the `BungeeCord` Plugin Messages (C17) left out.
+    let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
+    frames.queue_slice(stream);
+    let mut expected = Vec::new();
+    let mut taken = 0;
+    // A bad packet id is the decoder's error, not the filter's (it reads only lengths and heads).
+    let mut clean = true;
+    loop {
+        let f = match frames.try_next_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(_) => {
+                clean = false;
+                break;
+            }
+        };
+        let whole = stream.len() - taken - frames.buffered().len();
+        let raw = &stream[taken..taken + whole];
+        taken += whole;
+        if !(f.id == 0x17 && is_channel(&f.body, BUNGEE_CHANNEL)) {
+            expected.extend_from_slice(raw);
+        }
+    }
+    if clean && frames.buffered().is_empty() && held.is_empty() && filter.under_way() == (0, false) {
+        assert_eq!(passed, expected);
+    } else {
+        assert!(!clean || passed.starts_with(&expected) || expected.starts_with(&passed));
+    }
+}
 
 /// Relays `data` through a watch as a relay does: batch sizes from the first byte, held bytes first in the next
 /// batch, until the end or a handover.

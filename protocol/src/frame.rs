@@ -137,6 +137,77 @@ impl FrameDecoder {
         body.advance(id_len);
         Ok(Some(Frame { id, body }))
     }
+
+    /// Takes the longest run of complete frames at the front for which `pass(packet_id, fields)` is true (`fields`:
+    /// the body after the packet id), as they were
+    /// queued (length prefixes included), without parsing further: a relay passes frames it need not look into
+    /// with no copy per frame. Stops at the first frame that is incomplete or that `pass` refuses, which
+    /// [`Self::try_next_frame`] then returns.
+    ///
+    /// # Errors
+    /// As [`Self::try_next_frame`] for a frame of the run; the bytes before it are not taken then.
+    pub fn take_passing(&mut self, pass: impl FnMut(i32, &[u8]) -> bool) -> Result<BytesMut, FrameError> {
+        let at = passing_len(&self.buf, self.max_frame_len, pass)?;
+        Ok(self.buf.split_to(at))
+    }
+
+    /// True when no byte is queued.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod take_passing_tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_passing_frames_is_taken_whole() {
+        let mut dec = FrameDecoder::new(16);
+        // Three frames (ids 1, 1, 5) and the start of a fourth.
+        dec.queue_slice(&[2, 1, 9, 1, 1, 3, 5, 7, 7, 4, 1]);
+        assert_eq!(&dec.take_passing(|id, _| id == 1).unwrap()[..], &[2, 1, 9, 1, 1]);
+        assert_eq!(&dec.take_passing(|id, _| id == 1).unwrap()[..], &[] as &[u8]);
+        assert_eq!(dec.try_next_frame().unwrap().map(|f| f.id), Some(5));
+        assert_eq!(&dec.take_passing(|_, _| true).unwrap()[..], &[] as &[u8], "an incomplete frame stays");
+        assert_eq!(dec.buffered(), &[4, 1]);
+        let mut big = FrameDecoder::new(2);
+        big.queue_slice(&[1, 1, 3, 0]);
+        assert_eq!(big.take_passing(|_, _| true), Err(FrameError::TooLarge { len: 3, max: 2 }));
+        assert_eq!(big.buffered().len(), 4, "nothing taken before the error");
+        assert_eq!(passing_len(&[2, 1, 9, 1, 1, 3, 5, 7, 7], 16, |id, _| id == 1), Ok(5));
+        assert_eq!(passing_len(&[1, 1, 0], 16, |_, _| true), Err(FrameError::Empty));
+    }
+}
+
+/// How many bytes at the start of `buf` are complete frames for which `pass(packet_id, fields)` is true: the run
+/// [`FrameDecoder::take_passing`] takes, for bytes not queued in a decoder (a relay passes them straight on
+/// and queues only the rest).
+///
+/// # Errors
+/// As [`FrameDecoder::try_next_frame`] (with `max_frame_len` as its limit) for a frame of the run.
+pub fn passing_len(
+    buf: &[u8],
+    max_frame_len: usize,
+    mut pass: impl FnMut(i32, &[u8]) -> bool,
+) -> Result<usize, FrameError> {
+    let mut at = 0;
+    loop {
+        let rest = buf.get(at..).unwrap_or_default();
+        let Some((len, n)) = read_length_prefix(rest)? else { return Ok(at) };
+        if len == 0 {
+            return Err(FrameError::Empty);
+        }
+        if len > max_frame_len {
+            return Err(FrameError::TooLarge { len, max: max_frame_len });
+        }
+        let Some(body) = rest.get(n..n + len) else { return Ok(at) };
+        let (id, k) = VarInt::decode_partial(body).map_err(|_| FrameError::BadPacketId)?;
+        if !pass(id, body.get(k..).unwrap_or_default()) {
+            return Ok(at);
+        }
+        at += n + len;
+    }
 }
 
 /// The packet id of the frame at the start of `buf`, without consuming it; `Ok(None)` until the length

@@ -198,6 +198,12 @@ impl Identity {
         }
     }
 
+    /// The player's UUID: the session server's in online mode, else the offline UUID of the name (as the
+    /// backend is told it with BungeeCord forwarding).
+    pub(crate) fn uuid(&self) -> uuid::Uuid {
+        self.profile.as_ref().map_or_else(|| offline_uuid(&self.name), |p| p.id)
+    }
+
     /// Whether the player's handshake carries Forge's marker (`\0FML\0`): a Forge client.
     pub(crate) fn is_forge(&self) -> bool {
         HostField::parse(&self.handshake.server_address).is_forge()

@@ -34,22 +34,24 @@
 //! | `ws_link/codec.rs` | its codec: frames in (decode, inflate, close codes for bad input), whole frames out |
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `relay/resume.rs` | carriage v2 resume: the table of resumable sessions (single-use tokens), a new link handed to its session |
+//! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
+//! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
+//! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers |
+//! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
+//! | `transfer/keep_alive.rs` | whose Keep Alive an answer is; the proxy's own while no backend serves the player |
+//! | `transfer/backend.rs` | a backend connection in Play; dialling and logging in a new one |
+//! | `transfer/switch.rs` | a switch in progress |
+//! | `transfer/board.rs` | the switchboard, run inside the relay: frame by frame, runs of frames passed whole |
+//! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
+//! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |
+//! | `transfer/mod.rs` | whether a session can be moved; the `Ticket` a movable relay keeps for its switchboard |
 //! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
-//! | `relay/handover.rs` | the relay's backend side and the hop to the transfer layer |
+//! | `relay/handover.rs` | the relay's backend side: the backend connection, or the switchboard in its place |
 //! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
 //! | `relay/tcp.rs` | the TCP relay loop |
 //! | `relay/v2.rs` | what carriage v2 adds to the WebSocket relay loop: retention, acks, the resume registration |
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
 //! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
-//! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
-//! | `transfer/common.rs` | the switchboard's context, outbox and framing helpers |
-//! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
-//! | `transfer/keep_alive.rs` | whose Keep Alive an answer is; the proxy's own while no backend serves the player |
-//! | `transfer/backend.rs` | a backend connection in Play; dialling and logging in a new one |
-//! | `transfer/switch.rs` | a switch in progress |
-//! | `transfer/board.rs` | the switchboard's loop, frame by frame |
-//! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
-//! | `transfer/mod.rs` | whether a session can be moved; the hand-over behind a loopback hop |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
 //! | `session/opening.rs` | the handshake |
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |
@@ -81,8 +83,9 @@
 //! 3. `relay/` relays bytes both ways until either side ends: `relay/tcp.rs` for TCP players,
 //!    `relay/ws.rs` (one loop, with carriage v2's part from `relay/v2.rs`) for WebSocket players, both through
 //!    the same `relay::Flow` (count, scan, CFB8), write-stall policy and shutdown injection.
-//! 4. `transfer/` takes over a session whose backend sends the player on (BungeeCord `Connect`, a fallback),
-//!    behind a loopback hop the relay goes on against.
+//! 4. `transfer/` takes over a session whose backend sends the player on (BungeeCord `Connect`, a fallback, a
+//!    failover when the backend is lost) or asks the proxy something (the `BungeeCord` channel's requests): the
+//!    relay's backend side becomes the switchboard, on the same sockets.
 
 mod auth;
 mod backend;
@@ -93,6 +96,7 @@ mod listen;
 mod memory;
 mod metrics;
 mod ops;
+mod players;
 mod proxy_header;
 mod rate;
 mod relay;

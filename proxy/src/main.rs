@@ -71,10 +71,10 @@ fn run(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         None => Config::default(),
     };
     let settings = config.settings().context("invalid configuration")?;
-    // A session holds the player's socket and the backend's, and two more for the transfer layer's hop when
-    // `[transfer]` can move players (docs/configuration.md).
+    // A session holds the player's socket and the backend's, and a third while a switch logs the player in to
+    // the next backend when `[transfer]` can move players (docs/configuration.md).
     let transfers = !settings.tunables.transfer.targets.is_empty() || !settings.tunables.transfer.fallback.is_empty();
-    let per_connection = if transfers { 4 } else { 2 };
+    let per_connection = if transfers { 3 } else { 2 };
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(n) if (n as usize) < settings.tunables.limits.max_connections * per_connection => warn!(
             "open file limit is {n}: fewer than {per_connection} per allowed connection (limits.max_connections = {})",

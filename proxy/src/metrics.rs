@@ -52,7 +52,8 @@ const LOGIN_OUTCOMES: [&str; 19] = [
 const RESUME_OUTCOMES: [&str; 6] =
     ["resumed", "refused_unknown", "refused_other_instance", "refused_out_of_range", "refused_used", "expired"];
 /// The `outcome` values of `moonbridge_transfers_total` (server transfers, docs/network.md).
-pub(crate) const TRANSFER_OUTCOMES: [&str; 4] = ["moved", "refused", "failed", "fallback_failed"];
+pub(crate) const TRANSFER_OUTCOMES: [&str; 6] =
+    ["moved", "refused", "failed", "fallback_failed", "failover", "failover_failed"];
 /// The `version` values of `moonbridge_tls_handshakes_total`.
 const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 

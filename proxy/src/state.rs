@@ -12,6 +12,7 @@ use crate::backend::Backend;
 use crate::config::{AuthMode, Settings, Tunables};
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
+use crate::players::PlayerTable;
 use crate::rate::RateLimiter;
 use crate::relay::resume::ResumeTable;
 
@@ -97,6 +98,8 @@ pub(crate) struct ProxyState {
     pub(crate) rate: RateLimiter,
     /// Carriage v2: this instance's resumable sessions.
     pub(crate) resume: Arc<ResumeTable>,
+    /// The players in Play, for the `BungeeCord` channel's requests.
+    pub(crate) players: Arc<PlayerTable>,
 }
 
 impl ProxyState {
@@ -114,6 +117,7 @@ impl ProxyState {
             draining: AtomicBool::new(false),
             rate: RateLimiter::new(),
             resume: Arc::new(ResumeTable::new()),
+            players: Arc::default(),
             live: RwLock::new(Arc::new(Live::new(settings, &metrics, None))),
             metrics,
         }

@@ -17,8 +17,12 @@
 // makes it send packets about the player's own entity (metadata, animation, velocity) and, with
 // "otherEntityId", a velocity for that other entity; "decorate" makes it send a scoreboard objective
 // "obj_<label>", a team "team_<label>", a tab-list entry "Ghost_<label>" and open window 5;
-// "kick <reason>" disconnects the player with <reason>.
-// With a label, a player leaving is an event "left", and a REGISTER plugin message an event "register".
+// "fmlentity" sends Forge's EntityAdjustMessage about the player (FML channel);
+// "kick <reason>" disconnects the player with <reason>; "bungee <hex>" sends the bytes as a BungeeCord plugin
+// message (a request to the proxy, as a server plugin sends it); "crash" resets the player's connection with
+// no Play Disconnect (an RST: a crashed server), "vanish" closes it with none (a FIN: a killed process).
+// With a label, a player leaving is an event "left", a REGISTER plugin message an event "register", and a
+// BungeeCord plugin message from the proxy an event "bungee" (its data in hex).
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
@@ -78,6 +82,10 @@ server.on('login', (client) => {
     if (p.message === 'bye') return client.end('Bye from the backend')
     const kick = /^kick (.+)$/.exec(p.message)
     if (kick) return client.end(kick[1])
+    if (p.message === 'crash') return client.socket.resetAndDestroy()
+    if (p.message === 'vanish') return client.socket.destroy()
+    const bungee = /^bungee ([0-9a-f]*)$/.exec(p.message)
+    if (bungee) client.write('custom_payload', { channel: 'BungeeCord', data: Buffer.from(bungee[1], 'hex') })
     const connect = /^connect (.+)$/.exec(p.message)
     if (connect) return client.write('custom_payload', { channel: 'BungeeCord', data: Buffer.concat([writeUTF('Connect'), writeUTF(connect[1])]) })
     if (p.message === 'decorate') {
@@ -94,6 +102,13 @@ server.on('login', (client) => {
       client.write('entity_velocity', { entityId: id, velocity: { x: 1, y: 2, z: 3 } })
       if (opts.otherEntityId !== null) client.write('entity_velocity', { entityId: opts.otherEntityId, velocity: { x: 4, y: 5, z: 6 } })
     }
+    if (p.message === 'fmlentity') {
+      // Forge's EntityAdjustMessage (FML channel, discriminator 3): the player's entity id, then x, y, z.
+      const data = Buffer.alloc(17)
+      data.writeUInt8(3, 0)
+      data.writeInt32BE(opts.entityId, 1)
+      client.write('custom_payload', { channel: 'FML', data })
+    }
     const big = /^big (\d+) (\d+)$/.exec(p.message)
     if (big) {
       for (let k = 0; k < Number(big[1]); k++) {
@@ -103,7 +118,12 @@ server.on('login', (client) => {
     client.write('chat', { message: JSON.stringify({ text: (opts.label ? '[' + opts.label + '] ' : '') + 'echo:' + p.message }) })
   })
   if (opts.label) client.on('end', () => emit({ event: 'left', username: client.username }))
-  if (opts.label) client.on('custom_payload', (p) => { if (p.channel === 'REGISTER') emit({ event: 'register', username: client.username, channels: p.data.toString().split('\0') }) })
+  if (opts.label) {
+    client.on('custom_payload', (p) => {
+      if (p.channel === 'REGISTER') emit({ event: 'register', username: client.username, channels: p.data.toString().split('\0') })
+      if (p.channel === 'BungeeCord') emit({ event: 'bungee', username: client.username, data: p.data.toString('hex') })
+    })
+  }
   client.on('error', (e) => emit({ event: 'client_error', username: client.username, error: String(e) }))
 })
 

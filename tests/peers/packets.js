@@ -8,7 +8,8 @@
 const mc = require('minecraft-protocol')
 const { emit } = require('./common')
 
-const opts = JSON.parse(process.argv[2])
+// A Buffer travels as JSON.stringify writes one: {"type":"Buffer","data":[bytes]}.
+const opts = JSON.parse(process.argv[2], (k, v) => (v && v.type === 'Buffer' && Array.isArray(v.data)) ? Buffer.from(v.data) : v)
 // toClient packets are what a server writes and a client reads.
 const isServer = opts.direction === 'toClient'
 const serializer = mc.createSerializer({ state: 'play', isServer, version: '1.7.10' })

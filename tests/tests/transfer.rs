@@ -12,7 +12,11 @@
 use std::time::Duration;
 
 use moonbridge_client::{Connection, Options};
-use moonbridge_protocol::packets::{chat_text, JoinGame, KeepAlive, LoginDisconnect, LoginSuccess, Packet, Respawn};
+use moonbridge_protocol::forwarding::offline_uuid;
+use moonbridge_protocol::packets::{
+    chat_text, JoinGame, KeepAlive, LoginDisconnect, LoginSuccess, Packet, PlayDisconnect, PluginMessage, Respawn,
+};
+use moonbridge_protocol::transfer::BungeeAnswer;
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
 use moonbridge_tests::{node_backend, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
@@ -25,6 +29,7 @@ const LOBBY_ID: i64 = 42;
 struct Network {
     survival: NodePeer,
     lobby: NodePeer,
+    lobby_addr: std::net::SocketAddr,
     proxy: Proxy,
 }
 
@@ -44,7 +49,7 @@ async fn network(extra_backends: &str, transfer_extra: &str) -> Network {
          [transfer]\n{transfer_extra}\n"
     ))
     .await;
-    Network { survival, lobby, proxy }
+    Network { survival, lobby, lobby_addr: b, proxy }
 }
 
 /// Runs the scripted node client against the proxy's tcp listener and returns its transcript line.
@@ -248,6 +253,13 @@ fn library_player(url: &str) {
     let other = next_frame(&conn, &mut r);
     assert_eq!((other.id, i64::from(i32_at(&other.body, 0))), (0x12, LOBBY_ID));
     assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:entity");
+    // Forge's own entity message (FML channel, EntityAdjustMessage) names the player as the client knows it.
+    say(&conn, "fmlentity");
+    let adjust = next_frame(&conn, &mut r);
+    assert_eq!(adjust.id, 0x3f);
+    assert_eq!(&adjust.body[..6], b"\x03FML\x00\x11", "channel FML, 17 bytes");
+    assert_eq!((adjust.body[6], i64::from(i32_at(&adjust.body, 7))), (3, FIRST_ID));
+    assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:fmlentity");
     say(&conn, "hello");
     assert_eq!(chat_text_of(&next_frame(&conn, &mut r)), "[lobby] echo:hello");
     conn.close();
@@ -267,26 +279,42 @@ async fn connect_moves_a_client_library_player_over_ws() {
     net.proxy.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disconnected_player_lands_on_the_fallback_with_the_reason() {
+/// A player on survival (whose fallback is the lobby) says `command`, which ends survival's side; they must land
+/// on the lobby having read `why` in chat, and the metric `moonbridge_transfers_total{outcome}` count 1.
+async fn lands_on_the_fallback(player: &str, command: &str, why: &str, outcome: &str) {
     let mut net = network("", "[transfer.fallback]\n\"survival\" = \"lobby\"").await;
-    let transcript = scripted(
-        &net.proxy,
-        "Faller",
-        json!([
-            { "say": "kick Server restarting", "until": "chat" },
-            { "say": "hello", "until": "chat" },
-        ]),
-    )
-    .await;
+    let transcript =
+        scripted(&net.proxy, player, json!([{ "say": command, "until": "chat" }, { "say": "hello", "until": "chat" }]))
+            .await;
     let got = packets(&transcript);
     let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["position", "respawn", "respawn", "chat", "position", "chat"], "{transcript}");
-    assert_eq!(chat_of(&got[3].1), "survival disconnected you: Server restarting");
+    assert_eq!(chat_of(&got[3].1), why);
     assert_eq!(chat_of(&got[5].1), "[lobby] echo:hello");
-    event_for(&mut net.lobby, "login", "Faller").await;
+    event_for(&mut net.lobby, "login", player).await;
+    let series = format!("moonbridge_transfers_total{{outcome=\"{outcome}\"}}");
+    assert_eq!(net.proxy.metric(&series).await, Some(1.0), "{series}");
     net.proxy.wait_connections(0, STEP).await;
     net.proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnected_player_lands_on_the_fallback_with_the_reason() {
+    lands_on_the_fallback("Faller", "kick Server restarting", "survival disconnected you: Server restarting", "moved")
+        .await;
+}
+
+/// A backend whose connection is reset with no Play Disconnect (a crash, a kill: `resetAndDestroy`, an RST)
+/// sends its players to its fallback, who read why in chat; the metric's outcome says it was a failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_crashes_sends_its_players_to_the_fallback() {
+    lands_on_the_fallback("Survivor", "crash", "survival closed the connection unexpectedly", "failover").await;
+}
+
+/// The same for a connection closed (FIN) with no Play Disconnect, as when the server's process is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_vanishes_sends_its_players_to_the_fallback() {
+    lands_on_the_fallback("Vanisher", "vanish", "survival closed the connection unexpectedly", "failover").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,4 +509,234 @@ async fn a_switched_player_resumes_a_dropped_websocket() {
     assert_eq!(event_for(&mut lobby, "chat", "Resumer").await["message"], "entity");
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
+}
+
+/// A `BungeeCord` payload: the subchannel, then `writeUTF` strings.
+fn bungee(parts: &[&str]) -> BungeeAnswer {
+    let mut a = BungeeAnswer::new(parts[0]).unwrap();
+    for p in &parts[1..] {
+        a.utf(p).unwrap();
+    }
+    a
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Logs a library player in over `url` and reads up to its first Player Position And Look.
+fn joined(url: &str, name: &str) -> (Connection, ()) {
+    let conn = Connection::connect(url, Options::from_json(None).unwrap()).unwrap();
+    send_login(&conn, name, false);
+    {
+        let mut r = FrameReader::new(&conn);
+        let success: LoginSuccess = r.next(STEP).decode().expect("Login Success");
+        assert_eq!(success.name, name);
+        let _: JoinGame = next_frame(&conn, &mut r).decode().expect("Join Game");
+        assert_eq!(next_frame(&conn, &mut r).id, 0x08, "Player Position And Look");
+    }
+    (conn, ())
+}
+
+/// Says `message` and reads up to the backend's echo of it (the frames before it, returned, are what the
+/// proxy delivered meanwhile).
+fn say_until_echo(
+    conn: &Connection,
+    r: &mut FrameReader<'_>,
+    message: &str,
+    label: &str,
+) -> Vec<moonbridge_protocol::frame::Frame> {
+    say(conn, message);
+    let mut before = Vec::new();
+    loop {
+        let f = next_frame(conn, r);
+        if f.id == 0x02 && chat_message_text(&f).is_some_and(|t| t == format!("[{label}] echo:{message}")) {
+            return before;
+        }
+        before.push(f);
+    }
+}
+
+/// Every request of BungeeCord's plugin channel that a server plugin asks a proxy is answered in BungeeCord's
+/// layout to the backend that asked (over tcp, node-minecraft-protocol backends, two players); `Message`,
+/// `ForwardToPlayer` and `KickPlayer` reach the other player's session; a player's own serverbound message on
+/// the channel never reaches the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bungeecord_requests_are_answered_and_players_cannot_speak_on_the_channel() {
+    let mut net = network("", "targets = [\"lobby\"]").await;
+    let url = format!("tcp://127.0.0.1:{}", net.proxy.addr(Transport::Tcp).port());
+    let lobby_addr = net.lobby_addr;
+    let requests: Vec<(Vec<&str>, Option<BungeeAnswer>)> = vec![
+        (vec!["GetServers"], Some(bungee(&["GetServers", "survival, lobby"]))),
+        (vec!["GetServer"], Some(bungee(&["GetServer", "survival"]))),
+        (
+            vec!["PlayerCount", "ALL"],
+            Some({
+                let mut a = bungee(&["PlayerCount", "ALL"]);
+                a.int(2);
+                a
+            }),
+        ),
+        (
+            vec!["PlayerCount", "lobby"],
+            Some({
+                let mut a = bungee(&["PlayerCount", "lobby"]);
+                a.int(0);
+                a
+            }),
+        ),
+        (vec!["PlayerCount", "nowhere"], None),
+        (vec!["PlayerList", "ALL"], Some(bungee(&["PlayerList", "ALL", "Asker, Other"]))),
+        (vec!["PlayerList", "survival"], Some(bungee(&["PlayerList", "survival", "Asker, Other"]))),
+        (vec!["UUID"], Some(bungee(&["UUID", &offline_uuid("Asker").simple().to_string()]))),
+        (
+            vec!["UUIDOther", "other"],
+            Some(bungee(&["UUIDOther", "Other", &offline_uuid("Other").simple().to_string()])),
+        ),
+        (vec!["IP"], Some(bungee(&["IP", "127.0.0.1"]))),
+        (vec!["IPOther", "Other"], Some(bungee(&["IPOther", "Other", "127.0.0.1"]))),
+        (
+            vec!["ServerIP", "lobby"],
+            Some({
+                let mut a = bungee(&["ServerIP", "lobby", &lobby_addr.ip().to_string()]);
+                a.short(lobby_addr.port());
+                a
+            }),
+        ),
+        (vec!["ConnectOther", "Other", "lobby"], None),
+    ];
+    let asked: Vec<Vec<String>> = requests.iter().map(|(r, _)| r.iter().map(|s| s.to_string()).collect()).collect();
+    let script = tokio::task::spawn_blocking(move || {
+        let (other, ()) = joined(&url, "Other");
+        // A client forging the proxy's voice: dropped before the backend, the chat after it arrives.
+        let mut fields = Vec::new();
+        PluginMessage { channel: "BungeeCord".into(), data: bungee(&["KickPlayer", "Asker", "forged"]).finish() }
+            .encode_fields(&mut fields)
+            .unwrap();
+        let mut forged = bytes::BytesMut::new();
+        moonbridge_protocol::frame::encode_frame(&mut forged, 0x17, &fields).unwrap();
+        let mut ro = FrameReader::new(&other);
+        other.send(&forged).unwrap();
+        say_until_echo(&other, &mut ro, "after forging", "survival");
+        let (asker, ()) = joined(&url, "Asker");
+        let mut ra = FrameReader::new(&asker);
+        for parts in &asked {
+            let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let passed =
+                say_until_echo(&asker, &mut ra, &format!("bungee {}", hex(&bungee(&refs).finish())), "survival");
+            assert!(passed.iter().all(|f| f.id != 0x3f), "no BungeeCord message reaches the client: {passed:?}");
+        }
+        // Message: a chat line at the other player.
+        say_until_echo(
+            &asker,
+            &mut ra,
+            &format!("bungee {}", hex(&bungee(&["Message", "Other", "hi there"]).finish())),
+            "survival",
+        );
+        assert_eq!(chat_text_of(&next_frame(&other, &mut ro)), "hi there");
+        // The message brought the switchboard into Other's session: a forged message is dropped there too.
+        other.send(&forged).unwrap();
+        say_until_echo(&other, &mut ro, "after forging again", "survival");
+        // MessageRaw: a JSON component, as it came; one that is not JSON is dropped.
+        let raw = bungee(&["MessageRaw", "Other", "not json"]).finish();
+        say_until_echo(&asker, &mut ra, &format!("bungee {}", hex(&raw)), "survival");
+        let raw = bungee(&["MessageRaw", "Other", r#"{"text":"raw line"}"#]).finish();
+        say_until_echo(&asker, &mut ra, &format!("bungee {}", hex(&raw)), "survival");
+        assert_eq!(chat_text_of(&next_frame(&other, &mut ro)), "raw line");
+        // ForwardToPlayer: the plugin's bytes reach the server the other player is on, through its connection.
+        let mut fwd = bungee(&["ForwardToPlayer", "Other", "MyPlugin"]);
+        fwd.short_bytes(&[1, 2, 3]).unwrap();
+        say_until_echo(&asker, &mut ra, &format!("bungee {}", hex(&fwd.finish())), "survival");
+        // KickPlayer: the other player reads the reason.
+        say_until_echo(
+            &asker,
+            &mut ra,
+            &format!("bungee {}", hex(&bungee(&["KickPlayer", "Other", "Bye now"]).finish())),
+            "survival",
+        );
+        let kick: PlayDisconnect = next_frame(&other, &mut ro).decode().expect("Play Disconnect");
+        assert!(kick.reason_json.contains("Bye now"), "{}", kick.reason_json);
+        // Forward to a server: through one of its players (only the asker is left on survival).
+        let mut fwd = bungee(&["Forward", "survival", "MyPlugin"]);
+        fwd.short_bytes(&[4, 5]).unwrap();
+        say_until_echo(&asker, &mut ra, &format!("bungee {}", hex(&fwd.finish())), "survival");
+        asker.close();
+        other.close();
+    });
+    tokio::time::timeout(Duration::from_secs(60), script)
+        .await
+        .expect("the script ends in time")
+        .expect("its checks pass");
+    for (parts, want) in &requests {
+        let Some(want) = want else { continue };
+        let got = event_for(&mut net.survival, "bungee", "Asker").await;
+        let got = got["data"].as_str().unwrap();
+        let want = hex(&want.clone().finish());
+        if parts[0].starts_with("IP") {
+            // The player's port follows as an i32.
+            assert!(got.starts_with(&want) && got.len() == want.len() + 8, "{parts:?}: {got} against {want}");
+        } else {
+            assert_eq!(got, want, "{parts:?}");
+        }
+    }
+    // The first BungeeCord message the backend hears over Other's connection is the forwarded one: the forged
+    // message never arrived.
+    let mut forwarded = bungee(&["MyPlugin"]);
+    forwarded.short_bytes(&[1, 2, 3]).unwrap();
+    assert_eq!(event_for(&mut net.survival, "bungee", "Other").await["data"], hex(&forwarded.finish()));
+    let mut forwarded = bungee(&["MyPlugin"]);
+    forwarded.short_bytes(&[4, 5]).unwrap();
+    assert_eq!(event_for(&mut net.survival, "bungee", "Asker").await["data"], hex(&forwarded.finish()));
+    net.proxy.wait_connections(0, STEP).await;
+    net.proxy.shutdown().await;
+}
+
+/// After a switch the proxy holds exactly the player's socket and the new backend's (`ss -tnp`: no socket
+/// pair inside the proxy), and the session's end line names both backends in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switched_player_costs_two_sockets_and_its_end_line_names_each_backend() {
+    let (_survival, a) = node_backend(json!({ "burstCount": 0, "label": "survival", "entityId": FIRST_ID })).await;
+    let (_lobby, b) = node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID })).await;
+    let port = moonbridge_test_certs::free_port().unwrap();
+    let dir = moonbridge_tests::TestDir::new("moonbridge-switched-sockets").unwrap();
+    let config = dir.join("moonbridge.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:{port}\"\n\
+             [[backend]]\nname = \"survival\"\naddress = \"{a}\"\n[[backend]]\nname = \"lobby\"\naddress = \"{b}\"\n\
+             [transfer]\ntargets = [\"lobby\"]\n"
+        ),
+    )
+    .unwrap();
+    let log = moonbridge_test_certs::ChildLog::spawn(
+        std::process::Command::new(moonbridge_tests::moonbridge_bin())
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info"),
+    )
+    .unwrap();
+    assert!(log.wait_line("listening", Duration::from_secs(20)).is_some(), "the proxy starts");
+    let pid = log.id();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let established = move || {
+        let out = std::process::Command::new("ss").args(["-tnpH", "state", "established"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&format!("pid={pid},"))).count()
+    };
+    let counted = tokio::task::spawn_blocking(move || {
+        let (conn, ()) = joined(&url, "Counted");
+        say(&conn, "connect lobby");
+        let mut r = FrameReader::new(&conn);
+        let first: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+        let second: Respawn = next_frame(&conn, &mut r).decode().expect("Respawn");
+        assert_eq!((first.dimension, second.dimension), (-1, 0));
+        say_until_echo(&conn, &mut r, "still here", "lobby");
+        let n = established();
+        conn.close();
+        n
+    });
+    let n = tokio::time::timeout(Duration::from_secs(60), counted).await.unwrap().unwrap();
+    assert_eq!(n, 2, "the player's socket and the lobby's, nothing else");
+    let end = log.wait_line("session ended", Duration::from_secs(20)).expect("the session's end line");
+    assert!(end.contains("backend=\"survival,lobby\""), "{end}");
 }

@@ -3,7 +3,7 @@
 //! (wiki.vg "Protocol" for 1.7.6–1.7.10; the 1.7.10 client's `NetHandlerPlayClient`, which packets it resolves
 //! with `getEntityByID`).
 
-use super::Direction;
+use super::{fml, Direction};
 use crate::codec::Reader;
 use crate::error::DecodeError;
 use crate::varint::VarInt;
@@ -23,7 +23,18 @@ enum Layout {
     /// S2D Open Window: `u8 window_id`, `u8 type`, `String title`, `u8 slots`, `bool use_title`, then for a
     /// horse's inventory (type 11) `i32 entity_id`.
     OpenWindow,
+    /// S3F Plugin Message on Forge's runtime channel `FML` ([`fml::RUNTIME_CHANNEL`]; Forge 1.7.10
+    /// `FMLRuntimeCodec`, data after the `i16` length): discriminator 2 EntitySpawnMessage (`i32 entity_id`,
+    /// `String mod_id` as a VarInt-length UTF-8 string, `i32 type`, `i32 x, y, z`, `i8 yaw, pitch, head_yaw`,
+    /// the DataWatcher list, `i32 thrower_id`, …) and 3 EntityAdjustMessage (`i32 entity_id`, `i32 x, y, z`).
+    /// Other channels and discriminators carry none.
+    ForgeEntity,
 }
+
+/// Forge's runtime message that spawns a mod entity (`FMLMessage.EntitySpawnMessage`).
+const FML_ENTITY_SPAWN: u8 = 2;
+/// Forge's runtime message that moves a mod entity (`FMLMessage.EntityAdjustMessage`).
+const FML_ENTITY_ADJUST: u8 = 3;
 
 /// Object types whose S0E `data` field is an entity id (1.7.10 `NetHandlerPlayClient.handleSpawnObject`).
 const OWNER_OBJECT_TYPES: [i8; 2] = [60, 90];
@@ -36,7 +47,8 @@ const HORSE_WINDOW: u8 = 11;
 /// teleport), S19 Entity Head Look, S1A Entity Status, S1C Entity Metadata, S1D Entity Effect, S1E Remove
 /// Entity Effect, S20 Entity Properties (`i32` first); S0D Collect Item and S1B Attach Entity (two `i32`);
 /// S0B Animation, S0C Spawn Player, S0F Spawn Mob, S10 Spawn Painting, S11 Spawn Experience Orb, S25 Block
-/// Break Animation, S2C Spawn Global Entity (VarInt first); S0E, S13 and S2D as [`Layout`] says. Serverbound:
+/// Break Animation, S2C Spawn Global Entity (VarInt first); S0E, S13, S2D and S3F (Forge's entity messages)
+/// as [`Layout`] says. Serverbound:
 /// C02 Use Entity, C0A Animation, C0B Entity Action (`i32` first). S01 Join Game is not here: a proxy that
 /// switches servers answers it itself.
 fn layout(direction: Direction, id: i32) -> Option<Layout> {
@@ -52,6 +64,7 @@ fn layout(direction: Direction, id: i32) -> Option<Layout> {
         (Direction::Clientbound, 0x0e) => Layout::SpawnObject,
         (Direction::Clientbound, 0x13) => Layout::DestroyEntities,
         (Direction::Clientbound, 0x2d) => Layout::OpenWindow,
+        (Direction::Clientbound, 0x3f) => Layout::ForgeEntity,
         (Direction::Serverbound, 0x02 | 0x0a | 0x0b) => Layout::Ints(FIRST),
         _ => return None,
     })
@@ -143,6 +156,15 @@ impl EntityIdSwap {
                 let at = body.len() - r.remaining().len();
                 self.swap_ints(body, [at])
             }
+            Layout::ForgeEntity => {
+                let Some((entity, thrower)) = forge_entity_fields(body)? else { return Ok(false) };
+                let mut changed = self.swap_ints(body, [entity])?;
+                if let Some(at) = thrower.filter(|&at| i32_at(body, at).is_some_and(|v| v != 0)) {
+                    // 0 means "no thrower" (no velocity follows), so it is never swapped.
+                    changed |= self.swap_ints(body, [at])?;
+                }
+                Ok(changed)
+            }
         }
     }
 
@@ -206,6 +228,65 @@ impl EntityIdSwap {
         VarInt(new).encode(&mut encoded);
         body.splice(..n, encoded);
         true
+    }
+}
+
+/// Where the entity id of a Forge entity message sits in an S3F body, and a spawn's thrower id; `None` for
+/// another channel or message.
+fn forge_entity_fields(body: &[u8]) -> Result<Option<(usize, Option<usize>)>, DecodeError> {
+    let mut r = Reader::new(body);
+    if r.string(crate::packets::MAX_CHANNEL_CHARS, "channel")? != fml::RUNTIME_CHANNEL {
+        return Ok(None);
+    }
+    let data = r.i16_bytes("data")?;
+    let start = body.len() - r.remaining().len() - data.len();
+    let mut r = Reader::new(data);
+    let discriminator = match r.u8("discriminator") {
+        Ok(d) => d,
+        Err(_) => return Ok(None),
+    };
+    let entity = start + 1;
+    match discriminator {
+        FML_ENTITY_ADJUST => Ok(Some((entity, None))),
+        FML_ENTITY_SPAWN => {
+            r.i32("entity id")?;
+            r.string(crate::packets::MAX_CHANNEL_CHARS.max(64), "mod id")?;
+            // type, x, y, z; yaw, pitch, head yaw.
+            r.bytes(16 + 3, "position")?;
+            skip_watchers(&mut r)?;
+            Ok(Some((entity, Some(start + data.len() - r.remaining().len()))))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Skips a 1.7.10 DataWatcher list (`DataWatcher.writeWatchedListToPacketBuffer`): per entry a byte
+/// `type << 5 | index`, then the value (0 `i8`, 1 `i16`, 2 `i32`, 3 `f32`, 4 a VarInt-length string, 5 an
+/// item stack: `i16 id`, and when not negative `i8 count`, `i16 damage`, an `i16`-length NBT blob (-1: none),
+/// 6 three `i32`), until the byte 0x7f.
+fn skip_watchers(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    loop {
+        let head = r.u8("metadata")?;
+        if head == 0x7f {
+            return Ok(());
+        }
+        match head >> 5 {
+            0 => drop(r.bytes(1, "metadata")?),
+            1 => drop(r.bytes(2, "metadata")?),
+            2 | 3 => drop(r.bytes(4, "metadata")?),
+            4 => drop(r.string(32_767, "metadata")?),
+            5 => {
+                if r.i16("item id")? >= 0 {
+                    r.bytes(3, "item")?;
+                    let nbt = r.i16("item nbt")?;
+                    if let Ok(n) = usize::try_from(nbt) {
+                        r.bytes(n, "item nbt")?;
+                    }
+                }
+            }
+            6 => drop(r.bytes(12, "metadata")?),
+            _ => return Err(DecodeError::InvalidValue { field: "metadata", reason: "unknown type" }),
+        }
     }
 }
 
@@ -273,6 +354,55 @@ mod tests {
         // C02 Use Entity on entity 300 of the server (which the client knows as 7's swap).
         let (_, b) = rewrite(Direction::Serverbound, 0x02, &[0, 0, 0, 7, 0]);
         assert_eq!(b, [0, 0, 1, 0x2c, 0]);
+    }
+
+    /// An S3F body on channel `channel` with `data`.
+    fn plugin(channel: &str, data: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        crate::packets::PluginMessage { channel: channel.into(), data: data.to_vec() }
+            .encode_fields(&mut body)
+            .unwrap();
+        body
+    }
+
+    #[test]
+    fn forge_entity_messages_byte_exact() {
+        // EntityAdjustMessage (3): entity 300, x y z.
+        let mut adjust = vec![3, 0, 0, 1, 0x2c];
+        adjust.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3]);
+        let (r, b) = rewrite(Direction::Clientbound, 0x3f, &plugin("FML", &adjust));
+        let mut want = adjust.clone();
+        want[1..5].copy_from_slice(&7i32.to_be_bytes());
+        assert_eq!((r, b), (Ok(true), plugin("FML", &want)));
+        // EntitySpawnMessage (2): entity 9, mod id "mod", type 1, x y z, yaw pitch head, watchers (a byte, a
+        // string, an item stack with NBT, a position), thrower 300, velocity.
+        let mut spawn = vec![2, 0, 0, 0, 9, 3, b'm', b'o', b'd'];
+        spawn.extend_from_slice(&[0; 16 + 3]);
+        spawn.extend_from_slice(&[0x00, 5, 0x81, 2, b'h', b'i', 0xa2, 0, 1, 4, 0, 0, 0, 2, 0xaa, 0xbb, 0xc3]);
+        spawn.extend_from_slice(&[0; 12]);
+        spawn.push(0x7f);
+        let thrower = spawn.len();
+        spawn.extend_from_slice(&300i32.to_be_bytes());
+        spawn.extend_from_slice(&[0; 12]);
+        let (r, b) = rewrite(Direction::Clientbound, 0x3f, &plugin("FML", &spawn));
+        let mut want = spawn.clone();
+        want[thrower..thrower + 4].copy_from_slice(&7i32.to_be_bytes());
+        assert_eq!((r, b), (Ok(true), plugin("FML", &want)), "the thrower after the watcher list");
+        // A thrower of 0 means none: a swap with 0 leaves it.
+        let zero = EntityIdSwap::new(0, 9);
+        let mut none = spawn.clone();
+        none[thrower..thrower + 4].copy_from_slice(&0i32.to_be_bytes());
+        let mut b = plugin("FML", &none);
+        assert_eq!(zero.rewrite(Direction::Clientbound, 0x3f, &mut b), Ok(true));
+        none[1..5].copy_from_slice(&0i32.to_be_bytes());
+        assert_eq!(b, plugin("FML", &none));
+        // OpenGui (1), other channels, and an empty message carry none.
+        for body in [plugin("FML", &[1, 0, 0, 1, 0x2c]), plugin("FML|HS", &[3, 0, 0, 1, 0x2c]), plugin("FML", &[])] {
+            assert_eq!(rewrite(Direction::Clientbound, 0x3f, &body), (Ok(false), body.clone()));
+        }
+        // A spawn cut inside its watcher list is an error, and nothing changes.
+        let cut = plugin("FML", &spawn[..30]);
+        assert!(rewrite(Direction::Clientbound, 0x3f, &cut).0.is_err());
     }
 
     #[test]
@@ -368,7 +498,8 @@ mod tests {
     fn packets_without_entity_ids_and_bad_bodies() {
         // S01 Join Game, S3F plugin messages and serverbound C04 position are not touched.
         assert!(!carries_entity_ids(Direction::Clientbound, 0x01));
-        assert!(!carries_entity_ids(Direction::Clientbound, 0x3f));
+        assert!(carries_entity_ids(Direction::Clientbound, 0x3f));
+        assert!(!carries_entity_ids(Direction::Clientbound, 0x3e));
         assert!(!carries_entity_ids(Direction::Serverbound, 0x04));
         assert!(!carries_entity_ids(Direction::Serverbound, 0x12));
         assert!(carries_entity_ids(Direction::Clientbound, 0x12));

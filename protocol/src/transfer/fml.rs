@@ -5,6 +5,9 @@ use crate::packets::PluginMessage;
 
 /// The channel.
 pub const CHANNEL: &str = "FML|HS";
+/// Forge's runtime channel (`FMLRuntimeCodec`: CompleteHandshake, OpenGui, EntitySpawnMessage,
+/// EntityAdjustMessage).
+pub const RUNTIME_CHANNEL: &str = "FML";
 /// ServerHello (server to client): FML protocol version, then the dimension override.
 pub const SERVER_HELLO: u8 = 0;
 /// ClientHello (client to server): FML protocol version.

@@ -6,8 +6,8 @@
 //!
 //! - [`EntityIdSwap`] (`entity_ids.rs`): the player's own entity id differs between the server the client first joined and the
 //!   one it plays on after a switch; every Play packet that carries entity ids is rewritten, both ways.
-//! - [`BungeeRequest`] (`bungeecord.rs`): the `BungeeCord` plugin channel through which server plugins ask a proxy to move a
-//!   player (`Connect`).
+//! - [`BungeeRequest`] and [`BungeeAnswer`] (`bungeecord.rs`): the `BungeeCord` plugin channel through which server plugins
+//!   ask a proxy to move a player (`Connect`) and ask about the network (`PlayerCount`, `UUID`, …).
 //! - [`fml`] (`fml.rs`): the Forge 1.7.10 handshake channel `FML|HS`, and the HandshakeReset that makes the client run
 //!   the handshake again with the new server.
 //! - [`world_reset`] (here, with [`Direction`]): the two Respawn packets that clear the client's world before the new server's.
@@ -15,10 +15,6 @@
 //!   so the new server starts clean.
 //! - [`watch`] (`watch.rs`): what a relay looks at before any switch (a frame head each), so only a player's first switch
 //!   brings in the layer that parses every packet.
-//!
-//! Not covered yet: Forge's own entity messages on the `FML` plugin channel (EntitySpawnMessage and
-//! EntityAdjustMessage carry mod entities' ids), so a mod entity of the new server whose id is the one the
-//! client knows itself by is not renamed.
 //!
 //! Wire facts: the protocol 5 packet tables (wiki.vg "Protocol" for 1.7.6–1.7.10, and minecraft-data's
 //! `pc/1.7/protocol.json`, which the node-minecraft-protocol peers in `tests/peers` use), the 1.7.10 client's
@@ -31,7 +27,9 @@ pub mod fml;
 mod leftovers;
 pub mod watch;
 
-pub use bungeecord::{bungee_registration, is_channel, BungeeRequest, BUNGEE_CHANNEL};
+pub use bungeecord::{
+    bungee_registration, is_channel, starts_with_channel, BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL,
+};
 pub use entity_ids::{carries_entity_ids, EntityIdSwap};
 pub use leftovers::{Leftovers, MAX_LEFTOVERS};
 

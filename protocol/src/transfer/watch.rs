@@ -4,10 +4,10 @@
 //! [`ClientboundWatch`] follows the backend's frames as the relay passes them on, batch by batch. Per frame it
 //! reads the length prefix and the first [`HEAD_LEN`] body bytes (the packet id and, for a Plugin Message, the
 //! channel and the start of its data) and then:
-//! - **hands over** at a frame that starts a switch: a Plugin Message (S3F) on the `BungeeCord` channel with
-//!   the subchannel `Connect`, or a Play Disconnect (S40) when the backend has a fallback. The bytes from that
-//!   frame on are the transfer layer's ([`Verdict::Handover`]). Other `BungeeCord` subchannels (`GetServers`,
-//!   `PlayerCount`, …, which plugins may send on a timer) pass, as the transfer layer would pass them.
+//! - **hands over** at a frame the transfer layer must act on: a Plugin Message (S3F) on the `BungeeCord`
+//!   channel (a `Connect`, or a request the proxy answers: `PlayerCount`, `UUID`, …; none reaches the client),
+//!   or a Play Disconnect (S40) when the backend has a fallback. The bytes from that frame on are the transfer
+//!   layer's ([`Verdict::Handover`]).
 //! - **records**, copying only these frames' bodies: the first Join Game (S01: the entity id the client knows
 //!   itself by), the Forge handshake before it (`FML|HS`, `FML|MP` and `REGISTER` Plugin Messages, kept for a
 //!   replay, at most [`fml::MAX_RECORD_BYTES`]), and what [`Leftovers`] tracks (S3B, S3E, S38, S2D, S2E).
@@ -16,13 +16,10 @@
 //! A batch that ends inside a frame's head holds that head back ([`Verdict::Hold`], under [`MAX_HELD`] bytes),
 //! so a frame is never half-sent before the watch knows what it is.
 //!
-//! The serverbound side needs only where frames end (a switch that starts inside one passes the rest of it on
-//! unparsed: [`FrameScanner::finish_frame`]) and how many Close Window (C0D) frames the client sent: a
-//! [`FrameScanner`] with [`FrameScanner::scan_ids`] and a count the caller keeps.
-//!
-//! [`FrameScanner`]: crate::frame::FrameScanner
-//! [`FrameScanner::finish_frame`]: crate::frame::FrameScanner::finish_frame
-//! [`FrameScanner::scan_ids`]: crate::frame::FrameScanner::scan_ids
+//! The serverbound side ([`ServerboundFilter`]) needs where frames end (a switch that starts inside one passes
+//! the rest of it on unparsed), how many Close Window (C0D) frames the client sent, and one rule: a Plugin
+//! Message (C17) on the `BungeeCord` channel is dropped, as BungeeCord drops it (server plugins trust that
+//! channel as the proxy's voice, so a client must not be able to speak on it).
 
 use bytes::BytesMut;
 
@@ -156,7 +153,7 @@ impl ClientboundWatch {
         let joined = self.watched.client_entity.is_some();
         match id {
             PluginMessage::CLIENTBOUND_ID => {
-                if is_connect(head.get(n..).unwrap_or_default()) {
+                if is_bungee(head.get(n..).unwrap_or_default()) {
                     Class::Handover
                 } else if joined {
                     Class::Pass
@@ -195,15 +192,123 @@ impl ClientboundWatch {
     }
 }
 
-/// Whether a Plugin Message's first fields (`fields`: after the packet id, possibly cut short) are a
-/// `BungeeCord` message with the subchannel `Connect`: channel (VarInt length 10, `BungeeCord`), the data's
-/// `i16` length, then `writeUTF("Connect")` (`u16` 7, `Connect`).
-fn is_connect(fields: &[u8]) -> bool {
-    const SUBCHANNEL: &[u8] = b"\x00\x07Connect";
+/// Whether a Plugin Message's first fields (`fields`: after the packet id, possibly cut short) name the
+/// `BungeeCord` channel (VarInt length 10, then `BungeeCord`).
+fn is_bungee(fields: &[u8]) -> bool {
     let Some((&len, rest)) = fields.split_first() else { return false };
-    let Some(channel) = rest.get(..BUNGEE_CHANNEL.len()) else { return false };
-    let subchannel = rest.get(BUNGEE_CHANNEL.len() + 2..BUNGEE_CHANNEL.len() + 2 + SUBCHANNEL.len());
-    usize::from(len) == BUNGEE_CHANNEL.len() && channel == BUNGEE_CHANNEL.as_bytes() && subchannel == Some(SUBCHANNEL)
+    usize::from(len) == BUNGEE_CHANNEL.len() && rest.get(..BUNGEE_CHANNEL.len()) == Some(BUNGEE_CHANNEL.as_bytes())
+}
+
+/// Body bytes at the start of a serverbound frame that tell whether it is dropped: the packet id and the
+/// channel's VarInt length and name (`BungeeCord`).
+const SERVERBOUND_HEAD: usize = 2 + BUNGEE_CHANNEL.len();
+
+/// The most bytes [`ServerboundFilter::filter`] holds back: a length prefix and all but one byte of a head.
+pub const MAX_HELD_SERVERBOUND: usize = MAX_LENGTH_PREFIX + SERVERBOUND_HEAD - 1;
+
+/// What a batch became after [`ServerboundFilter::filter`]: `batch[..pass]` goes to the backend now,
+/// `batch[pass..pass + held]` (the head of a frame, under [`MAX_HELD_SERVERBOUND`] bytes) must start the next
+/// batch; the rest of the batch was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filtered {
+    /// Bytes to send now, from the start of the batch.
+    pub pass: usize,
+    /// Bytes after those to hold for the next batch.
+    pub held: usize,
+}
+
+/// Follows a serverbound Play stream in place: drops Plugin Messages (C17) on the `BungeeCord` channel,
+/// counts Close Window (C0D) frames, knows where frames end (see the module documentation).
+#[derive(Clone, Debug, Default)]
+pub struct ServerboundFilter {
+    /// Body bytes of the current frame not seen yet.
+    remaining: usize,
+    /// The current frame is dropped.
+    dropping: bool,
+    closes: u64,
+    dropped: u64,
+}
+
+impl ServerboundFilter {
+    /// A filter at the start of a Play stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Close Window (C0D) frames seen so far.
+    pub fn closes(&self) -> u64 {
+        self.closes
+    }
+
+    /// `BungeeCord` frames dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Body bytes of the frame under way still to come, and whether they are dropped: where a transfer layer
+    /// that takes over the stream here goes on.
+    pub fn under_way(&self) -> (usize, bool) {
+        (self.remaining, self.dropping)
+    }
+
+    /// Filters the next batch in place (dropped frames are cut out, the bytes after them moved up).
+    ///
+    /// # Errors
+    /// [`FrameError::LengthPrefixTooLong`] or [`FrameError::Empty`]: the stream is not Minecraft frames; the
+    /// batch is left as it was, and the filter must not be used again.
+    pub fn filter(&mut self, batch: &mut [u8]) -> Result<Filtered, FrameError> {
+        let (mut at, mut out) = (0, 0);
+        loop {
+            if self.remaining > 0 {
+                let take = self.remaining.min(batch.len() - at);
+                if !self.dropping {
+                    // Nothing moves until a frame was dropped in this batch.
+                    if out != at {
+                        batch.copy_within(at..at + take, out);
+                    }
+                    out += take;
+                }
+                at += take;
+                self.remaining -= take;
+                if self.remaining > 0 {
+                    return Ok(Filtered { pass: out, held: 0 });
+                }
+                self.dropping = false;
+            }
+            let rest = batch.get(at..).unwrap_or_default();
+            if rest.is_empty() {
+                return Ok(Filtered { pass: out, held: 0 });
+            }
+            let hold = |batch: &mut [u8]| {
+                let held = batch.len() - at;
+                if out != at {
+                    batch.copy_within(at.., out);
+                }
+                Ok(Filtered { pass: out, held })
+            };
+            let Some((len, prefix)) = read_length_prefix(rest)? else { return hold(batch) };
+            if len == 0 {
+                return Err(FrameError::Empty);
+            }
+            let Some(head) = rest.get(prefix..prefix + len.min(SERVERBOUND_HEAD)) else { return hold(batch) };
+            match VarInt::decode_partial(head) {
+                Ok((PluginMessage::SERVERBOUND_ID, n)) if is_bungee(head.get(n..).unwrap_or_default()) => {
+                    self.dropping = true;
+                    self.dropped += 1;
+                }
+                Ok((Leftovers::SERVERBOUND_ID, _)) => self.closes += 1,
+                _ => {}
+            }
+            if !self.dropping {
+                if out != at {
+                    batch.copy_within(at..at + prefix, out);
+                }
+                out += prefix;
+            }
+            at += prefix;
+            self.remaining = len;
+        }
+    }
 }
 
 /// What a frame head says about the frame.
@@ -213,9 +318,8 @@ enum Class {
     Handover,
 }
 
-// A head holds a one-byte packet id, the channel's one-byte length, `BungeeCord`, the data length and
-// `writeUTF("Connect")`.
-const _: () = assert!(HEAD_LEN > 2 + BUNGEE_CHANNEL.len() + 2 + 2 + 7);
+// A head holds a one-byte packet id, the channel's one-byte length and `BungeeCord`.
+const _: () = assert!(HEAD_LEN > 2 + BUNGEE_CHANNEL.len());
 
 #[cfg(test)]
 mod tests {
@@ -289,13 +393,72 @@ mod tests {
     }
 
     #[test]
+    fn every_bungeecord_message_hands_over() {
+        for data in [&b"\x00\x0aGetServers"[..], b"\x00\x0cConnectOther\x00\x01a\x00\x01b", b"", b"\x00\x07Conn"] {
+            let stream = [join_game(7), plugin(BUNGEE_CHANNEL, data)].concat();
+            for size in 1..=stream.len() {
+                let mut watch = ClientboundWatch::new(false);
+                assert_eq!(relay(&mut watch, &stream, size).1, Some(join_game(7).len()), "batch size {size}");
+            }
+        }
+    }
+
+    /// Feeds `stream` through a filter in pieces of `size` bytes (held bytes start the next piece).
+    fn filtered(filter: &mut ServerboundFilter, stream: &[u8], size: usize) -> Vec<u8> {
+        let mut passed = Vec::new();
+        let mut held = Vec::new();
+        for piece in stream.chunks(size) {
+            let mut batch = std::mem::take(&mut held);
+            batch.extend_from_slice(piece);
+            let f = filter.filter(&mut batch).unwrap();
+            assert!(f.held < MAX_HELD_SERVERBOUND + 1, "held {} bytes", f.held);
+            passed.extend_from_slice(&batch[..f.pass]);
+            held = batch[f.pass..f.pass + f.held].to_vec();
+        }
+        assert!(held.is_empty());
+        passed
+    }
+
+    #[test]
+    fn serverbound_bungeecord_messages_are_dropped_whatever_the_batch_sizes() {
+        let c17 = |channel: &str, data: &[u8]| {
+            let mut fields = Vec::new();
+            PluginMessage { channel: channel.into(), data: data.to_vec() }.encode_fields(&mut fields).unwrap();
+            frame(PluginMessage::SERVERBOUND_ID, &fields)
+        };
+        let chat = frame(0x01, b"\x02hi");
+        let close = frame(0x0d, &[3]);
+        let keep = [chat.clone(), c17("BungeeCore", b"x"), close.clone(), c17("MC|Brand", b"fml")].concat();
+        let stream = [
+            chat.clone(),
+            c17(BUNGEE_CHANNEL, b"\x00\x07Connect\x00\x01a"),
+            c17("BungeeCore", b"x"),
+            close.clone(),
+            c17(BUNGEE_CHANNEL, &[7; 300]),
+            c17("MC|Brand", b"fml"),
+        ]
+        .concat();
+        for size in 1..=stream.len() {
+            let mut filter = ServerboundFilter::new();
+            assert_eq!(filtered(&mut filter, &stream, size), keep, "batch size {size}");
+            assert_eq!((filter.closes(), filter.dropped()), (1, 2));
+            assert_eq!(filter.under_way(), (0, false));
+        }
+        // A frame under way: 2 bytes of the 300-byte one were seen.
+        let mut filter = ServerboundFilter::new();
+        let big = c17(BUNGEE_CHANNEL, &[7; 300]);
+        let mut part = big[..16].to_vec();
+        assert_eq!(filter.filter(&mut part).unwrap(), Filtered { pass: 0, held: 0 });
+        assert_eq!(filter.under_way(), (big.len() - 16, true));
+        let mut bad = [0x80, 0x80, 0x80, 0x01];
+        assert_eq!(ServerboundFilter::new().filter(&mut bad), Err(FrameError::LengthPrefixTooLong));
+    }
+
+    #[test]
     fn other_channels_and_a_disconnect_without_fallback_pass() {
         let stream = [
             join_game(7),
             plugin("BungeeCore", b"x"),
-            plugin(BUNGEE_CHANNEL, b"\x00\x0aGetServers"),
-            plugin(BUNGEE_CHANNEL, b"\x00\x0cConnectOther\x00\x01a\x00\x01b"),
-            plugin(BUNGEE_CHANNEL, b"\x00\x07Conn"),
             plugin("FML|HS", &[fml::SERVER_HELLO]),
             plugin("B", b""),
             PlayDisconnect { reason_json: "\"bye\"".into() }.to_frame_bytes().unwrap().to_vec(),

@@ -160,7 +160,7 @@ mod tests {
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
         // 5,472 bytes before the transfer layer, 5,520 with it (the player's identity kept for later logins,
-        // boxed; the transfer relay and its hop boxed too).
+        // boxed; the switchboard boxed too).
         assert!(size < 5 * 1024 + 448, "a TCP session task is {size} bytes");
     }
 }

@@ -101,16 +101,14 @@ impl Player for TcpPlayer {
 
     async fn relay(&mut self, mut backend: BackendSide, start: RelayStart<'_>) -> RelayReport {
         let early = self.prefix.split().to_vec();
-        let report = crate::relay::tcp::run(&self.stream, &mut backend, start, early).await;
-        let switchboard = backend.close();
+        let mut report = crate::relay::tcp::run(&self.stream, &mut backend, start, early).await;
+        report.visited = backend.visited().map(<[String]>::to_vec);
+        drop(backend);
         // A lingering close, whatever ended the relay: FIN, then read (and drop) what the player still sends
         // for a moment, so closing with unread bytes does not turn into a reset that could discard the last
         // bytes sent to the player.
         let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write);
         discard_until_eof(&self.stream, LINGER).await;
-        if let Some(task) = switchboard {
-            let _ = task.await;
-        }
         report
     }
 }

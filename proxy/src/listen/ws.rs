@@ -172,14 +172,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
     }
 
     async fn relay(&mut self, mut backend: BackendSide, mut start: RelayStart<'_>) -> RelayReport {
-        let report = match start.resume.take() {
+        let mut report = match start.resume.take() {
             // Carriage v2 with resume on: the relay that survives a dropped connection.
             Some(resume) if self.v2 => Box::pin(self.relay_resumable(&mut backend, start, *resume)).await,
             _ => WsLink::relay(self, &mut backend, start).await,
         };
-        if let Some(task) = backend.close() {
-            let _ = task.await;
-        }
+        report.visited = backend.visited().map(<[String]>::to_vec);
         report
     }
 }

@@ -7,17 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
-use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict, Watched};
-use moonbridge_protocol::transfer::Leftovers;
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, ServerboundFilter, Verdict};
 use moonbridge_protocol::FrameScanner;
 use prometheus::IntCounter;
 use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::resume;
 use crate::metrics::BackendMetrics;
+use crate::players::Command;
+use crate::transfer::{Handed, Ticket};
 use crate::wire::{read_clearing, with_scratch};
 
 /// The player's AES-128-CFB8 stream in online mode (protocol 5: key = IV = the 16-byte shared secret), one
@@ -68,8 +70,9 @@ pub(crate) enum Follow {
     /// transfer layer takes over ([`moonbridge_protocol::transfer::watch`]).
     Watch(Box<Watching>),
     /// Serverbound, in a session that can be moved: frame boundaries (a handover inside a frame passes its rest
-    /// on unparsed) and the count of the client's Close Window (C0D) frames, shared with the clientbound watch.
-    Closes(FrameScanner, Arc<AtomicU64>),
+    /// on unparsed), `BungeeCord` messages dropped, and the count of the client's Close Window (C0D) frames,
+    /// shared with the clientbound watch.
+    Serverbound(Box<ServerboundFilter>, Arc<AtomicU64>),
 }
 
 impl std::fmt::Debug for Follow {
@@ -78,7 +81,7 @@ impl std::fmt::Debug for Follow {
             Self::Nothing => "Nothing",
             Self::Frames(_) => "Frames",
             Self::Watch(_) => "Watch",
-            Self::Closes(..) => "Closes",
+            Self::Serverbound(..) => "Serverbound",
         })
     }
 }
@@ -88,37 +91,41 @@ pub(crate) struct Watching {
     pub(super) watch: ClientboundWatch,
     /// The client's C0D count (the serverbound direction counts).
     pub(super) closes: Arc<AtomicU64>,
-    /// A frame head a batch ended in, to start the next batch (under `MAX_HELD` bytes).
-    pub(super) held: Vec<u8>,
     /// The handover is due: the rest of the batch, from the frame that starts a switch.
     pub(super) rest: Option<Vec<u8>>,
-    /// Starts the transfer layer.
-    pub(super) to: Box<dyn Handover>,
+    /// Starts the transfer layer (`None` only in tests).
+    pub(super) to: Option<Box<Ticket>>,
+    /// The backend has a fallback: losing its connection hands over too (failover).
+    failover: bool,
+    /// The backend's connection was lost (why): the handover is a failover.
+    lost: Option<String>,
+    /// Commands from other sessions; one that arrived waits here for a frame boundary.
+    commands: Option<mpsc::Receiver<Command>>,
+    command: Option<Command>,
+    /// The head of a frame the first bytes sent to the player ended in: it starts the relay's first batch.
+    pub(crate) first_held: Vec<u8>,
 }
 
 impl Watching {
-    /// A watch that has followed `first` (bytes already sent to the player) and hands over through `to`.
-    pub(crate) fn new(watch: ClientboundWatch, held: Vec<u8>, to: Box<dyn Handover>) -> Self {
-        Self { watch, closes: Arc::new(AtomicU64::new(0)), held, rest: None, to }
+    /// A watch that has followed the first bytes sent to the player and hands over through `to`; `failover`
+    /// when losing the backend hands over too; `commands` from other sessions.
+    pub(crate) fn new(
+        watch: ClientboundWatch,
+        to: Option<Box<Ticket>>,
+        failover: bool,
+        commands: Option<mpsc::Receiver<Command>>,
+    ) -> Self {
+        let closes = Arc::new(AtomicU64::new(0));
+        Self { watch, closes, rest: None, to, failover, lost: None, commands, command: None, first_held: Vec::new() }
     }
-}
 
-/// Starts the transfer layer behind a relay (`crate::transfer`, which depends on this module, not the other
-/// way).
-pub(crate) trait Handover: Send {
-    /// Starts the transfer layer on the old `backend` connection and the switchboard's end of the `hop`,
-    /// continuing from `handed`; returns its task.
-    fn start(self: Box<Self>, backend: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()>;
-}
-
-/// Where the relay stopped, for the transfer layer that goes on from there.
-pub(crate) struct Handed {
-    /// Clientbound bytes read from the backend and not delivered, from a frame start.
-    pub(crate) rest: Vec<u8>,
-    /// What the watch learned (the player's entity id, the Forge handshake, the leftovers).
-    pub(crate) watched: Watched,
-    /// Serverbound: the frame under way at the backend (its rest is passed on unparsed first).
-    pub(crate) tail: FrameScanner,
+    /// A command waits and the stream is between two frames: the handover is due, with `held` (a frame head,
+    /// or nothing) as its rest.
+    fn due_for_command(&mut self, held: &mut Vec<u8>) {
+        if self.command.is_some() && self.rest.is_none() && self.watch.at_boundary() {
+            self.rest = Some(std::mem::take(held));
+        }
+    }
 }
 
 /// What a direction does to its bytes besides counting them.
@@ -137,6 +144,9 @@ pub(crate) struct Flow {
     pub(crate) bytes: u64,
     /// Bytes read but not yet accepted by the destination socket (TCP relay; at most one read's worth).
     pub(super) pending: Vec<u8>,
+    /// A frame head a batch ended in, to start the next batch (clientbound under `watch::MAX_HELD` bytes,
+    /// serverbound under `watch::MAX_HELD_SERVERBOUND`).
+    pub(super) held: Vec<u8>,
     /// How the plaintext stream is followed: frame boundaries of a clientbound stream, for injecting a
     /// disconnect on shutdown; the transfer watch.
     pub(super) follow: Follow,
@@ -160,19 +170,22 @@ impl Flow {
         let direction = |bytes, follow, transform, counter: &IntCounter| Self {
             bytes,
             pending: Vec::new(),
+            held: Vec::new(),
             follow,
             stall: start.write_stall,
             transform,
             counter: Some(counter.clone()),
         };
-        let up_follow = match &start.follow {
-            Follow::Watch(w) => Follow::Closes(FrameScanner::new(), Arc::clone(&w.closes)),
-            _ => Follow::Nothing,
+        let mut follow = start.follow;
+        let (up_follow, held) = match &mut follow {
+            Follow::Watch(w) => {
+                (Follow::Serverbound(Box::default(), Arc::clone(&w.closes)), std::mem::take(&mut w.first_held))
+            }
+            _ => (Follow::Nothing, Vec::new()),
         };
-        (
-            direction(start.up, up_follow, decrypt, &start.metrics.to_backend),
-            direction(start.down, start.follow, encrypt, &start.metrics.to_player),
-        )
+        let mut down = direction(start.down, follow, encrypt, &start.metrics.to_player);
+        down.held = held;
+        (direction(start.up, up_follow, decrypt, &start.metrics.to_backend), down)
     }
 
     /// Everything that happens to a batch in flight, in place: decrypt (serverbound), follow, count and scan
@@ -192,19 +205,26 @@ impl Flow {
                 }
                 data.len()
             }
-            Follow::Closes(s, closes) => {
-                let mut n = 0;
-                if s.scan_ids(data, |id| n += u64::from(i32::from(id) == Leftovers::SERVERBOUND_ID)).is_err() {
-                    self.follow = Follow::Nothing;
-                } else if n > 0 {
-                    closes.fetch_add(n, Ordering::Relaxed);
+            Follow::Serverbound(f, closes) => match f.filter(data) {
+                Ok(kept) => {
+                    closes.store(f.closes(), Ordering::Relaxed);
+                    let held = data.get(kept.pass..kept.pass + kept.held).unwrap_or_default();
+                    self.held.extend_from_slice(held);
+                    kept.pass
                 }
-                data.len()
-            }
+                Err(_) => {
+                    self.follow = Follow::Nothing;
+                    data.len()
+                }
+            },
             Follow::Watch(w) => match w.watch.scan(data, w.closes.load(Ordering::Relaxed)) {
-                Ok(Verdict::Pass) => data.len(),
+                Ok(Verdict::Pass) => {
+                    w.due_for_command(&mut Vec::new());
+                    data.len()
+                }
                 Ok(Verdict::Hold(k)) => {
-                    w.held.extend_from_slice(data.get(k..).unwrap_or_default());
+                    self.held.extend_from_slice(data.get(k..).unwrap_or_default());
+                    w.due_for_command(&mut self.held);
                     k
                 }
                 Ok(Verdict::Handover(k)) => {
@@ -243,11 +263,86 @@ impl Flow {
         }
     }
 
+    /// [`Flow::process`] for a batch the caller owns (the WebSocket relay's decoded stream bytes): a frame
+    /// head held from the last batch starts it, and it is cut to what may go on now.
+    pub(crate) fn process_owned(&mut self, batch: &mut BytesMut) {
+        if !self.held.is_empty() {
+            let mut joined = BytesMut::with_capacity(self.held.len() + batch.len());
+            joined.extend_from_slice(&self.held);
+            joined.extend_from_slice(batch);
+            *batch = joined;
+            self.held.clear();
+        }
+        let keep = self.process(batch);
+        batch.truncate(keep);
+    }
+
+    /// The backend's connection was lost (`why`: as the player reads it after the backend's name): when the
+    /// session can fail over and the player's stream is between two frames, the handover is due and true is
+    /// returned; otherwise the relay ends as before.
+    pub(crate) fn fail_over(&mut self, why: &str) -> bool {
+        match &mut self.follow {
+            Follow::Watch(w) if w.failover && w.rest.is_none() && w.watch.at_boundary() => {
+                w.lost = Some(why.to_string());
+                w.rest = Some(std::mem::take(&mut self.held));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the clientbound watch asks for the transfer layer (see [`Flow::take_handover`]).
+    pub(crate) fn handover_due(&self) -> bool {
+        matches!(&self.follow, Follow::Watch(w) if w.rest.is_some())
+    }
+
+    /// True when the handover that is due is a failover (the backend's connection is gone).
+    pub(crate) fn failing_over(&self) -> bool {
+        matches!(&self.follow, Follow::Watch(w) if w.lost.is_some())
+    }
+
+    /// Waits for a command from another session and keeps it for the handover (due at the next frame
+    /// boundary); never, for a session that takes none. Cancel-safe.
+    pub(crate) async fn next_command(&mut self) {
+        let Follow::Watch(w) = &mut self.follow else { return std::future::pending().await };
+        let (Some(rx), None) = (&mut w.commands, &w.command) else { return std::future::pending().await };
+        match rx.recv().await {
+            Some(c) => {
+                w.command = Some(c);
+                w.due_for_command(&mut self.held);
+            }
+            None => w.commands = None,
+        }
+    }
+
+    /// Takes what the watch kept for a handover when one is due: the ticket and where the relay stopped
+    /// (`up`'s frame under way included). Afterwards `self` follows frame boundaries only and `up` nothing.
+    pub(crate) fn take_handover(&mut self, up: &mut Flow) -> Option<(Option<Box<Ticket>>, Handed)> {
+        if !self.handover_due() {
+            return None;
+        }
+        let Follow::Watch(w) = std::mem::replace(&mut self.follow, Follow::Frames(FrameScanner::new())) else {
+            return None;
+        };
+        up.counter = None;
+        self.counter = None;
+        let Watching { watch, closes, rest, to, lost, commands, command, .. } = *w;
+        let tail = match std::mem::replace(&mut up.follow, Follow::Nothing) {
+            Follow::Serverbound(f, _) => f.under_way(),
+            _ => (0, false),
+        };
+        // A serverbound frame head held back (`up.held`) starts the player's next batch, which the switchboard
+        // parses from that frame's start.
+        let watched = watch.finish(closes.load(Ordering::Relaxed));
+        Some((to, Handed { rest: rest.unwrap_or_default(), watched, tail, lost, command, commands }))
+    }
+
     /// True when a packet can be inserted into this stream now.
     pub(super) fn at_frame_boundary(&self) -> bool {
         self.pending.is_empty()
             && match &self.follow {
-                Follow::Frames(s) | Follow::Closes(s, _) => s.at_boundary(),
+                Follow::Frames(s) => s.at_boundary(),
+                Follow::Serverbound(f, _) => f.under_way().0 == 0,
                 // Held bytes are the head of a frame not sent yet: the player's stream is between two frames.
                 Follow::Watch(w) => w.watch.at_boundary(),
                 Follow::Nothing => false,
@@ -258,7 +353,7 @@ impl Flow {
 /// Reads one batch (at most `max` bytes, at most [`crate::wire::RELAY_CHUNK`]) from the backend into the scratch buffer and
 /// passes it through `down` (counted, frames followed, encrypted in online mode), then hands it to `take` before
 /// the next read can reuse the buffer. `Ok(None)` when nothing was ready after all, or nothing may go on yet
-/// (the transfer watch held it back or asks for a handover: see [`super::BackendSide::handover_due`]); `Ok(Some(r))`
+/// (the transfer watch held it back or asks for a handover: see [`Flow::take_handover`]); `Ok(Some(r))`
 /// with `take(&[])` at EOF.
 pub(crate) fn read_batch<R>(
     from: &TcpStream,
@@ -268,10 +363,7 @@ pub(crate) fn read_batch<R>(
 ) -> io::Result<Option<R>> {
     with_scratch(|buf| {
         // A frame head the last batch ended in starts this one.
-        let held = match &down.follow {
-            Follow::Watch(w) => w.held.as_slice(),
-            _ => &[],
-        };
+        let held = down.held.as_slice();
         let h = held.len();
         if let Some(start) = buf.get_mut(..h) {
             start.copy_from_slice(held);
@@ -281,9 +373,7 @@ pub(crate) fn read_batch<R>(
         let end = max.max(h + 1).min(buf.len());
         match read_clearing(from, buf.get_mut(h..end).unwrap_or_default()) {
             Ok(n) => {
-                if let Follow::Watch(w) = &mut down.follow {
-                    w.held.clear();
-                }
+                down.held.clear();
                 if n == 0 {
                     // EOF: a frame head held back can never be completed.
                     return Ok(Some(take(&mut [])));
@@ -304,8 +394,8 @@ pub(crate) fn read_batch<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::BackendSide;
     use moonbridge_protocol::transfer::watch::MAX_HELD;
+    use moonbridge_protocol::transfer::Leftovers;
 
     #[test]
     fn a_direction_counts_scans_and_ciphers_in_place() {
@@ -345,17 +435,6 @@ mod tests {
         assert_eq!(up.bytes, 15);
     }
 
-    /// Stands in for the transfer layer (`crate::transfer`, tested on live sockets in `tests/tests/transfer.rs`):
-    /// keeps what the relay handed over.
-    struct Recorder(std::sync::mpsc::Sender<Handed>);
-
-    impl Handover for Recorder {
-        fn start(self: Box<Self>, _backend: TcpStream, _hop: TcpStream, handed: Handed) -> JoinHandle<()> {
-            self.0.send(handed).unwrap();
-            tokio::spawn(async {})
-        }
-    }
-
     fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
         let mut out = bytes::BytesMut::new();
         moonbridge_protocol::frame::encode_frame(&mut out, id, fields).unwrap();
@@ -382,8 +461,8 @@ mod tests {
         let secret = [3u8; SHARED_SECRET_LEN];
         let shutdown = CancellationToken::new();
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let watching = Watching::new(ClientboundWatch::new(false), Vec::new(), Box::new(Recorder(tx)));
+        // No ticket: the switchboard itself is tested on live sockets (`tests/tests/transfer.rs`).
+        let watching = Watching::new(ClientboundWatch::new(false), None, false, None);
         let start = RelayStart {
             shutdown: &shutdown,
             follow: Follow::Watch(Box::new(watching)),
@@ -395,13 +474,15 @@ mod tests {
             resume: None,
         };
         let (mut up, mut down) = Flow::pair(start);
-        // Serverbound: a Close Window (C0D), then half of a Chat Message.
+        // Serverbound: a Close Window (C0D), then the first bytes of a Chat Message, too few to tell what it is
+        // (held for the next batch).
         let mut player = ClientCipher::new(&secret);
         let mut sent = [frame(0x0d, &[1]), vec![0x05, 0x01]].concat();
         player.encrypt.apply(&mut sent);
-        assert_eq!(up.process(&mut sent), 5);
+        assert_eq!(up.process(&mut sent), 3);
+        assert_eq!(up.held, [0x05, 0x01]);
         let mut passed = Vec::new();
-        while !BackendSide::handover_due(&down) {
+        while !down.handover_due() {
             tokio::time::timeout(Duration::from_secs(5), relay_end.readable()).await.unwrap().unwrap();
             // Reads of at most 5 bytes: every frame head is split at least once.
             if let Some(data) = read_batch(&relay_end, &mut down, 5, |d| d.to_vec()).unwrap() {
@@ -413,18 +494,80 @@ mod tests {
         assert_eq!(passed, before, "everything before the Connect reached the player, encrypted once");
         assert_eq!(down.bytes, before.len() as u64, "the bytes not delivered are not counted");
         assert!(down.at_frame_boundary());
-        let mut side = BackendSide::new(relay_end, None);
-        side.hand_over(&mut up, &mut down).await.unwrap();
-        let Handed { rest, watched, mut tail } = rx.try_recv().unwrap();
+        let (ticket, handed) = down.take_handover(&mut up).unwrap();
+        assert!(ticket.is_none());
+        let Handed { rest, watched, tail, lost, .. } = handed;
+        assert_eq!(lost, None);
         assert!(rest.len() <= 5 + MAX_HELD && after.starts_with(&rest), "the rest starts at the Connect");
         assert_eq!(rest.first(), after.first());
         assert_eq!(watched.client_entity, Some(9));
         let mut objective = Leftovers::default();
         objective.observe(moonbridge_protocol::transfer::Direction::Clientbound, 0x3b, &[1, b'o', 1, b'O', 0]);
         assert_eq!(watched.leftovers, objective);
-        // The serverbound frame under way: 4 more bytes finish it.
-        assert_eq!(tail.finish_frame(&[1, 2, 3, 4, 9, 9]).unwrap(), 4);
+        // No serverbound frame under way: the held head starts the player's next batch.
+        assert_eq!(tail, (0, false));
+        assert_eq!(up.held, [0x05, 0x01]);
         assert!(matches!(down.follow, Follow::Frames(_)) && matches!(up.follow, Follow::Nothing));
-        side.close().unwrap().await.unwrap();
+        drop(relay_end);
+    }
+
+    /// The two directions of a session that can be moved (no ticket, no cipher); `failover` when its backend
+    /// has a fallback.
+    fn movable(shutdown: &CancellationToken, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
+        let watching = Watching::new(ClientboundWatch::new(false), None, failover, None);
+        Flow::pair(RelayStart {
+            shutdown,
+            follow: Follow::Watch(Box::new(watching)),
+            up: 0,
+            down: 0,
+            write_stall: Duration::from_secs(1),
+            cipher: None,
+            metrics,
+            resume: None,
+        })
+    }
+
+    #[test]
+    fn a_lost_backend_hands_over_only_between_two_frames_and_only_with_a_fallback() {
+        let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+        let flows = |failover| movable(&shutdown, &metrics, failover);
+        let (mut up, mut down) = flows(true);
+        // Half of a chat frame reached the player: it cannot be completed by another server.
+        let long = frame(0x02, &[&[40u8][..], &[b'a'; 40]].concat());
+        let mut half = long[..30].to_vec();
+        down.process(&mut half);
+        assert!(!down.fail_over("closed the connection unexpectedly"));
+        let (mut up2, mut down2) = flows(true);
+        let mut whole = frame(0x02, b"\x04\"hi\"");
+        down2.process(&mut whole);
+        assert!(down2.fail_over("closed the connection unexpectedly"));
+        let (_, handed) = down2.take_handover(&mut up2).unwrap();
+        assert_eq!(handed.lost.as_deref(), Some("closed the connection unexpectedly"));
+        let (_, mut down3) = flows(false);
+        assert!(!down3.fail_over("x"), "no fallback, no failover");
+        assert!(down.take_handover(&mut up).is_none());
+    }
+
+    #[test]
+    fn serverbound_bungeecord_messages_never_reach_the_backend_and_heads_are_held() {
+        use moonbridge_protocol::packets::PluginMessage;
+        let shutdown = CancellationToken::new();
+        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+        let (mut up, _down) = movable(&shutdown, &metrics, false);
+        let mut fields = Vec::new();
+        PluginMessage { channel: "BungeeCord".into(), data: b"\x00\x03Msg".to_vec() }
+            .encode_fields(&mut fields)
+            .unwrap();
+        let forged = frame(0x17, &fields);
+        let chat = frame(0x01, b"\x02hi");
+        // The forged message's head split across two batches: held, then dropped whole.
+        let mut first = BytesMut::from(&[chat.clone(), forged[..5].to_vec()].concat()[..]);
+        up.process_owned(&mut first);
+        assert_eq!(&first[..], &chat[..]);
+        let mut second = BytesMut::from(&[forged[5..].to_vec(), chat.clone()].concat()[..]);
+        up.process_owned(&mut second);
+        assert_eq!(&second[..], &chat[..]);
+        assert_eq!(up.bytes, 2 * chat.len() as u64, "dropped bytes are not counted as relayed");
     }
 }

@@ -1,115 +1,179 @@
-//! The relay's backend side ([`BackendSide`]): the backend connection, or from a handover on the loopback hop
-//! to the transfer layer, which then owns the backend connection.
+//! The relay's backend side ([`BackendSide`]): the backend connection itself, or, from a handover on, the
+//! transfer layer's switchboard, which runs inside the relay on the backend connections it owns (no task, no
+//! socket pair: a switched player holds the same two sockets as one who never switched).
+//!
+//! Both loops use the same few calls whichever it is: [`BackendSide::readable`], [`BackendSide::read_batch`],
+//! [`BackendSide::write_all`], [`BackendSide::shutdown_write`], [`BackendSide::linger`], and
+//! [`BackendSide::hand_over`] at the top of each turn.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use moonbridge_protocol::FrameScanner;
+use bytes::Buf;
 use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
-use tracing::warn;
 
-use super::flow::{Flow, Follow, Handed, Handover, Watching};
+use super::flow::{read_batch, Flow};
+use crate::transfer::Switchboard;
+use crate::wire::{discard_until_eof, with_scratch, write_all, Side};
 
-/// How long opening the transfer hop may take (a loopback connect: microseconds unless the host is out of
-/// resources, such as a full connection-tracking table that drops the SYN).
-const HOP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A connected pair of loopback TCP sockets: the relay works on the first, the transfer layer on the second.
-///
-/// # Errors
-/// Binding, connecting or accepting on 127.0.0.1 failed or took over [`HOP_TIMEOUT`], or another process
-/// connected first (usually the proxy is out of file descriptors or local ports); logged here as a warning.
-pub(crate) async fn hop() -> io::Result<(TcpStream, TcpStream)> {
-    let open = async {
-        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-        let address = listener.local_addr()?;
-        let (relay_end, (switch_end, peer)) = tokio::try_join!(TcpStream::connect(address), listener.accept())?;
-        if relay_end.local_addr()? != peer {
-            return Err(io::Error::other("another process connected to the transfer hop first"));
-        }
-        relay_end.set_nodelay(true)?;
-        switch_end.set_nodelay(true)?;
-        Ok((relay_end, switch_end))
-    };
-    tokio::time::timeout(HOP_TIMEOUT, open)
-        .await
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(io::ErrorKind::TimedOut, format!("not open within {}s", HOP_TIMEOUT.as_secs())))
-        })
-        .inspect_err(|e| warn!("transfer hop could not be opened: {e}"))
-}
-
-/// Replaces `backend` with the relay's end of `hop` (from [`hop`]) and starts the transfer layer behind it
-/// through `to`; returns its task.
-pub(crate) fn start_over(
-    to: Box<dyn Handover>,
-    backend: &mut TcpStream,
-    (relay_end, switch_end): (TcpStream, TcpStream),
-    handed: Handed,
-) -> JoinHandle<()> {
-    let old = std::mem::replace(backend, relay_end);
-    to.start(old, switch_end, handed)
-}
-
-/// The relay's backend connection: the backend itself, or from a handover on the hop to the transfer layer
-/// (which then owns the backend connection).
-pub(crate) struct BackendSide {
-    stream: TcpStream,
-    /// The transfer layer's task, from a handover on.
-    switchboard: Option<JoinHandle<()>>,
+/// The relay's backend: the connection, or the switchboard behind which the connections are.
+pub(crate) enum BackendSide {
+    /// The backend connection, relayed as bytes.
+    Direct(TcpStream),
+    /// The switchboard, frame by frame.
+    Board(Box<Switchboard>),
+    /// Only while a handover swaps one for the other.
+    Swapping,
 }
 
 impl BackendSide {
     /// The backend connection, as the relay starts on it.
-    pub(crate) fn new(stream: TcpStream, switchboard: Option<JoinHandle<()>>) -> Self {
-        Self { stream, switchboard }
+    pub(crate) fn new(stream: TcpStream) -> Self {
+        Self::Direct(stream)
     }
 
-    /// The socket the relay reads and writes.
-    pub(crate) fn stream(&self) -> &TcpStream {
-        &self.stream
-    }
-
-    /// True when the clientbound watch asks for the transfer layer.
-    pub(crate) fn handover_due(down: &Flow) -> bool {
-        matches!(&down.follow, Follow::Watch(w) if w.rest.is_some())
-    }
-
-    /// Hands the backend connection over to the transfer layer when [`BackendSide::handover_due`] (otherwise
-    /// does nothing): the relay goes on, on the hop, with the same player, cipher and counts. Serverbound bytes
-    /// the relay still holds must have reached the backend first.
+    /// Waits until a batch can be read ([`Self::read_batch`]); for a direct connection also until a command
+    /// from another session arrives for `down`'s watch (the handover is then due). Cancel-safe.
     ///
     /// # Errors
-    /// The hop could not be opened: the session cannot go on (the frame that asked for the switch is not
-    /// delivered).
-    pub(crate) async fn hand_over(&mut self, up: &mut Flow, down: &mut Flow) -> io::Result<()> {
-        if !Self::handover_due(down) {
+    /// The connection's readiness failed.
+    pub(crate) async fn readable(&mut self, down: &mut Flow) -> io::Result<()> {
+        match self {
+            Self::Direct(s) => tokio::select! {
+                r = s.readable() => r,
+                () = down.next_command() => Ok(()),
+            },
+            Self::Board(b) => {
+                b.ready().await;
+                Ok(())
+            }
+            Self::Swapping => std::future::pending().await,
+        }
+    }
+
+    /// One batch for the player, through `down` (counted, frames followed, encrypted in online mode), handed
+    /// to `take`: as [`read_batch`] for a direct connection; from the switchboard's output otherwise
+    /// (`take(&[])` once it has ended and everything went out).
+    ///
+    /// # Errors
+    /// The connection's read failed.
+    pub(crate) fn read_batch<R>(
+        &mut self,
+        down: &mut Flow,
+        max: usize,
+        take: impl FnOnce(&mut [u8]) -> R,
+    ) -> io::Result<Option<R>> {
+        match self {
+            Self::Direct(s) => read_batch(s, down, max, take),
+            Self::Board(b) => {
+                if b.finished() {
+                    return Ok(Some(take(&mut [])));
+                }
+                if b.take_current_ready() {
+                    // Read straight into the scratch buffer: frames nobody looks into go on from there, no copy.
+                    return Ok(with_scratch(|buf| {
+                        let end = max.max(1).min(buf.len());
+                        let buf = buf.get_mut(..end).unwrap_or_default();
+                        let n = b.read_current_into(buf)?;
+                        let data = buf.get_mut(..n).unwrap_or_default();
+                        let pass = b.pass_through(data);
+                        let data = data.get_mut(..pass).filter(|d| !d.is_empty())?;
+                        let keep = down.process(data);
+                        Some(take(data.get_mut(..keep).unwrap_or_default()))
+                    }));
+                }
+                let out = b.output();
+                let n = out.len().min(max.max(1));
+                if n == 0 {
+                    return Ok(None);
+                }
+                let data = out.get_mut(..n).unwrap_or_default();
+                let keep = down.process(data);
+                let r = take(data.get_mut(..keep).unwrap_or_default());
+                if n == out.len() {
+                    out.clear();
+                } else {
+                    out.advance(n);
+                }
+                Ok(Some(r))
+            }
+            Self::Swapping => Ok(None),
+        }
+    }
+
+    /// Writes the player's bytes (already decrypted and followed by `up`) to the backend, or hands them to
+    /// the switchboard.
+    ///
+    /// # Errors
+    /// The write failed or stalled for `stall` (a direct connection).
+    pub(crate) async fn write_all(&mut self, data: &[u8], stall: Duration) -> io::Result<()> {
+        match self {
+            Self::Direct(s) => write_all(s, data, stall, Side::Backend).await,
+            Self::Board(b) => b.send(data).await,
+            Self::Swapping => Ok(()),
+        }
+    }
+
+    /// The player's plaintext bytes for the switchboard, written to the backends by [`Self::flush`]; a direct
+    /// connection takes bytes through [`Self::write_all`] only.
+    pub(crate) fn accept(&mut self, data: &[u8]) {
+        if let Self::Board(b) = self {
+            b.accept(data);
+        }
+    }
+
+    /// Writes what the switchboard has for the backends (nothing for a direct connection).
+    pub(crate) async fn flush(&mut self) {
+        if let Self::Board(b) = self {
+            b.flush().await;
+        }
+    }
+
+    /// The player closed its side: a FIN to the backend.
+    pub(crate) fn shutdown_write(&mut self) {
+        match self {
+            Self::Direct(s) => {
+                let _ = socket2::SockRef::from(&*s).shutdown(std::net::Shutdown::Write);
+            }
+            Self::Board(b) => b.player_closed(),
+            Self::Swapping => {}
+        }
+    }
+
+    /// Reads and drops what the backend still sends, for at most `linger` (a closing socket with unread bytes
+    /// would be reset).
+    pub(crate) async fn linger(&mut self, linger: Duration) {
+        match self {
+            Self::Direct(s) => discard_until_eof(s, linger).await,
+            Self::Board(b) => b.linger(linger).await,
+            Self::Swapping => {}
+        }
+    }
+
+    /// Replaces the direct connection with the switchboard when `down`'s watch asks for a handover; does
+    /// nothing otherwise. Serverbound bytes the relay still holds must have reached the backend first.
+    ///
+    /// # Errors
+    /// The session cannot be moved after all (no ticket: only in tests).
+    pub(crate) fn hand_over(&mut self, up: &mut Flow, down: &mut Flow) -> io::Result<()> {
+        if !matches!(self, Self::Direct(_)) {
             return Ok(());
         }
-        // Opened before anything is taken from the directions, so a cancelled or failed wait changes nothing.
-        let hop = hop().await?;
-        let Follow::Watch(w) = std::mem::replace(&mut down.follow, Follow::Frames(FrameScanner::new())) else {
-            return Ok(());
+        let Some((ticket, handed)) = down.take_handover(up) else { return Ok(()) };
+        let Self::Direct(stream) = std::mem::replace(self, Self::Swapping) else { return Ok(()) };
+        let Some(ticket) = ticket else {
+            *self = Self::Direct(stream);
+            return Err(io::Error::other("this session cannot be moved"));
         };
-        up.counter = None;
-        down.counter = None;
-        let Watching { watch, closes, rest, to, .. } = *w;
-        let tail = match std::mem::replace(&mut up.follow, Follow::Nothing) {
-            Follow::Closes(tail, _) => tail,
-            _ => FrameScanner::new(),
-        };
-        let handed =
-            Handed { rest: rest.unwrap_or_default(), watched: watch.finish(closes.load(Ordering::Relaxed)), tail };
-        self.switchboard = Some(start_over(to, &mut self.stream, hop, handed));
+        *self = Self::Board((*ticket).board(stream, handed));
         Ok(())
     }
 
-    /// Closes the relay's socket (the backend connection, or the hop) and returns the transfer layer's task,
-    /// which ends once it sees the hop closed (closing the old backend): the session awaits it last.
-    pub(crate) fn close(self) -> Option<JoinHandle<()>> {
-        drop(self.stream);
-        self.switchboard
+    /// Every backend the player was on, in order, once a switchboard took over (`None` before).
+    pub(crate) fn visited(&self) -> Option<&[String]> {
+        match self {
+            Self::Board(b) => Some(b.visited()),
+            _ => None,
+        }
     }
 }

@@ -9,10 +9,11 @@
 //! - [`inject_shutdown`]: on proxy shutdown the player first gets what the backend already sent, then, when
 //!   the clientbound stream is plaintext and between two frames, a Play Disconnect with
 //!   [`SHUTDOWN_REASON`];
-//! - [`Follow`]: for a player who can be moved, the clientbound transfer watch
-//!   ([`moonbridge_protocol::transfer::watch`]): a frame head a batch ends in is held for the next batch, and at
-//!   the first frame that starts a switch the loop hands the backend connection over ([`BackendSide`],
-//!   [`Handover`]) and goes on against the transfer layer's hop;
+//! - [`Follow`]: for a player who can be moved, the transfer watch ([`moonbridge_protocol::transfer::watch`]):
+//!   a frame head a batch ends in is held for the next batch, the player's `BungeeCord` messages are dropped,
+//!   and at the first frame the transfer layer must act on (or the loss of a backend with a fallback, or a
+//!   command from another session) the loop's backend side becomes the switchboard ([`BackendSide`]), on the
+//!   same sockets;
 //! - [`RelayEnd`]: how a relay ended, for the session log.
 //!
 //! The loops: [`tcp`] (two socket pumps, one read and one write per batch, zero-copy through a per-thread
@@ -20,8 +21,8 @@
 //! close codes; the one loop for carriage v1 and v2, whose additions are [`v2`] and the session over links
 //! [`ws_resume`]). Where a WebSocket message becomes stream bytes: [`crate::ws_link`].
 //!
-//! Files, bottom-up: [`flow`] (a direction's policy and the batch read), [`handover`] (the backend side and
-//! the hop to the transfer layer), this file (how a relay ends, the shutdown step), [`tcp`], [`resume`],
+//! Files, bottom-up: [`flow`] (a direction's policy and the batch read), [`handover`] (the backend side: the
+//! connection or the switchboard), this file (how a relay ends, the shutdown step), [`tcp`], [`resume`],
 //! [`v2`], [`ws`], [`ws_resume`].
 
 use std::io;
@@ -39,8 +40,8 @@ mod v2;
 pub(crate) mod ws;
 pub(crate) mod ws_resume;
 
-pub(crate) use flow::{read_batch, ClientCipher, Flow, Follow, Handed, Handover, RelayStart, Watching};
-pub(crate) use handover::{hop, start_over, BackendSide};
+pub(crate) use flow::{read_batch, ClientCipher, Flow, Follow, RelayStart, Watching};
+pub(crate) use handover::BackendSide;
 
 /// After one side sent FIN, how long the other direction may still run before both sockets are closed.
 pub(crate) const HALF_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,6 +57,8 @@ pub(crate) struct RelayReport {
     pub(crate) up: u64,
     pub(crate) down: u64,
     pub(crate) end: RelayEnd,
+    /// Every backend the player was on, in order, when the switchboard took over (filled in by the caller).
+    pub(crate) visited: Option<Vec<String>>,
 }
 
 /// Why a relay ended.

@@ -8,9 +8,11 @@
 //!   [`HALF_CLOSE_TIMEOUT`] to finish before both sockets are closed, so no task or socket lingers.
 //! - A read or write error on either side ends both directions at once, and so does a side that accepts no
 //!   byte for the write-stall time ([`within_stall`]).
-//! - When the transfer watch asks for a handover, both pumps stop (they are cancel-safe), what the player sent
-//!   reaches the old backend, the backend side becomes the hop ([`BackendSide::hand_over`]) and the pumps
-//!   start again on it.
+//! - When the transfer watch asks for a handover (a switch, a request for the proxy, a command from another
+//!   session, or the backend lost with a fallback to go to), both pumps stop (they are cancel-safe), what the
+//!   player sent reaches the old backend, the backend side becomes the switchboard
+//!   ([`BackendSide::hand_over`]), and one loop goes on between the player's socket and the switchboard
+//!   ([`board_relay`]).
 
 use std::io;
 use std::net::Shutdown;
@@ -21,6 +23,7 @@ use super::{
     inject_shutdown, read_batch, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart, HALF_CLOSE_TIMEOUT,
     SHUTDOWN_FLUSH_TIMEOUT,
 };
+use crate::transfer::LOST;
 use crate::wire::{within_stall, write_all, Side, RELAY_CHUNK};
 
 /// How a pump ended.
@@ -90,12 +93,22 @@ enum Stop {
 async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Flow, to_side: Side) -> Result<Stop, PumpError> {
     loop {
         drain(to, dir, to_side).await.map_err(PumpError::Write)?;
-        if BackendSide::handover_due(dir) {
+        if dir.handover_due() {
             return Ok(Stop::Handover);
         }
-        from.readable().await.map_err(PumpError::Read)?;
-        match forward_batch(from, to, dir)? {
+        // A command from another session wakes a clientbound pump too (its handover is then due).
+        let ready = tokio::select! {
+            r = from.readable() => r,
+            () = dir.next_command() => continue,
+        };
+        let batch = ready.map_err(PumpError::Read).and_then(|()| forward_batch(from, to, dir));
+        let batch = match batch {
+            Err(PumpError::Read(_)) if dir.fail_over(LOST) => continue,
+            other => other?,
+        };
+        match batch {
             Batch::Forwarded | Batch::WouldBlock => {}
+            Batch::Eof if dir.fail_over(LOST) => {}
             Batch::Eof => {
                 drain(to, dir, to_side).await.map_err(PumpError::Write)?;
                 // The peer may already be gone; the relay ends through the other direction then.
@@ -138,13 +151,17 @@ pub(crate) async fn run(
     let (mut up, mut down) = Flow::pair(start);
     up.preload(early);
     let first = loop {
-        match pumps(player, backend.stream(), &mut up, &mut down, shutdown).await {
+        let BackendSide::Direct(stream) = backend else {
+            break board_relay(player, backend, &mut up, &mut down, shutdown).await;
+        };
+        match pumps(player, stream, &mut up, &mut down, shutdown).await {
             Some(end) => break end,
             None => {
-                // What the player sent so far reaches the old backend; the transfer layer parses from there on.
-                let handed = match drain(backend.stream(), &mut up, Side::Backend).await {
-                    Ok(()) => backend.hand_over(&mut up, &mut down).await,
-                    Err(e) => Err(e),
+                // What the player sent so far reaches the old backend (unless it is gone: a failover); the
+                // switchboard parses from there on.
+                let handed = match drain(stream, &mut up, Side::Backend).await {
+                    Err(e) if !down.failing_over() => Err(e),
+                    _ => backend.hand_over(&mut up, &mut down),
                 };
                 if let Err(e) = handed {
                     break RelayEnd::Error(Side::Backend, e);
@@ -155,7 +172,7 @@ pub(crate) async fn run(
     if matches!(first, RelayEnd::Shutdown) {
         inject_shutdown(&mut TcpSink(player), &mut down).await;
     }
-    RelayReport { up: up.bytes, down: down.bytes, end: first }
+    RelayReport { up: up.bytes, down: down.bytes, end: first, visited: None }
 }
 
 /// Runs both pumps until the relay ends, or `None` for a handover.
@@ -180,7 +197,7 @@ async fn pumps(
     Some(match first {
         Ok(closed) => {
             // After the player's FIN a handover ends the relay (the pump stops): the player is leaving, and the
-            // transfer layer would end at the hop's FIN anyway.
+            // switchboard would only pass the FIN on.
             let rest = async {
                 match closed {
                     Side::Player => b2c.await.map(|_| ()).map_err(|e| side_error(Side::Backend, e)),
@@ -198,4 +215,80 @@ async fn pumps(
         }
         Err(end) => end,
     })
+}
+
+/// The relay once the switchboard took over: the player's socket ⇄ the switchboard, until either ends, one
+/// fails, or shutdown. The player's FIN goes on to the backend, which then has [`HALF_CLOSE_TIMEOUT`].
+async fn board_relay(
+    player: &TcpStream,
+    backend: &mut BackendSide,
+    up: &mut Flow,
+    down: &mut Flow,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> RelayEnd {
+    let mut player_done: Option<tokio::time::Instant> = None;
+    loop {
+        let half_closed = async {
+            match player_done {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = player.readable(), if player_done.is_none() => {
+                if let Err(e) = r {
+                    return RelayEnd::Error(Side::Player, e);
+                }
+                // Handed to the switchboard straight from the scratch buffer, then written to the backends.
+                match read_batch(player, up, RELAY_CHUNK, |d| {
+                    backend.accept(d);
+                    d.is_empty()
+                }) {
+                    Ok(Some(true)) => {
+                        backend.shutdown_write();
+                        player_done = Some(tokio::time::Instant::now() + HALF_CLOSE_TIMEOUT);
+                    }
+                    Ok(Some(false)) => backend.flush().await,
+                    Ok(None) => {}
+                    Err(e) => return RelayEnd::Error(Side::Player, e),
+                }
+            }
+            r = backend.readable(down) => {
+                if let Err(e) = r {
+                    return RelayEnd::Error(Side::Backend, e);
+                }
+                let mut pending = std::mem::take(&mut down.pending);
+                let r = backend.read_batch(down, RELAY_CHUNK, |data| {
+                    if data.is_empty() {
+                        return Ok(true);
+                    }
+                    match player.try_write(data) {
+                        Ok(m) => pending.extend_from_slice(data.get(m..).unwrap_or_default()),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => pending.extend_from_slice(data),
+                        Err(e) => return Err(e),
+                    }
+                    Ok(false)
+                });
+                down.pending = pending;
+                let eof = match r {
+                    Ok(Some(Ok(eof))) => eof,
+                    Ok(Some(Err(e))) => return RelayEnd::Error(Side::Player, e),
+                    Ok(None) => false,
+                    Err(e) => return RelayEnd::Error(Side::Backend, e),
+                };
+                if let Err(e) = drain(player, down, Side::Player).await {
+                    return RelayEnd::Error(Side::Player, e);
+                }
+                if eof {
+                    let _ = socket2::SockRef::from(player).shutdown(Shutdown::Write);
+                    return match player_done {
+                        Some(_) => RelayEnd::Closed(Side::Player),
+                        None => RelayEnd::Closed(Side::Backend),
+                    };
+                }
+            }
+            () = half_closed => return RelayEnd::HalfCloseTimeout(Side::Player),
+            () = shutdown.cancelled() => return RelayEnd::Shutdown,
+        }
+    }
 }

@@ -22,8 +22,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::v2::{next_resumption, Resumable, StretchEnd};
-use super::{inject_shutdown, read_batch, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
-use crate::wire::{discard_until_eof, write_all, Side, LINGER, RELAY_CHUNK};
+use super::{inject_shutdown, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
+use crate::transfer::LOST;
+use crate::wire::{Side, LINGER, RELAY_CHUNK};
 use crate::ws_link::{Turn, WsLink};
 
 /// The close code a v2 player gets on proxy shutdown: 1012 Service Restart (RFC 6455 registry), which the
@@ -48,7 +49,7 @@ impl<'a> Pipe<'a> {
 
     /// The session's report once the relay ended with `end`.
     pub(super) fn report(&self, end: RelayEnd) -> RelayReport {
-        RelayReport { up: self.up.bytes, down: self.down.bytes, end }
+        RelayReport { up: self.up.bytes, down: self.down.bytes, end, visited: None }
     }
 }
 
@@ -105,7 +106,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         loop {
             // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
             // written whole).
-            if let Err(e) = pipe.backend.hand_over(&mut pipe.up, &mut pipe.down).await {
+            if let Err(e) = pipe.backend.hand_over(&mut pipe.up, &mut pipe.down) {
                 self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                 return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
             }
@@ -115,8 +116,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 }
             }
             if !batch.is_empty() {
-                pipe.up.process(&mut batch);
-                if let Err(e) = write_all(pipe.backend.stream(), &batch, stall, Side::Backend).await {
+                pipe.up.process_owned(&mut batch);
+            }
+            if !batch.is_empty() {
+                if let Err(e) = pipe.backend.write_all(&batch, stall).await {
                     self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                     return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                 }
@@ -133,9 +136,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 }
                 Turn::Closed => {
                     // The player is gone (its Close was answered): FIN to the backend, then let it finish briefly.
-                    let backend = pipe.backend.stream();
-                    let _ = socket2::SockRef::from(backend).shutdown(std::net::Shutdown::Write);
-                    discard_until_eof(backend, LINGER).await;
+                    pipe.backend.shutdown_write();
+                    pipe.backend.linger(LINGER).await;
                     let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
                     return StretchEnd::End(RelayEnd::Closed(Side::Player));
                 }
@@ -180,7 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         }
                         Err(e) => {
                             self.peer_closed = true;
-                            let _ = socket2::SockRef::from(pipe.backend.stream()).shutdown(std::net::Shutdown::Write);
+                            pipe.backend.shutdown_write();
                             return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                         }
                     }
@@ -190,8 +192,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     // Pongs are written inside, under the write-stall limit.
                     pending = self.decode(&mut batch, RELAY_CHUNK).await;
                 }
-                res = pipe.backend.stream().readable(), if room > 0 => {
+                res = pipe.backend.readable(&mut pipe.down), if room > 0 => {
                     if let Err(e) = res {
+                        if pipe.down.fail_over(LOST) {
+                            continue;
+                        }
                         self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                         return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                     }
@@ -199,7 +204,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     // stream bytes, sharing the message's buffer (with moonbridge.v2.zstd the retained chunk is
                     // its own copy: resume counts and replays stream bytes).
                     let retain = v2.is_some();
-                    let msg = match read_batch(pipe.backend.stream(), &mut pipe.down, room, |d| {
+                    let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
                         self.binary_frame(d).map(|(frame, at)| {
                             let kept = retain.then(|| at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..)));
                             (frame, kept, d.len())
@@ -211,12 +216,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                             return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                         }
                         Ok(None) => continue,
+                        Err(_) if pipe.down.fail_over(LOST) => continue,
                         Err(e) => {
                             self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                             return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                         }
                     };
                     let (frame, kept, n) = msg;
+                    if n == 0 && pipe.down.fail_over(LOST) {
+                        continue;
+                    }
                     if n == 0 {
                         // Backend FIN: close 1000, then the TCP close.
                         self.close(carriage::CLOSE_NORMAL, "").await;

@@ -27,9 +27,10 @@ use tracing::info;
 use super::resume::{Refusal, ResumeStart, ResumeTable, Resumption};
 use super::v2::{Resumable, StretchEnd};
 use super::ws::{Inbound, Pipe};
-use super::{read_batch, BackendSide, RelayEnd, RelayReport, RelayStart};
+use super::{BackendSide, RelayEnd, RelayReport, RelayStart};
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
+use crate::transfer::LOST;
 use crate::wire::Side;
 use crate::ws_link::{control_frame, WsLink};
 
@@ -71,7 +72,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             Err(e) => Err(e),
         };
         if let Err(e) = announced {
-            let _ = socket2::SockRef::from(pipe.backend.stream()).shutdown(std::net::Shutdown::Write);
+            pipe.backend.shutdown_write();
             return RelayEnd::Error(Side::Player, e);
         }
         let mut step = self.pump(pipe, Some(&mut *r), inbound).await;
@@ -117,12 +118,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     async fn park(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> Result<Resumption<Self>, RelayEnd> {
         let deadline = tokio::time::Instant::now() + r.window;
         loop {
-            // A switch may start while the player is away (a handover when one is due): its frames are retained
-            // from the hop.
-            pipe.backend
-                .hand_over(&mut pipe.up, &mut pipe.down)
-                .await
-                .map_err(|e| RelayEnd::Error(Side::Backend, e))?;
+            // A switch may start while the player is away (a handover when one is due): the switchboard's output
+            // is retained like the backend's bytes.
+            pipe.backend.hand_over(&mut pipe.up, &mut pipe.down).map_err(|e| RelayEnd::Error(Side::Backend, e))?;
             let room = r.retained.len() < r.buffer && !r.backend_eof;
             tokio::select! {
                 biased;
@@ -134,18 +132,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
                 }
-                res = pipe.backend.stream().readable(), if room => {
+                res = pipe.backend.readable(&mut pipe.down), if room => {
                     if let Err(e) = res {
+                        if pipe.down.fail_over(LOST) {
+                            continue;
+                        }
                         return Err(RelayEnd::Error(Side::Backend, e));
                     }
                     let room = r.buffer - r.retained.len();
                     let retained = &mut r.retained;
-                    match read_batch(pipe.backend.stream(), &mut pipe.down, room, |d| {
+                    match pipe.backend.read_batch(&mut pipe.down, room, |d| {
                         retained.push(Bytes::copy_from_slice(d));
                         d.len()
                     }) {
+                        Ok(Some(0)) if pipe.down.fail_over(LOST) => {}
                         Ok(Some(0)) => r.backend_eof = true,
                         Ok(_) => {}
+                        Err(_) if pipe.down.fail_over(LOST) => {}
                         Err(e) => return Err(RelayEnd::Error(Side::Backend, e)),
                     }
                 }

@@ -22,10 +22,11 @@ use crate::backend::Identity;
 use crate::config::AuthMode;
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
+use crate::players::{Seen, COMMAND_QUEUE};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
-use crate::relay::{hop, start_over, BackendSide, Follow, Handed, RelayStart, Watching, SHUTDOWN_REASON};
-use crate::transfer;
+use crate::relay::{BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::transfer::{self, Handed};
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
 const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
@@ -244,8 +245,18 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     // insert a Disconnect between two of them, and, for a player who can be moved, watch for the frames that
     // start a switch (the transfer layer takes over only then: crate::transfer). Anything else (backend
     // encryption) is relayed opaquely.
-    let mut switchboard = None;
+    // Every player in Play is in this proxy's player table (what `BungeeCord` requests are answered from); a
+    // movable one takes commands from other sessions too.
+    let seen = logged_in.then(|| Seen {
+        name: identity.name.clone(),
+        uuid: identity.uuid().simple().to_string(),
+        address: identity.client,
+        server: backend.name.clone(),
+    });
+    let mut registration = None;
+    let mut board = None;
     let follow = if !logged_in || !transfer::applies(&live, backend) {
+        registration = seen.map(|seen| state.players.register(seen, None));
         drop(identity);
         let mut scanner = FrameScanner::new();
         if logged_in && scanner.scan(&first).is_ok() {
@@ -260,32 +271,35 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             summary.reason = format!("backend write failed: {e}");
             return summary;
         }
-        let mut watch = ClientboundWatch::new(transfer::has_fallback(&live, backend));
-        let to = Box::new(transfer::ToSwitchboard {
+        let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_QUEUE);
+        let fallback = transfer::has_fallback(&live, backend);
+        let mut watch = ClientboundWatch::new(fallback);
+        let ticket = Box::new(transfer::Ticket {
             live: Arc::clone(&live),
             identity: *identity,
             metrics: Arc::clone(&state.metrics),
             backend: backend.clone(),
+            registration: seen.map(|seen| state.players.register(seen, Some(tx))),
         });
         match watch.scan(&first, 0) {
-            Ok(Verdict::Pass) => Follow::Watch(Box::new(Watching::new(watch, Vec::new(), to))),
+            Ok(Verdict::Pass) => Follow::Watch(Box::new(Watching::new(watch, Some(ticket), fallback, Some(rx)))),
             Ok(Verdict::Hold(k)) => {
-                let held = first.split_off(k).to_vec();
-                Follow::Watch(Box::new(Watching::new(watch, held, to)))
+                let mut watching = Watching::new(watch, Some(ticket), fallback, Some(rx));
+                watching.first_held = first.split_off(k).to_vec();
+                Follow::Watch(Box::new(watching))
             }
             Ok(Verdict::Handover(k)) => {
-                // A switch asked for in the backend's very first bytes: the transfer layer from the start.
+                // A switch asked for in the backend's very first bytes: the switchboard from the start.
                 let rest = first.split_off(k).to_vec();
-                let handed = Handed { rest, watched: watch.finish(0), tail: FrameScanner::new() };
-                match hop().await {
-                    Ok(hop) => switchboard = Some(start_over(to, &mut stream, hop, handed)),
-                    Err(e) => {
-                        login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable)
-                            .await;
-                        summary.reason = format!("transfer hop: {e}");
-                        return summary;
-                    }
-                }
+                let handed = Handed {
+                    rest,
+                    watched: watch.finish(0),
+                    tail: (0, false),
+                    lost: None,
+                    command: None,
+                    commands: Some(rx),
+                };
+                board = Some((ticket, handed));
                 Follow::Frames(FrameScanner::new())
             }
             Err(_) => Follow::Nothing,
@@ -303,9 +317,18 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     drop(first);
     let start = RelayStart { shutdown: s.shutdown, follow, up, down, write_stall, cipher, metrics, resume };
-    let report = s.player.relay(BackendSide::new(stream, switchboard), start).await;
+    let side = match board {
+        Some((ticket, handed)) => BackendSide::Board((*ticket).board(stream, handed)),
+        None => BackendSide::new(stream),
+    };
+    let report = s.player.relay(side, start).await;
+    drop(registration);
     summary.up = report.up;
     summary.down = report.down;
     summary.reason = report.end.to_string();
+    if let Some(visited) = report.visited {
+        // The session's end line names every backend the player was on, in order.
+        summary.backend = Some(visited.join(","));
+    }
     summary
 }

@@ -1,63 +1,53 @@
-//! The switchboard: the frame-by-frame relay between the hop and the player's current backend, with its
-//! events (the player, the current backend, the one being switched to, the switch's deadline, the proxy's own
-//! Keep Alive) and what it does to serverbound and clientbound frames.
+//! The switchboard: the frame-by-frame relay between the player's relay and the player's current backend,
+//! run inside that relay (no task and no socket of its own), with its events (the current backend, the one
+//! being switched to, the switch's deadline, the proxy's own Keep Alive, commands from other sessions) and what
+//! it does to serverbound and clientbound frames.
+//!
+//! The relay hands it the player's plaintext bytes ([`Switchboard::send`]) and takes the player's
+//! ([`Switchboard::ready`], [`Switchboard::take`]); frames nobody needs to look into pass as they came, one
+//! run of them at a time ([`FrameDecoder::take_passing`]).
 
 use std::io;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use moonbridge_protocol::codec::Reader;
-use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::{passing_len, FrameDecoder, MAX_FRAME_LEN};
 use moonbridge_protocol::packets::{JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage};
-use moonbridge_protocol::transfer::watch::Watched;
 use moonbridge_protocol::transfer::{
-    fml, is_channel, BungeeRequest, Direction, EntityIdSwap, Leftovers, BUNGEE_CHANNEL,
+    carries_entity_ids, fml, is_channel, starts_with_channel, BungeeRequest, Direction, EntityIdSwap, Leftovers,
+    BUNGEE_CHANNEL,
 };
-use moonbridge_protocol::FrameScanner;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tracing::info;
 
-use super::backend::{readable, try_read, Dialed, Link};
-use super::common::{chat_plain, encode, put_frame, registration, Ctx, End, Outbox, READ_CHUNK};
+use super::backend::{readable, Dialed, Link};
+use super::common::{chat_plain, encode, put_frame, registration, Ctx, End, Handed, Outbox, LOST};
 use super::forge::Forge;
 use super::keep_alive::KeepAlives;
 use super::switch::{Switch, SwitchStep, Trigger, FALLBACK_WINDOW, MAX_FALLBACKS};
 use crate::backend::Backend;
-use crate::wire::{discard_until_eof, write_all, Side};
+use crate::players::Command;
+use crate::wire::{discard_until_eof, read_clearing, with_scratch, within_stall, Side};
 
-/// How long a closing switchboard waits for the relay to close its end of the hop.
-const HOP_LINGER: Duration = Duration::from_secs(5);
-
-/// What the switchboard needs from its session.
-pub(super) struct SwitchStart {
-    pub(super) ctx: Ctx,
-    /// The backend the player is on, and its connection.
-    pub(super) backend: Backend,
-    pub(super) stream: TcpStream,
-    /// Clientbound bytes from the backend not delivered to the player, from a frame start.
-    pub(super) early: Vec<u8>,
-    /// What the relay's watch learned before.
-    pub(super) watched: Watched,
-    /// Serverbound: the frame under way when the relay handed over (its rest goes to the backend unparsed).
-    pub(super) tail: FrameScanner,
-}
-
-/// The player's side of the switchboard: the hop and its serverbound frames.
+/// The player's side of the switchboard: its serverbound frames.
 pub(super) struct PlayerEnd {
-    hop: TcpStream,
-    /// Serverbound frames from the hop.
+    /// Serverbound frames from the relay.
     up: FrameDecoder,
-    /// The serverbound frame the relay was in when it handed over: its rest is passed on first, to the backend
-    /// that had its beginning (dropped once another backend serves the player).
-    tail: FrameScanner,
+    /// The serverbound frame the relay was in when it handed over: body bytes still to come, and whether they
+    /// are dropped (a `BungeeCord` message); passed on first, to the backend that had its beginning (dropped
+    /// once another backend serves the player).
+    tail: (usize, bool),
     /// The backend that had the beginning of `tail`'s frame no longer serves the player.
     pub(super) tail_orphaned: bool,
+    /// The player closed its side (FIN): nothing more comes.
+    closed: bool,
 }
 
-/// The frame-by-frame relay between the hop and the player's current backend, with transfers.
-pub(super) struct Switchboard {
+/// The frame-by-frame relay between the player's relay and the current backend, with transfers.
+pub(crate) struct Switchboard {
     pub(super) ctx: Ctx,
     pub(super) player: PlayerEnd,
     pub(super) current: Option<Link>,
@@ -73,32 +63,46 @@ pub(super) struct Switchboard {
     pub(super) leftovers: Leftovers,
     pub(super) keep_alive: KeepAlives,
     pub(super) out: Outbox,
-    scratch: Vec<u8>,
+    /// Commands from other sessions (`BungeeCord` `Message`, `KickPlayer`, `Forward…`).
+    commands: Option<mpsc::Receiver<Command>>,
+    /// Every backend the player was on, in order.
+    pub(super) visited: Vec<String>,
+    /// Why the switchboard ended; what is still in `out.to_player` goes to the player first.
+    pub(super) ended: Option<End>,
+    /// The current backend's Play Disconnect went to the player: its close is no failover.
+    goodbye: bool,
+    /// The current backend is readable and nothing waits for the player: the relay reads it itself
+    /// ([`Self::read_current_into`], [`Self::pass_through`]), so frames nobody looks into cost no copy.
+    current_ready: bool,
 }
 
 /// What woke the switchboard.
 enum Event {
-    Player(io::Result<usize>),
-    Backend(io::Result<usize>),
+    /// The current backend is readable (or its readiness failed).
+    Backend(io::Result<()>),
     Dialed(Dialed),
-    Joining(io::Result<usize>),
+    /// The backend being switched to is readable.
+    Joining(io::Result<()>),
     Deadline,
     OwnKeepAlive,
+    Command(Command),
     /// A readiness wake-up with nothing to read after all.
     Nothing,
 }
 
 impl Switchboard {
-    /// Runs until the player or the backend is gone; the hop is closed on return, which ends the relay.
-    pub(super) async fn run(start: SwitchStart, hop: TcpStream) {
-        let SwitchStart { ctx, backend, stream, early, watched, tail } = start;
-        let Watched { client_entity, fml_record, leftovers } = watched;
+    /// The switchboard for a session whose relay hands over: the old backend's `stream`, and where the relay
+    /// stopped.
+    pub(super) fn new(ctx: Ctx, backend: Backend, stream: TcpStream, handed: Handed) -> Self {
+        let Handed { rest, watched, tail, lost, command, commands } = handed;
+        let moonbridge_protocol::transfer::watch::Watched { client_entity, fml_record, leftovers } = watched;
         // Read from the backend by the relay, not delivered (nor counted) there.
-        backend.metrics.to_player.inc_by(early.len() as u64);
+        backend.metrics.to_player.inc_by(rest.len() as u64);
+        let visited = vec![backend.name.clone()];
         let mut board = Self {
             ctx,
-            player: PlayerEnd { hop, up: FrameDecoder::new(MAX_FRAME_LEN), tail, tail_orphaned: false },
-            current: Some(Link::new(backend, stream, &early)),
+            player: PlayerEnd { up: FrameDecoder::new(MAX_FRAME_LEN), tail, tail_orphaned: false, closed: false },
+            current: Some(Link::new(backend, stream, &rest)),
             switch: None,
             client_entity,
             swap: None,
@@ -107,164 +111,359 @@ impl Switchboard {
             leftovers,
             keep_alive: KeepAlives::new(),
             out: Outbox::default(),
-            scratch: vec![0; READ_CHUNK],
+            commands,
+            visited,
+            ended: None,
+            goodbye: false,
+            current_ready: false,
         };
-        let end = board.relay().await;
-        match end {
-            End::PlayerGone | End::BackendGone => {}
-            End::Closed(reason) => {
-                info!(player = %board.ctx.identity.name, "transfer layer closed the session: {reason}")
-            }
+        let step = board.clientbound();
+        board.settle(step);
+        if let (Some(why), None) = (lost, &board.ended) {
+            board.lost_current(&why);
         }
-        // Closed for writing, then drained: closing a socket with unread bytes would reset it, and the relay could
-        // lose the last frames (a disconnect) on its way to the player.
-        let _ = board.player.hop.shutdown().await;
-        discard_until_eof(&board.player.hop, HOP_LINGER).await;
+        if let (Some(command), None) = (command, &board.ended) {
+            let step = board.command(command);
+            board.settle(step);
+        }
+        board
     }
 
-    /// The loop: writes what the last event produced, waits for the next, handles it.
-    async fn relay(&mut self) -> End {
-        if let Err(end) = self.clientbound() {
-            return end;
-        }
+    /// Bytes for the player are ready, or the switchboard has ended (then [`Self::take`] returns what is left
+    /// and at last nothing). Writes what the last event produced for the backends first. Cancel-safe: every
+    /// step keeps its progress in the switchboard.
+    pub(crate) async fn ready(&mut self) {
         loop {
-            if let Err(end) = self.flush().await {
-                return end;
+            self.flush().await;
+            if !self.out.to_player.is_empty() || self.ended.is_some() {
+                return;
             }
             let event = self.next_event().await;
-            let step = match event {
-                Event::Player(Ok(0)) | Event::Player(Err(_)) => return End::PlayerGone,
-                Event::Player(Ok(n)) => {
-                    let data = self.scratch.get(..n).unwrap_or_default();
-                    // The rest of a frame the relay had begun before the handover goes on as it is.
-                    let raw = self.player.tail.finish_frame(data).unwrap_or(0);
-                    if raw > 0 && self.current.is_some() && !self.player.tail_orphaned {
-                        self.out.to_backend.extend_from_slice(data.get(..raw).unwrap_or_default());
-                    }
-                    self.player.up.queue_slice(data.get(raw..).unwrap_or_default());
-                    self.serverbound()
-                }
-                Event::Backend(Ok(n)) if n > 0 => {
-                    if let Some(link) = &mut self.current {
-                        link.backend.metrics.to_player.inc_by(n as u64);
-                        link.frames.queue_slice(self.scratch.get(..n).unwrap_or_default());
-                    }
-                    self.clientbound()
-                }
-                Event::Backend(_) => {
-                    // Closed or failed without a disconnect the proxy acted on.
-                    self.current = None;
-                    if self.switch.is_none() {
-                        return End::BackendGone;
-                    }
-                    Ok(())
-                }
-                Event::Dialed(Ok((stream, early))) => {
-                    if let Some(s) = &mut self.switch {
-                        s.step = SwitchStep::Joining(Link::new(s.target.clone(), stream, &early));
-                    }
-                    let registration = registration(&self.ctx.live);
-                    self.out.to_target.extend_from_slice(&registration);
-                    self.joining_frames()
-                }
-                Event::Dialed(Err(why)) => self.fail(&why),
-                Event::Joining(Ok(n)) if n > 0 => {
-                    if let Some(Switch { step: SwitchStep::Joining(link), .. }) = &mut self.switch {
-                        link.backend.metrics.to_player.inc_by(n as u64);
-                        link.frames.queue_slice(self.scratch.get(..n).unwrap_or_default());
-                    }
-                    self.joining_frames()
-                }
-                Event::Joining(Ok(_)) => self.fail("it closed the connection"),
-                Event::Joining(Err(e)) => self.fail(&format!("read failed: {e}")),
-                Event::Deadline => {
-                    let secs = self.switch.as_ref().map_or(0, |s| (s.deadline - s.started).as_secs());
-                    self.fail(&format!("it did not finish within {secs}s"))
-                }
-                Event::OwnKeepAlive => {
-                    self.keep_alive.send_own(&mut self.out.to_player);
-                    Ok(())
-                }
-                Event::Nothing => Ok(()),
-            };
-            if let Err(end) = step {
-                let _ = self.flush().await;
-                return end;
+            if matches!(event, Event::Backend(Ok(()))) {
+                self.current_ready = true;
+                return;
             }
-            if self.current.is_none() && self.switch.is_none() {
-                // The old backend is gone and no switch is under way (a refused fallback).
-                let _ = self.flush().await;
-                return End::BackendGone;
+            let step = self.handle(event);
+            self.settle(step);
+        }
+    }
+
+    /// The bytes for the player: the relay passes on as many as it can take from the front and removes them
+    /// (`clear` when it took all: the buffer is kept for the next event).
+    pub(crate) fn output(&mut self) -> &mut BytesMut {
+        &mut self.out.to_player
+    }
+
+    /// True once the switchboard ended and the player got everything it had for them.
+    pub(crate) fn finished(&self) -> bool {
+        self.ended.is_some() && self.out.to_player.is_empty()
+    }
+
+    /// The player's plaintext bytes: handled frame by frame and written to the backends they are for.
+    ///
+    /// # Errors
+    /// None so far: a backend that fails is handled as the switchboard handles it (a fallback, or the end the
+    /// relay reads from [`Self::take`]).
+    pub(crate) async fn send(&mut self, data: &[u8]) -> io::Result<()> {
+        self.accept(data);
+        self.flush().await;
+        Ok(())
+    }
+
+    /// The player's plaintext bytes, handled frame by frame; what they produce for the backends is written by
+    /// the next [`Self::flush`].
+    pub(crate) fn accept(&mut self, data: &[u8]) {
+        if self.ended.is_none() {
+            let step = self.player_bytes(data);
+            self.settle(step);
+        }
+    }
+
+    /// The player closed its side: the current backend gets a FIN, and the switchboard ends once it closes.
+    pub(crate) fn player_closed(&mut self) {
+        self.player.closed = true;
+        self.switch = None;
+        if let Some(link) = &self.current {
+            let _ = socket2::SockRef::from(&link.stream).shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// Reads what the current backend still sends, for at most `linger`, then drops it.
+    pub(crate) async fn linger(&mut self, linger: Duration) {
+        if let Some(link) = &self.current {
+            discard_until_eof(&link.stream, linger).await;
+        }
+    }
+
+    /// Every backend the player was on, in order.
+    pub(crate) fn visited(&self) -> &[String] {
+        &self.visited
+    }
+
+    /// Records the end a step returned (the first one counts) and logs it.
+    fn settle(&mut self, step: Result<(), End>) {
+        if self.ended.is_some() {
+            return;
+        }
+        let end = match step {
+            Err(end) => end,
+            Ok(()) if self.current.is_none() && self.switch.is_none() => End::BackendGone,
+            Ok(()) => return,
+        };
+        if let End::Closed(reason) = &end {
+            info!(player = %self.ctx.identity.name, "transfer layer closed the session: {reason}");
+        }
+        self.switch = None;
+        self.ended = Some(end);
+        // Nothing more is done for other sessions: their commands go to another player from now on.
+        self.commands = None;
+    }
+
+    /// Handles the player's bytes.
+    fn player_bytes(&mut self, mut data: &[u8]) -> Result<(), End> {
+        // The rest of a frame the relay had begun before the handover goes on as it is (or is dropped).
+        let (remaining, dropping) = self.player.tail;
+        if remaining > 0 {
+            let raw = remaining.min(data.len());
+            if !dropping && self.current.is_some() && !self.player.tail_orphaned {
+                self.out.to_backend.extend_from_slice(data.get(..raw).unwrap_or_default());
+            }
+            self.player.tail.0 -= raw;
+            data = data.get(raw..).unwrap_or_default();
+        }
+        // Frames nobody looks into go straight on; only the rest is queued (and copied) for parsing.
+        let swapped = self.swap.is_some_and(|s| !s.is_identity());
+        let forge = self.forge.replaying || self.forge_handshake_running();
+        let pass = if self.player.up.is_empty() {
+            passing_len(data, MAX_FRAME_LEN, |id, f| !inspected(Direction::Serverbound, id, f, true, swapped, forge))
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        if self.current.is_some() {
+            self.out.to_backend.extend_from_slice(data.get(..pass).unwrap_or_default());
+        }
+        self.player.up.queue_slice(data.get(pass..).unwrap_or_default());
+        self.serverbound()
+    }
+
+    /// Handles one event.
+    fn handle(&mut self, event: Event) -> Result<(), End> {
+        match event {
+            Event::Backend(ready) => {
+                // Read into the worker thread's scratch buffer (a switched player holds no read buffer).
+                let read = ready.and_then(|()| with_scratch(|buf| self.read_current(buf)));
+                match read {
+                    Ok(Some(step)) => step,
+                    Ok(None) => Ok(()),
+                    Err(e) => {
+                        // Closed or failed without a disconnect the proxy acted on.
+                        info!(player = %self.ctx.identity.name, "backend connection failed: {e}");
+                        self.lost_current(LOST);
+                        Ok(())
+                    }
+                }
+            }
+            Event::Dialed(Ok((stream, early))) => {
+                if let Some(s) = &mut self.switch {
+                    s.step = SwitchStep::Joining(Link::new(s.target.clone(), stream, &early));
+                }
+                let registration = registration(&self.ctx.live);
+                self.out.to_target.extend_from_slice(&registration);
+                self.joining_frames()
+            }
+            Event::Dialed(Err(why)) => self.fail(&why),
+            Event::Joining(ready) => {
+                let read = ready.and_then(|()| {
+                    with_scratch(|buf| {
+                        let Some(Switch { step: SwitchStep::Joining(link), .. }) = &mut self.switch else {
+                            return Ok(Some(0));
+                        };
+                        match read_clearing(&link.stream, buf) {
+                            Ok(n) => {
+                                link.backend.metrics.to_player.inc_by(n as u64);
+                                link.frames.queue_slice(buf.get(..n).unwrap_or_default());
+                                Ok(Some(n))
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    })
+                });
+                match read {
+                    Ok(Some(0)) => self.fail("it closed the connection"),
+                    Ok(Some(_)) => self.joining_frames(),
+                    Ok(None) => Ok(()),
+                    Err(e) => self.fail(&format!("read failed: {e}")),
+                }
+            }
+            Event::Deadline => {
+                let secs = self.switch.as_ref().map_or(0, |s| (s.deadline - s.started).as_secs());
+                self.fail(&format!("it did not finish within {secs}s"))
+            }
+            Event::OwnKeepAlive => {
+                self.keep_alive.send_own(&mut self.out.to_player);
+                Ok(())
+            }
+            Event::Command(c) => self.command(c),
+            Event::Nothing => Ok(()),
+        }
+    }
+
+    /// One read of the current backend into `buf` and what it brings: `Ok(None)` when nothing was ready after
+    /// all; `Ok(Some(step))` once the bytes were handled; an error, or EOF as an error, when the connection ended.
+    fn read_current(&mut self, buf: &mut [u8]) -> io::Result<Option<Result<(), End>>> {
+        let Some(link) = &mut self.current else { return Ok(None) };
+        let n = match read_clearing(&link.stream, buf) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed without a Play Disconnect")),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let data = buf.get(..n).unwrap_or_default();
+        let pass = self.pass_through(data);
+        self.out.to_player.extend_from_slice(data.get(..pass).unwrap_or_default());
+        Ok(Some(Ok(())))
+    }
+
+    /// True once, after [`Self::ready`] returned because the current backend is readable: the relay then
+    /// reads it with [`Self::read_current_into`].
+    pub(crate) fn take_current_ready(&mut self) -> bool {
+        std::mem::take(&mut self.current_ready) && self.out.to_player.is_empty()
+    }
+
+    /// The relay's read of the current backend into `buf` (its scratch buffer): how many bytes came, or `None`
+    /// when none did (nothing ready, or the connection ended: handled here, as a failover or the end).
+    pub(crate) fn read_current_into(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let link = self.current.as_ref()?;
+        match read_clearing(&link.stream, buf) {
+            Ok(0) => {}
+            Ok(n) => return Some(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) => info!(player = %self.ctx.identity.name, "backend connection failed: {e}"),
+        }
+        self.lost_current(LOST);
+        self.settle(Ok(()));
+        None
+    }
+
+    /// Bytes just read from the current backend: how many from the start go to the player as they are (whole
+    /// frames nobody looks into, while nothing is queued before them); the rest is queued, parsed, and what it
+    /// produces waits in [`Self::output`] behind them. Counted under the backend.
+    pub(crate) fn pass_through(&mut self, data: &[u8]) -> usize {
+        let (joined, swapped) = (self.client_entity.is_some(), self.swap.is_some_and(|s| !s.is_identity()));
+        let Some(link) = &mut self.current else { return 0 };
+        link.backend.metrics.to_player.inc_by(data.len() as u64);
+        let pass = if link.frames.is_empty() && self.out.to_player.is_empty() {
+            let passes = |id, f: &[u8]| !inspected(Direction::Clientbound, id, f, joined, swapped, false);
+            passing_len(data, MAX_FRAME_LEN, passes).unwrap_or(0)
+        } else {
+            0
+        };
+        if pass < data.len() {
+            link.frames.queue_slice(data.get(pass..).unwrap_or_default());
+            let step = self.clientbound();
+            self.settle(step);
+        }
+        pass
+    }
+
+    /// The current backend is gone without a Play Disconnect (`why`, as the player reads it after the name):
+    /// the player goes to its fallback when it has one (failover), or the session ends as the backend ended it.
+    pub(super) fn lost_current(&mut self, why: &str) {
+        let Some(link) = self.current.take() else { return };
+        if self.switch.is_some() || self.player.closed || self.goodbye {
+            // A switch under way decides; a player who left is not moved.
+            return;
+        }
+        let from = link.backend.name.clone();
+        let now = Instant::now();
+        self.fallbacks.retain(|t| now.duration_since(*t) < FALLBACK_WINDOW);
+        let fallback = self.ctx.live.tunables.transfer.fallback.get(&from).cloned();
+        match fallback.filter(|_| self.fallbacks.len() < MAX_FALLBACKS) {
+            Some(to) => {
+                self.fallbacks.push(now);
+                info!(player = %self.ctx.identity.name, from = %from, to = %to, "backend {why}: sending the player to the fallback");
+                self.request(&to, Trigger::Lost { from, why: why.to_string() });
+            }
+            None => {
+                info!(player = %self.ctx.identity.name, backend = %from, "backend {why}");
             }
         }
     }
 
     /// Waits for the next thing to do.
     async fn next_event(&mut self) -> Event {
-        let scratch = &mut self.scratch;
-        let hop = &self.player.hop;
         let current = self.current.as_ref().map(|l| &l.stream);
         let waiting_for_player = self.current.is_none() && self.switch.is_some();
         let own_at = self.keep_alive.own_at;
+        let commands = self.commands.as_mut();
         let (dial, joining, deadline) = match &mut self.switch {
             Some(Switch { step: SwitchStep::Dialing(d), deadline, .. }) => (Some(d), None, Some(*deadline)),
             Some(Switch { step: SwitchStep::Joining(l), deadline, .. }) => (None, Some(&l.stream), Some(*deadline)),
             None => (None, None, None),
         };
-        // One scratch buffer serves every read: only one branch reads at a time.
         tokio::select! {
-            r = hop.readable() => read_event(r, Some(hop), scratch, Event::Player),
-            r = readable(current) => read_event(r, current, scratch, Event::Backend),
+            r = readable(current) => Event::Backend(r),
             r = async { match dial { Some(d) => d.await, None => std::future::pending().await } } => Event::Dialed(r),
-            r = readable(joining) => read_event(r, joining, scratch, Event::Joining),
+            r = readable(joining) => Event::Joining(r),
             () = async { match deadline { Some(d) => sleep_until(d).await, None => std::future::pending().await } } => Event::Deadline,
-            () = sleep_until(own_at), if waiting_for_player => Event::OwnKeepAlive,
+            // Built only when it can fire: a timer per event would cost every frame of a switched player.
+            () = async { if waiting_for_player { sleep_until(own_at).await } else { std::future::pending().await } } => Event::OwnKeepAlive,
+            c = async { match commands { Some(rx) => rx.recv().await, None => std::future::pending().await } } => match c {
+                Some(c) => Event::Command(c),
+                None => {
+                    self.commands = None;
+                    Event::Nothing
+                }
+            },
         }
     }
 
-    /// Writes what the last event produced: to the player, the current backend and the joining one.
-    async fn flush(&mut self) -> Result<(), End> {
+    /// Writes what the last event produced for the current backend and the joining one. Cancel-safe: written
+    /// bytes leave the outbox as they go.
+    pub(crate) async fn flush(&mut self) {
         let stall = self.ctx.live.tunables.limits.write_stall_timeout();
-        if !self.out.to_player.is_empty() {
-            let r = write_all(&self.player.hop, &self.out.to_player, stall, Side::Player).await;
-            self.out.to_player.clear();
-            r.map_err(|_| End::PlayerGone)?;
-        }
         if !self.out.to_backend.is_empty() {
-            if let Some(link) = &self.current {
-                link.backend.metrics.to_backend.inc_by(self.out.to_backend.len() as u64);
-                if write_all(&link.stream, &self.out.to_backend, stall, Side::Backend).await.is_err() {
-                    self.current = None;
-                }
-            }
+            let written = match &self.current {
+                Some(link) => write_out(&link.stream, &mut self.out.to_backend, stall, &link.backend).await,
+                None => Ok(()),
+            };
             self.out.to_backend.clear();
-            if self.current.is_none() && self.switch.is_none() {
-                return Err(End::BackendGone);
+            if let Err(e) = written {
+                info!(player = %self.ctx.identity.name, "backend write failed: {e}");
+                self.lost_current(LOST);
+                self.settle(Ok(()));
             }
         }
         if !self.out.to_target.is_empty() {
-            let failed = match &self.switch {
+            let written = match &self.switch {
                 Some(Switch { step: SwitchStep::Joining(link), .. }) => {
-                    link.backend.metrics.to_backend.inc_by(self.out.to_target.len() as u64);
-                    write_all(&link.stream, &self.out.to_target, stall, Side::Backend).await.err()
+                    write_out(&link.stream, &mut self.out.to_target, stall, &link.backend).await
                 }
-                _ => None,
+                _ => Ok(()),
             };
             self.out.to_target.clear();
-            if let Some(e) = failed {
+            if let Err(e) = written {
                 // What the failure tells the player is written even when it ends the session.
-                let failed = self.fail(&format!("write failed: {e}"));
-                let flushed = Box::pin(self.flush()).await;
-                failed?;
-                flushed?;
+                let step = self.fail(&format!("write failed: {e}"));
+                self.settle(step);
             }
         }
-        Ok(())
     }
 
-    /// Handles the serverbound frames queued from the hop.
+    /// Handles the serverbound frames queued from the relay.
     fn serverbound(&mut self) -> Result<(), End> {
         loop {
+            let swapped = self.swap.is_some_and(|s| !s.is_identity());
+            let forge = self.forge.replaying || self.forge_handshake_running();
+            let passing =
+                self.player.up.take_passing(|id, f| !inspected(Direction::Serverbound, id, f, true, swapped, forge));
+            match passing {
+                Ok(run) if self.current.is_some() => self.out.to_backend.extend_from_slice(&run),
+                Ok(_) => {}
+                Err(e) => return Err(End::Closed(format!("player sent a bad frame: {e}"))),
+            }
             let frame = match self.player.up.try_next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -288,6 +487,8 @@ impl Switchboard {
                     encode(&mut self.out.to_target, frame.id, &frame.body);
                     continue;
                 }
+                // The proxy's channel to server plugins: a player may not speak on it (as BungeeCord drops it).
+                PluginMessage::SERVERBOUND_ID if is_channel(&frame.body, BUNGEE_CHANNEL) => continue,
                 _ => {}
             }
             if self.current.is_some() {
@@ -306,7 +507,16 @@ impl Switchboard {
     pub(super) fn clientbound(&mut self) -> Result<(), End> {
         let mut body = Vec::new();
         loop {
+            let joined = self.client_entity.is_some();
+            let swapped = self.swap.is_some_and(|s| !s.is_identity());
             let Some(link) = &mut self.current else { return Ok(()) };
+            // Frames nobody looks into go as a run, as they came.
+            let passing =
+                link.frames.take_passing(|id, f| !inspected(Direction::Clientbound, id, f, joined, swapped, false));
+            match passing {
+                Ok(run) => self.out.to_player.extend_from_slice(&run),
+                Err(e) => return Err(End::Closed(format!("backend {} sent a bad frame: {e}", link.backend.name))),
+            }
             let frame = match link.frames.try_next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -323,13 +533,16 @@ impl Switchboard {
                     fml::record(&mut self.forge.record, frame.id, &frame.body);
                 }
                 PluginMessage::CLIENTBOUND_ID if is_channel(&frame.body, BUNGEE_CHANNEL) => {
+                    // Meant for the proxy, never for the client.
                     let mut r = Reader::new(&frame.body);
-                    if let Ok(m) = PluginMessage::decode_fields(&mut r) {
-                        if let Ok(BungeeRequest::Connect { server }) = BungeeRequest::parse(&m.data) {
-                            self.request(&server, Trigger::Connect);
-                            continue;
-                        }
+                    let request =
+                        PluginMessage::decode_fields(&mut r).ok().and_then(|m| BungeeRequest::parse(&m.data).ok());
+                    match request {
+                        Some(BungeeRequest::Connect { server }) => self.request(&server, Trigger::Connect),
+                        Some(request) => self.answer(request),
+                        None => {}
                     }
+                    continue;
                 }
                 PlayDisconnect::ID if self.switch.is_none() => {
                     let from = link.backend.name.clone();
@@ -349,10 +562,14 @@ impl Switchboard {
                         return Ok(());
                     }
                 }
-                PlayDisconnect::ID => {
+                PlayDisconnect::ID if self.switch.is_some() => {
                     // The old backend let the player go while a switch is under way: the switch decides.
                     self.current = None;
                     return Ok(());
+                }
+                PlayDisconnect::ID => {
+                    // It reaches the player: the connection's end that follows is expected.
+                    self.goodbye = true;
                 }
                 id if Leftovers::CLIENTBOUND_IDS.contains(&id) => {
                     self.leftovers.observe(Direction::Clientbound, id, &frame.body);
@@ -369,16 +586,48 @@ impl Switchboard {
     }
 }
 
-/// The event for a readiness wake-up of `stream`: the read's outcome, or [`Event::Nothing`].
-fn read_event(
-    ready: io::Result<()>,
-    stream: Option<&TcpStream>,
-    buf: &mut [u8],
-    event: fn(io::Result<usize>) -> Event,
-) -> Event {
-    let read = ready.and_then(|()| stream.map_or(Ok(0), |s| try_read(s, buf)));
-    match read {
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Event::Nothing,
-        other => event(other),
+/// Whether the switchboard looks into a frame with packet id `id` and `fields` going `direction` (otherwise
+/// it passes as it came): before the client joined, every clientbound frame; then Keep Alive, Join Game, Play
+/// Disconnect, what the leftovers track, the Plugin Messages it acts on (`BungeeCord` both ways; Forge's `FML`
+/// entity messages once the ids differ; every serverbound one while a Forge handshake is routed or replayed:
+/// `forge`), and, once the player's entity id differs from the server's (`swapped`), the packets that carry
+/// entity ids.
+fn inspected(direction: Direction, id: i32, fields: &[u8], joined: bool, swapped: bool, forge: bool) -> bool {
+    let plugin = |channel| starts_with_channel(fields, channel);
+    let always = match direction {
+        Direction::Clientbound => match id {
+            PluginMessage::CLIENTBOUND_ID => {
+                !joined || plugin(BUNGEE_CHANNEL) || (swapped && plugin(fml::RUNTIME_CHANNEL))
+            }
+            _ => {
+                !joined
+                    || matches!(id, JoinGame::ID | PlayDisconnect::ID | KeepAlive::ID)
+                    || Leftovers::CLIENTBOUND_IDS.contains(&id)
+            }
+        },
+        Direction::Serverbound => match id {
+            PluginMessage::SERVERBOUND_ID => forge || plugin(BUNGEE_CHANNEL),
+            _ => matches!(id, KeepAlive::ID | Leftovers::SERVERBOUND_ID),
+        },
+    };
+    always || (swapped && id != PluginMessage::CLIENTBOUND_ID && carries_entity_ids(direction, id))
+}
+
+/// Writes all of `buf` to a backend under the write-stall bound, advancing it as bytes go (cancel-safe), and
+/// counts them under that backend.
+async fn write_out(stream: &TcpStream, buf: &mut BytesMut, stall: Duration, backend: &Backend) -> io::Result<()> {
+    while !buf.is_empty() {
+        // Written at once when the socket takes it; the stall bound (a timer) only when it does not.
+        match stream.try_write(buf) {
+            Ok(n) => {
+                backend.metrics.to_backend.inc_by(n as u64);
+                buf.advance(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                within_stall(stall, Side::Backend, stream.writable()).await?;
+            }
+            Err(e) => return Err(e),
+        }
     }
+    Ok(())
 }

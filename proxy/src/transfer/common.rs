@@ -1,18 +1,41 @@
-//! What the switchboard's parts share: the session's context, how the board ends, what one event writes, and
-//! framing helpers (protocol 5 frames: a VarInt length, a VarInt packet id, the body).
+//! What the switchboard's parts share: the session's context, where the relay stopped ([`Handed`]), how the
+//! board ends, what one event writes, and framing helpers (protocol 5 frames: a VarInt length, a VarInt packet id, the body).
 
 use std::sync::Arc;
 
 use bytes::BytesMut;
 use moonbridge_protocol::frame::{encode_frame, Frame};
-use moonbridge_protocol::packets::{chat_text, ChatMessage, Packet, PluginMessage};
+use moonbridge_protocol::packets::{chat_text, ChatMessage, Packet, PlayDisconnect, PluginMessage};
+use moonbridge_protocol::transfer::watch::Watched;
 use moonbridge_protocol::transfer::{bungee_registration, carries_entity_ids, Direction, EntityIdSwap};
+use tokio::sync::mpsc;
 
 use crate::backend::Identity;
 use crate::metrics::Metrics;
+use crate::players::{Command, Registration};
 use crate::state::Live;
 
-/// Largest read from the hop or a backend, in bytes.
+/// What a player reads after the backend's name when its connection was lost without a Play Disconnect (a
+/// crash, a kill, a reset, a network cut), and the failover sends them to the fallback.
+pub(crate) const LOST: &str = "closed the connection unexpectedly";
+
+/// Where the relay stopped, for the switchboard that goes on from there.
+pub(crate) struct Handed {
+    /// Clientbound bytes read from the backend and not delivered, from a frame start.
+    pub(crate) rest: Vec<u8>,
+    /// What the watch learned (the player's entity id, the Forge handshake, the leftovers).
+    pub(crate) watched: Watched,
+    /// Serverbound: body bytes of the frame under way at the backend, and whether they are dropped.
+    pub(crate) tail: (usize, bool),
+    /// The backend's connection was lost (why, as the player reads it after the backend's name): a failover.
+    pub(crate) lost: Option<String>,
+    /// A command from another session that asked for the switchboard.
+    pub(crate) command: Option<Command>,
+    /// The session's command channel.
+    pub(crate) commands: Option<mpsc::Receiver<Command>>,
+}
+
+/// Largest read from a backend, in bytes.
 pub(super) const READ_CHUNK: usize = 64 * 1024;
 
 /// The `REGISTER` of the `BungeeCord` channel a backend gets after each login when `[transfer] targets` is set
@@ -26,26 +49,26 @@ pub(crate) fn registration(live: &Live) -> BytesMut {
     out
 }
 
-/// What every part of the switchboard reads: the configuration it runs on, the player, the metrics.
+/// What every part of the switchboard reads: the configuration it runs on, the player, the metrics, the
+/// player's place in this proxy's [`crate::players::PlayerTable`].
 pub(super) struct Ctx {
     pub(super) live: Arc<Live>,
     pub(super) identity: Identity,
     pub(super) metrics: Arc<Metrics>,
+    pub(super) registration: Option<Registration>,
 }
 
-/// How the switchboard ended (for the log line of the session, through the relay: the hop closes).
+/// How the switchboard ended (the relay then ends as when a backend closes).
 #[derive(Debug)]
-pub(super) enum End {
-    /// The relay side closed (the player left, or the proxy shuts down).
-    PlayerGone,
+pub(crate) enum End {
     /// The backend closed or failed, with no switch to wait for.
     BackendGone,
     /// The player was disconnected by the proxy (fallback failed, reset handshake) or the backend broke a rule.
     Closed(String),
 }
 
-/// What one event of the switchboard produced, written before the next: to the player (on the hop), the
-/// current backend and the backend being switched to.
+/// What one event of the switchboard produced, written before the next: to the player (taken by the relay),
+/// the current backend and the backend being switched to.
 #[derive(Default)]
 pub(super) struct Outbox {
     pub(super) to_player: BytesMut,
@@ -57,6 +80,11 @@ impl Outbox {
     /// Queues a chat line for the player.
     pub(super) fn chat(&mut self, text: &str) {
         let _ = (ChatMessage { json: chat_text(text) }).encode_frame(&mut self.to_player);
+    }
+
+    /// Queues a Play Disconnect with `text` for the player.
+    pub(super) fn disconnect(&mut self, text: &str) {
+        let _ = (PlayDisconnect { reason_json: chat_text(text) }).encode_frame(&mut self.to_player);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
-use moonbridge_protocol::packets::{chat_text, JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage};
+use moonbridge_protocol::packets::{JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{fml, is_channel, world_reset, Direction, EntityIdSwap, Leftovers, BUNGEE_CHANNEL};
 use tokio::time::Instant;
 use tracing::info;
@@ -20,7 +20,7 @@ impl Switchboard {
     pub(super) fn request(&mut self, name: &str, trigger: Trigger) {
         let name = if name.chars().count() > MAX_SHOWN_NAME { "(a name too long)" } else { name };
         let transfer = &self.ctx.live.tunables.transfer;
-        let allowed = matches!(trigger, Trigger::Fallback { .. }) || transfer.targets.iter().any(|t| t == name);
+        let allowed = trigger.is_fallback() || transfer.targets.iter().any(|t| t == name);
         let refusal = if self.switch.is_some() || self.forge.replaying {
             Some("You are already being moved to another server".to_string())
         } else if self.current.as_ref().is_some_and(|l| l.backend.name == name) {
@@ -38,8 +38,10 @@ impl Switchboard {
             info!(player = %self.ctx.identity.name, to = %name, "transfer refused: {refusal}");
             self.ctx.metrics.transfer("refused");
             self.out.chat(&refusal);
-            if let Trigger::Fallback { disconnect, .. } = trigger {
-                self.out.to_player.extend_from_slice(&disconnect);
+            match trigger {
+                Trigger::Fallback { disconnect, .. } => self.out.to_player.extend_from_slice(&disconnect),
+                Trigger::Lost { from, why } => self.out.disconnect(&format!("{from} {why}")),
+                Trigger::Connect => {}
             }
             return;
         };
@@ -151,7 +153,7 @@ impl Switchboard {
             put_frame(&mut self.out.to_player, Some(swap), Direction::Clientbound, frame, &mut body);
         }
         let from = match (&switch.trigger, &self.current) {
-            (Trigger::Fallback { from, .. }, _) => from.clone(),
+            (Trigger::Fallback { from, .. } | Trigger::Lost { from, .. }, _) => from.clone(),
             (Trigger::Connect, Some(old)) => old.backend.name.clone(),
             (Trigger::Connect, None) => "-".into(),
         };
@@ -163,10 +165,16 @@ impl Switchboard {
             ms = format_args!("{ms:.1}"),
             "player moved to another backend"
         );
-        self.ctx.metrics.transfer("moved");
+        self.ctx.metrics.transfer(if matches!(switch.trigger, Trigger::Lost { .. }) { "failover" } else { "moved" });
         self.ctx.metrics.transfer_seconds.observe(ms / 1000.0);
-        if let Trigger::Fallback { from, reason, .. } = &switch.trigger {
-            self.out.chat(&format!("{from} disconnected you: {reason}"));
+        match &switch.trigger {
+            Trigger::Fallback { from, reason, .. } => self.out.chat(&format!("{from} disconnected you: {reason}")),
+            Trigger::Lost { from, why } => self.out.chat(&format!("{from} {why}")),
+            Trigger::Connect => {}
+        }
+        self.visited.push(link.backend.name.clone());
+        if let Some(r) = &self.ctx.registration {
+            r.moved_to(&link.backend.name);
         }
         // The rest of what the new backend sent, still in its decoder, is relayed as the current backend's.
         // Keep Alive answers queued for the new backend go out with its other traffic now.
@@ -191,10 +199,10 @@ impl Switchboard {
         // registry yet: it then gets the rest of the current server's handshake, from the message its state waits
         // for (a 1.7.10 client takes a HandshakeReset only once its handshake is done, so none is sent now).
         let replay = if switch.reset_sent { self.forge.rest_after(switch.delivered).map(Some) } else { Some(None) };
-        self.ctx.metrics.transfer(if matches!(switch.trigger, Trigger::Fallback { .. }) {
-            "fallback_failed"
-        } else {
-            "failed"
+        self.ctx.metrics.transfer(match switch.trigger {
+            Trigger::Fallback { .. } => "fallback_failed",
+            Trigger::Lost { .. } => "failover_failed",
+            Trigger::Connect => "failed",
         });
         if let (true, Some(replay)) = (self.current.is_some(), replay) {
             if let Some(rest) = replay {
@@ -210,10 +218,13 @@ impl Switchboard {
                 self.out.to_player.extend_from_slice(&disconnect);
                 Err(End::Closed(format!("disconnected by the backend ({reason}); fallback {target} failed: {why}")))
             }
+            Trigger::Lost { from, why: lost } => {
+                self.out.chat(&format!("{from} {lost}"));
+                self.out.disconnect(&message);
+                Err(End::Closed(format!("{from} {lost}; fallback {target} failed: {why}")))
+            }
             Trigger::Connect => {
-                if let Ok(frame) = (PlayDisconnect { reason_json: chat_text(&message) }).to_frame_bytes() {
-                    self.out.to_player.extend_from_slice(&frame);
-                }
+                self.out.disconnect(&message);
                 Err(End::Closed(message))
             }
         }

@@ -3,18 +3,20 @@
 //!
 //! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) keeps
 //! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
-//! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded). At the
-//! first frame that starts a switch the relay hands over ([`ToSwitchboard`]): the backend connection moves to the
-//! the switchboard, and the relay goes on against one end of a loopback TCP pair ([`crate::relay::hop`]) whose other end the
-//! switchboard serves, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
-//! mode's cipher) works unchanged on the player's side, and a player who never switches never meets the
-//! switchboard.
+//! prefix and a head per frame; the first Join Game, the Forge handshake and the leftovers recorded) and drops
+//! the player's `BungeeCord` messages. At the first frame the transfer layer must act on, at the loss of a
+//! backend that has a fallback, or at a command from another session, the relay hands over ([`Ticket`],
+//! [`Handed`]): its backend side becomes the [`Switchboard`], which runs inside the relay on the backend
+//! connections it owns, relaying frame by frame. So every transport (tcp, ws, wss, carriage v2 resume, online
+//! mode's cipher) works unchanged on the player's side, a switched player holds the same two sockets, and a
+//! player who never meets any of these never meets the switchboard.
 //!
 //! What the switchboard does, with the sources of each fact:
 //! - **Triggers.** A clientbound Plugin Message (S3F) on channel `BungeeCord` with subchannel `Connect` and a
 //!   backend name (BungeeCord's plugin messaging channel, as server plugins use it) starts a switch and is not
-//!   relayed. A Play Disconnect (S40) from a backend with a `[transfer.fallback]` entry starts a switch to the
-//!   fallback instead of reaching the player.
+//!   relayed; the channel's other requests are answered ([`requests`]). A Play Disconnect (S40) from a backend
+//!   with a `[transfer.fallback]` entry, or the end of its connection without one (a failover), starts a switch
+//!   to the fallback instead of reaching the player.
 //! - **Registration.** Each backend gets a `REGISTER` of the `BungeeCord` channel right after the login (when
 //!   `targets` is set), as BungeeCord sends it: Bukkit-based servers let plugins send only on registered
 //!   channels.
@@ -38,23 +40,22 @@
 //!   was reset gets the rest of the old backend's recorded handshake, from the message its state waits for, as
 //!   long as it has not applied the new server's registry. When the old backend is gone (a fallback), or the
 //!   client cannot be brought back, the player gets a Play Disconnect with the reason instead.
-
 //!
 //! The files, bottom-up: [`common`] (the context, the outbox, framing), [`forge`] (the Forge handshake's steps,
 //! record and replay), [`keep_alive`] (whose Keep Alive an answer is), [`backend`] (a backend connection in
-//! Play; dialling and logging in a new one), [`switch`] (a switch in progress), [`board`] (the switchboard's
-//! loop, frame by frame), [`cutover`] (a switch's course: request, joining, cutover, failure), and this file
-//! (whether a session can be moved, the hand-over).
+//! Play; dialling and logging in a new one), [`switch`] (a switch in progress), [`board`] (the switchboard,
+//! frame by frame), [`cutover`] (a switch's course: request, joining, cutover, failure), [`requests`] (the
+//! `BungeeCord` channel's other requests and commands between sessions), and this file (whether a session can
+//! be moved, what a relay hands over).
 
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
 use tracing::info;
 
 use crate::backend::{Backend, Identity};
 use crate::metrics::Metrics;
-use crate::relay::{Handed, Handover};
+use crate::players::Registration;
 use crate::state::Live;
 
 mod backend;
@@ -63,38 +64,40 @@ mod common;
 mod cutover;
 mod forge;
 mod keep_alive;
+mod requests;
 mod switch;
 
-use board::{SwitchStart, Switchboard};
-pub(crate) use common::registration;
+pub(crate) use board::Switchboard;
 use common::Ctx;
+pub(crate) use common::{registration, Handed, LOST};
 
 /// Whether players on `backend` can be moved (their relay watches for the frames that start a switch).
 pub(crate) fn applies(live: &Live, backend: &Backend) -> bool {
     !live.tunables.transfer.targets.is_empty() || live.tunables.transfer.fallback.contains_key(&backend.name)
 }
 
-/// Whether a Play Disconnect from `backend` starts a switch to its fallback.
+/// Whether a Play Disconnect from `backend`, or the loss of its connection, starts a switch to its fallback.
 pub(crate) fn has_fallback(live: &Live, backend: &Backend) -> bool {
     live.tunables.transfer.fallback.contains_key(&backend.name)
 }
 
-/// What a relay hands over to start the switchboard ([`Handover`]).
-pub(crate) struct ToSwitchboard {
+/// What a movable session's relay keeps for the switchboard it may start ([`Ticket::board`]).
+pub(crate) struct Ticket {
     pub(crate) live: Arc<Live>,
     pub(crate) identity: Identity,
     pub(crate) metrics: Arc<Metrics>,
     /// The backend the player is on.
     pub(crate) backend: Backend,
+    /// The player's place in this proxy's player table.
+    pub(crate) registration: Option<Registration>,
 }
 
-impl Handover for ToSwitchboard {
-    fn start(self: Box<Self>, stream: TcpStream, hop: TcpStream, handed: Handed) -> JoinHandle<()> {
-        let Self { live, identity, metrics, backend } = *self;
+impl Ticket {
+    /// The switchboard that takes over the old backend's `stream` where the relay stopped.
+    pub(crate) fn board(self, stream: TcpStream, handed: Handed) -> Box<Switchboard> {
+        let Self { live, identity, metrics, backend, registration } = self;
         metrics.transfer_handovers.inc();
         info!(player = %identity.name, backend = %backend.name, "transfer layer takes over the session");
-        let Handed { rest, watched, tail } = handed;
-        let start = SwitchStart { ctx: Ctx { live, identity, metrics }, backend, stream, early: rest, watched, tail };
-        tokio::spawn(Switchboard::run(start, hop))
+        Box::new(Switchboard::new(Ctx { live, identity, metrics, registration }, backend, stream, handed))
     }
 }

@@ -30,6 +30,16 @@ pub(super) enum Trigger {
     Connect,
     /// Backend `from` disconnected the player: the frame as it came, and its reason as text.
     Fallback { from: String, disconnect: BytesMut, reason: String },
+    /// Backend `from` closed or reset the connection without a Play Disconnect (failover); `why` as the
+    /// player reads it after the name (`closed the connection unexpectedly`).
+    Lost { from: String, why: String },
+}
+
+impl Trigger {
+    /// A switch the backend did not ask for (a fallback or a failover): any backend may be the target.
+    pub(super) fn is_fallback(&self) -> bool {
+        !matches!(self, Self::Connect)
+    }
 }
 
 /// Where a switch is.
