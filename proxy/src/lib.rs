@@ -35,6 +35,8 @@
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `relay/resume.rs` | carriage v2 resume: the table of resumable sessions (single-use tokens), a new link handed to its session |
 //! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
+//! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client |
+//! | `network/mod.rs` | `[network]`: leases in Redis, the other instances' players, one session per name |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
 //! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers |
 //! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
@@ -52,6 +54,7 @@
 //! | `relay/v2.rs` | what carriage v2 adds to the WebSocket relay loop: retention, acks, the resume registration |
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
 //! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
+//! | `network/peer.rs` | the instance-link listener (kicks, resumes carried here) and forwarding a resume to its owner |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
 //! | `session/opening.rs` | the handshake |
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |
@@ -95,6 +98,7 @@ mod limits;
 mod listen;
 mod memory;
 mod metrics;
+mod network;
 mod ops;
 mod players;
 mod proxy_header;
@@ -116,4 +120,5 @@ pub mod fuzz;
 
 pub use auth::AuthError;
 pub use config::Config;
+pub use network::NetworkError;
 pub use server::{ReloadError, ReloadHandle, Server, ServerError, ServerStats, StatsHandle};

@@ -27,8 +27,9 @@ const REFUSED_REASONS: [&str; 3] = ["max_connections", "untrusted_proxy_peer", "
 const HANDSHAKE_FAILURES: [&str; 8] =
     ["timeout", "evicted", "closed", "tls", "bad_upgrade", "bad_proxy_header", "bad_frame", "bad_login_start"];
 /// The `outcome` values of `moonbridge_logins_total`.
-const LOGIN_OUTCOMES: [&str; 19] = [
+const LOGIN_OUTCOMES: [&str; 20] = [
     "passthrough_ok",
+    "duplicate_refused",
     "offline_ok",
     "online_ok",
     "unknown_host",
@@ -49,8 +50,15 @@ const LOGIN_OUTCOMES: [&str; 19] = [
     "online_player_left",
 ];
 /// The `outcome` values of `moonbridge_resumes_total` (carriage v2).
-const RESUME_OUTCOMES: [&str; 6] =
-    ["resumed", "refused_unknown", "refused_other_instance", "refused_out_of_range", "refused_used", "expired"];
+const RESUME_OUTCOMES: [&str; 7] = [
+    "resumed",
+    "forwarded",
+    "refused_unknown",
+    "refused_other_instance",
+    "refused_out_of_range",
+    "refused_used",
+    "expired",
+];
 /// The `outcome` values of `moonbridge_transfers_total` (server transfers, docs/network.md).
 pub(crate) const TRANSFER_OUTCOMES: [&str; 6] =
     ["moved", "refused", "failed", "fallback_failed", "failover", "failover_failed"];
@@ -123,6 +131,37 @@ pub(crate) struct WsMetrics {
     pub(crate) pings_sent: IntCounter,
     /// Players closed (1001) after three ping intervals without receiving anything.
     pub(crate) silent_closed: IntCounter,
+}
+
+/// `[network]`'s metrics (registered only when the instance is part of a network).
+#[derive(Clone, Debug)]
+pub(crate) struct NetworkMetrics {
+    /// `moonbridge_network_instances`: live instances of the network this one sees, itself included.
+    pub(crate) instances: IntGauge,
+    /// `moonbridge_network_players`: players in Play on the whole network.
+    pub(crate) players: IntGauge,
+    /// `moonbridge_network_redis_up`: 1 when Redis answered the last renewal.
+    pub(crate) redis_up: IntGauge,
+    leases: IntCounterVec,
+    duplicates: IntCounterVec,
+    /// `moonbridge_network_link_sessions`: resumed sessions this instance carries to their owner now.
+    pub(crate) link_sessions: IntGauge,
+    /// `moonbridge_network_link_bytes_total{direction="to_owner"}`.
+    pub(crate) link_bytes_to_peer: IntCounter,
+    /// `moonbridge_network_link_bytes_total{direction="from_owner"}`.
+    pub(crate) link_bytes_from_peer: IntCounter,
+}
+
+impl NetworkMetrics {
+    /// Counts a lease renewal (`renewed`, `missed`).
+    pub(crate) fn lease(&self, result: &str) {
+        self.leases.with_label_values(&[result]).inc();
+    }
+
+    /// Counts a duplicate login (`kicked_existing`, `refused_new`).
+    pub(crate) fn duplicate(&self, action: &str) {
+        self.duplicates.with_label_values(&[action]).inc();
+    }
 }
 
 /// Every metric of one proxy instance, in its own registry.
@@ -328,6 +367,50 @@ impl Metrics {
                 silent_closed: silent,
             },
             registry: r,
+        })
+    }
+
+    /// Registers `[network]`'s metrics (once, when the instance joins a network).
+    pub(crate) fn network(&self) -> prometheus::Result<NetworkMetrics> {
+        let r = &self.registry;
+        let gauge = |name: &str, help: &str| reg(r, IntGauge::new(name, help)?);
+        let leases = counter_vec(
+            r,
+            "moonbridge_network_leases_total",
+            "Lease renewals in Redis (every 2 s), by result (renewed, missed).",
+            &["result"],
+        )?;
+        let duplicates = counter_vec(
+            r,
+            "moonbridge_network_duplicate_logins_total",
+            "Logins of a name already playing on the network, by action (kicked_existing, refused_new).",
+            &["action"],
+        )?;
+        let bytes = counter_vec(
+            r,
+            "moonbridge_network_link_bytes_total",
+            "Bytes of resumed sessions carried over instance links to their owner, by direction (to_owner, \
+             from_owner).",
+            &["direction"],
+        )?;
+        for v in ["renewed", "missed"] {
+            let _ = leases.with_label_values(&[v]);
+        }
+        for v in ["kicked_existing", "refused_new"] {
+            let _ = duplicates.with_label_values(&[v]);
+        }
+        Ok(NetworkMetrics {
+            instances: gauge("moonbridge_network_instances", "Live instances of the network seen, this one included.")?,
+            players: gauge("moonbridge_network_players", "Players in Play on the whole network.")?,
+            redis_up: gauge("moonbridge_network_redis_up", "1 when Redis answered the last lease renewal, else 0.")?,
+            link_sessions: gauge(
+                "moonbridge_network_link_sessions",
+                "Resumed sessions this instance carries over instance links to the instance that holds them.",
+            )?,
+            link_bytes_to_peer: bytes.with_label_values(&["to_owner"]),
+            link_bytes_from_peer: bytes.with_label_values(&["from_owner"]),
+            leases,
+            duplicates,
         })
     }
 

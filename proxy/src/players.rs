@@ -5,13 +5,19 @@
 //!
 //! Every session registers once its backend accepted the login and leaves when it ends ([`Registration`]
 //! removes it on drop). Names are matched without regard to case, as a Minecraft server matches them.
+//!
+//! In a network of instances (`[network]`, `crate::network`) the table also holds what the network task last
+//! read of the other instances' players: counts and lists ([`PlayerTable::count`], [`PlayerTable::names`])
+//! are then the network's, and every change to this instance's players is queued for Redis ([`Updates`]).
+//! [`PlayerTable::find`] and the commands stay local.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 /// Commands a session may have waiting (a plugin that floods `Message` cannot grow a session's queue past
 /// this; more are dropped).
@@ -29,6 +35,60 @@ pub(crate) enum Command {
     Forward(Vec<u8>),
 }
 
+/// A session's stop signal: the proxy's shutdown (its parent token), or a kick of this one session (a
+/// duplicate login elsewhere). The relay injects a Play Disconnect with [`Stop::kicked`]'s reason, or the
+/// shutdown reason, at a frame boundary.
+#[derive(Debug)]
+pub(crate) struct Stop {
+    token: CancellationToken,
+    kicked: OnceLock<String>,
+}
+
+impl Stop {
+    /// A signal that fires with `shutdown` or on [`Stop::kick`].
+    pub(crate) fn child_of(shutdown: &CancellationToken) -> Arc<Self> {
+        Arc::new(Self { token: shutdown.child_token(), kicked: OnceLock::new() })
+    }
+
+    /// Completes when the session must stop.
+    pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.token.cancelled()
+    }
+
+    /// Stops this session with `reason` (plain text, shown on the player's disconnect screen).
+    pub(crate) fn kick(&self, reason: &str) {
+        let _ = self.kicked.set(reason.to_string());
+        self.token.cancel();
+    }
+
+    /// The kick's reason, when the session was kicked rather than shut down.
+    pub(crate) fn kicked(&self) -> Option<&str> {
+        self.kicked.get().map(String::as_str)
+    }
+}
+
+/// A player as the network's table records it (`moonbridge:<name>:players:<instance>` in Redis, as JSON).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Record {
+    pub(crate) name: String,
+    /// 32 hex digits, no dashes.
+    pub(crate) uuid: String,
+    /// The backend the player is on.
+    pub(crate) server: String,
+}
+
+/// A change to this instance's players, for the network task: the lower-case name and the record, or `None`
+/// when the player left.
+pub(crate) type Update = (String, Option<Record>);
+
+/// Where the table queues its changes in a network (bounded; an overflow asks for a full rewrite instead).
+#[derive(Debug)]
+pub(crate) struct Updates {
+    pub(crate) tx: mpsc::Sender<Update>,
+    /// Set when an update could not be queued: the network task writes the whole table at its next renewal.
+    pub(crate) overflowed: Arc<AtomicBool>,
+}
+
 /// One player in the table.
 #[derive(Debug)]
 struct Entry {
@@ -43,6 +103,14 @@ struct Entry {
     /// The session's command channel, when it takes commands (a session whose backend cannot send players on
     /// does not).
     commands: Option<mpsc::Sender<Command>>,
+    /// The session's stop signal (kicks).
+    stop: Option<Arc<Stop>>,
+}
+
+impl Entry {
+    fn record(&self) -> Record {
+        Record { name: self.name.clone(), uuid: self.uuid.clone(), server: self.server.clone() }
+    }
 }
 
 /// This proxy's players in Play, by lower-case name.
@@ -50,6 +118,11 @@ struct Entry {
 pub(crate) struct PlayerTable {
     inner: Mutex<HashMap<String, Entry>>,
     next_id: AtomicU64,
+    /// The other instances' players (name, server), as the network task last read them; empty outside a
+    /// network or while Redis is unreachable.
+    others: RwLock<Vec<(String, String)>>,
+    /// In a network: where changes go.
+    updates: OnceLock<Updates>,
 }
 
 /// A player's place in the table, removed on drop.
@@ -74,26 +147,76 @@ impl PlayerTable {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a player on backend `server`; `commands` when the session takes [`Command`]s.
-    pub(crate) fn register(self: &Arc<Self>, seen: Seen, commands: Option<mpsc::Sender<Command>>) -> Registration {
+    /// Adds a player on backend `server`; `commands` when the session takes [`Command`]s; `stop` to be
+    /// kickable.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        seen: Seen,
+        commands: Option<mpsc::Sender<Command>>,
+        stop: Option<Arc<Stop>>,
+    ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key = seen.name.to_lowercase();
         let Seen { name, uuid, address, server } = seen;
-        self.lock().insert(key.clone(), Entry { id, name, uuid, address, server, commands });
+        let entry = Entry { id, name, uuid, address, server, commands, stop };
+        self.changed(&key, Some(entry.record()));
+        self.lock().insert(key.clone(), entry);
         Registration { table: Arc::clone(self), key, id }
     }
 
-    /// Players in Play on `server`, or on every backend for `None`.
-    pub(crate) fn count(&self, server: Option<&str>) -> usize {
-        self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).count()
+    /// Sends the network task its change queue's receiving end from now on.
+    pub(crate) fn send_updates_to(&self, updates: Updates) {
+        let _ = self.updates.set(updates);
     }
 
-    /// The names of the players on `server` (every backend for `None`), sorted.
+    /// Queues a change for the network (nothing outside a network).
+    fn changed(&self, key: &str, record: Option<Record>) {
+        if let Some(u) = self.updates.get() {
+            if u.tx.try_send((key.to_string(), record)).is_err() {
+                u.overflowed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// This instance's players as the network records them, by lower-case name.
+    pub(crate) fn records(&self) -> Vec<(String, Record)> {
+        self.lock().iter().map(|(k, e)| (k.clone(), e.record())).collect()
+    }
+
+    /// Replaces what is known of the other instances' players (name, server).
+    pub(crate) fn set_others(&self, others: Vec<(String, String)>) {
+        *self.others.write().unwrap_or_else(PoisonError::into_inner) = others;
+    }
+
+    /// Players in Play on `server`, or on every backend for `None`: this instance's and, in a network, the
+    /// other instances' as last read.
+    pub(crate) fn count(&self, server: Option<&str>) -> usize {
+        let here = self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).count();
+        let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
+        here + others.iter().filter(|(_, s)| server.is_none_or(|want| s == want)).count()
+    }
+
+    /// Players in Play on this instance alone.
+    pub(crate) fn local_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The names of the players on `server` (every backend for `None`), sorted, the network's included.
     pub(crate) fn names(&self, server: Option<&str>) -> Vec<String> {
         let mut names: Vec<String> =
             self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).map(|e| e.name.clone()).collect();
+        let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
+        names.extend(others.iter().filter(|(_, s)| server.is_none_or(|want| s == want)).map(|(n, _)| n.clone()));
         names.sort_unstable();
+        names.dedup();
         names
+    }
+
+    /// Stops player `name`'s session with `reason` (plain text); false when the player is not here or its
+    /// session cannot be stopped.
+    pub(crate) fn kick(&self, name: &str, reason: &str) -> bool {
+        let stop = self.lock().get(&name.to_lowercase()).and_then(|e| e.stop.clone());
+        stop.map(|s| s.kick(reason)).is_some()
     }
 
     /// What the table knows of player `name`.
@@ -144,8 +267,12 @@ impl PlayerTable {
 impl Registration {
     /// The player is on backend `server` now (after a switch).
     pub(crate) fn moved_to(&self, server: &str) {
-        if let Some(e) = self.table.lock().get_mut(&self.key).filter(|e| e.id == self.id) {
+        let record = self.table.lock().get_mut(&self.key).filter(|e| e.id == self.id).map(|e| {
             e.server = server.to_string();
+            e.record()
+        });
+        if let Some(r) = record {
+            self.table.changed(&self.key, Some(r));
         }
     }
 
@@ -160,6 +287,8 @@ impl Drop for Registration {
         let mut table = self.table.lock();
         if table.get(&self.key).is_some_and(|e| e.id == self.id) {
             table.remove(&self.key);
+            drop(table);
+            self.table.changed(&self.key, None);
         }
     }
 }
@@ -181,8 +310,8 @@ mod tests {
     fn counts_lists_and_commands_follow_registrations() {
         let table = Arc::new(PlayerTable::default());
         let (tx, mut rx) = mpsc::channel(COMMAND_QUEUE);
-        let a = table.register(seen("Alex", "lobby"), Some(tx));
-        let b = table.register(seen("Steve", "survival"), None);
+        let a = table.register(seen("Alex", "lobby"), Some(tx), None);
+        let b = table.register(seen("Steve", "survival"), None, None);
         assert_eq!((table.count(None), table.count(Some("lobby")), table.count(Some("x"))), (2, 1, 0));
         assert_eq!(table.names(None), ["Alex", "Steve"]);
         assert_eq!(table.find("alex").map(|s| s.server), Some("lobby".into()));
@@ -195,7 +324,7 @@ mod tests {
         assert_eq!(table.names(Some("survival")), ["Alex", "Steve"]);
         assert_eq!(table.servers(), ["survival"]);
         // A second session under the same name replaces the first; the first's end does not remove it.
-        let again = table.register(seen("alex", "lobby"), None);
+        let again = table.register(seen("alex", "lobby"), None, None);
         drop(a);
         assert_eq!(table.find("Alex").map(|s| s.server), Some("lobby".into()));
         drop((again, b));
@@ -206,9 +335,52 @@ mod tests {
     fn a_full_queue_drops_commands() {
         let table = Arc::new(PlayerTable::default());
         let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
-        let _a = table.register(seen("A", "s"), Some(tx));
+        let _a = table.register(seen("A", "s"), Some(tx), None);
         let sent = (0..COMMAND_QUEUE + 5).filter(|_| table.send("A", Command::Chat(String::new()))).count();
         assert_eq!(sent, COMMAND_QUEUE);
         assert_eq!(table.send_all(&Command::Chat(String::new())), 0);
+    }
+
+    #[test]
+    fn kicks_stop_one_session_and_the_network_sees_every_change() {
+        let table = Arc::new(PlayerTable::default());
+        let (tx, mut rx) = mpsc::channel(2);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        table.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
+        let shutdown = CancellationToken::new();
+        let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
+        let a = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)));
+        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)));
+        let alex = |server: &str| Record { name: "Alex".into(), uuid: format!("{:032x}", 4), server: server.into() };
+        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), Some(alex("lobby")))));
+        assert_eq!(rx.try_recv().map(|(k, _)| k).ok(), Some("steve".into()));
+        assert!(table.kick("ALEX", "You logged in from another location"));
+        assert!(one.token.is_cancelled() && !two.token.is_cancelled() && !shutdown.is_cancelled());
+        assert_eq!(one.kicked(), Some("You logged in from another location"));
+        assert!(!table.kick("nobody", "x"));
+        // The queue holds 2: the third change overflows and asks for a full rewrite.
+        a.moved_to("survival");
+        drop(a);
+        assert!(!overflowed.load(Ordering::Relaxed));
+        drop(b);
+        assert!(overflowed.load(Ordering::Relaxed));
+        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), Some(alex("survival")))));
+        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), None)));
+        // Shutdown stops every session, without a kick reason.
+        shutdown.cancel();
+        assert!(two.token.is_cancelled() && two.kicked().is_none());
+    }
+
+    #[test]
+    fn the_network_counts_and_lists_join_the_local_ones() {
+        let table = Arc::new(PlayerTable::default());
+        let _a = table.register(seen("Alex", "lobby"), None, None);
+        table.set_others(vec![("Zed".into(), "lobby".into()), ("Bo".into(), "survival".into())]);
+        assert_eq!((table.count(None), table.count(Some("lobby")), table.local_count()), (3, 2, 1));
+        assert_eq!(table.names(None), ["Alex", "Bo", "Zed"]);
+        assert_eq!(table.names(Some("survival")), ["Bo"]);
+        assert!(table.find("Zed").is_none(), "find is local");
+        table.set_others(Vec::new());
+        assert_eq!(table.count(None), 1);
     }
 }

@@ -18,6 +18,7 @@ use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, ListenerKind, RuntimeConfig, RuntimeMode, Settings, Transport};
 use crate::listen::{accept_loop, banner, listen, Accept, BoundListener};
 use crate::metrics::Metrics;
+use crate::network::Network;
 use crate::state::ProxyState;
 use crate::tls::Tls;
 use crate::workers::Workers;
@@ -56,6 +57,9 @@ pub enum ServerError {
     /// The metrics could not be set up (a defect: their definitions are constants).
     #[error("metrics: {0}")]
     Metrics(String),
+    /// `[network]` could not start (its secret, its Redis URL, its peer address).
+    #[error(transparent)]
+    Network(#[from] crate::network::NetworkError),
 }
 
 /// Why a reload was refused (the running configuration stays in force).
@@ -101,6 +105,8 @@ pub struct Server {
     ops: Option<TcpListener>,
     /// `[runtime]`.
     runtime: RuntimeConfig,
+    /// `[network]`: the instance-link listener and the listeners a carried resume runs with.
+    peer: Option<(TcpListener, Arc<crate::network::peer::Carriers>)>,
 }
 
 impl Server {
@@ -147,11 +153,19 @@ impl Server {
         }
         let metrics = Arc::new(Metrics::new().map_err(|e| ServerError::Metrics(e.to_string()))?);
         let mut listeners = Vec::with_capacity(settings.listeners.len());
+        let mut carriers = crate::network::peer::Carriers { ws: None, wss: None };
         for l in &settings.listeners {
             let accept = match &l.kind {
                 ListenerKind::Tcp { proxy_header } => Accept::Tcp { proxy_header: proxy_header.clone() },
-                ListenerKind::Ws(ws) => Accept::Ws(ws.clone()),
-                ListenerKind::Wss(ws, files) => Accept::Wss(ws.clone(), Tls::new(&files.cert, &files.key, &metrics)?),
+                ListenerKind::Ws(ws) => {
+                    carriers.ws.get_or_insert_with(|| ws.clone());
+                    Accept::Ws(ws.clone())
+                }
+                ListenerKind::Wss(ws, files) => {
+                    let tls = Tls::new(&files.cert, &files.key, &metrics)?;
+                    carriers.wss.get_or_insert_with(|| (ws.clone(), tls.clone()));
+                    Accept::Wss(ws.clone(), tls)
+                }
             };
             let listener = listen(l.bind).map_err(|source| ServerError::Bind {
                 transport: l.transport(),
@@ -174,7 +188,25 @@ impl Server {
             None => None,
         };
         let runtime = settings.runtime.clone();
-        Ok(Self { listeners, state: Arc::new(ProxyState::new(&settings, online, metrics)), ops, config: None, runtime })
+        let state = Arc::new(ProxyState::new(&settings, online, Arc::clone(&metrics)));
+        let peer = match &settings.network {
+            Some(n) => {
+                // rediss:// takes rustls' process-wide provider.
+                let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+                let net_metrics = metrics.network().map_err(|e| ServerError::Metrics(e.to_string()))?;
+                let listener = TcpListener::bind(n.peer_bind)
+                    .await
+                    .map_err(|source| crate::network::NetworkError::PeerBind { bind: n.peer_bind, source })?;
+                let bound = listener.local_addr().unwrap_or(n.peer_bind);
+                let advertised = n.peer_address.clone().unwrap_or_else(|| bound.to_string());
+                let id = state.resume.instance_id();
+                let network = Network::new(n.clone(), id, Arc::clone(&state.players), net_metrics, advertised)?;
+                state.set_network(Arc::new(network));
+                Some((listener, Arc::new(carriers)))
+            }
+            None => None,
+        };
+        Ok(Self { listeners, state, ops, config: None, runtime, peer })
     }
 
     /// A handle that applies a new configuration while the server runs (what SIGHUP does).
@@ -185,6 +217,11 @@ impl Server {
     /// The bound address of the `[metrics]` listener, when there is one (useful with port 0).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.ops.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The bound address of the `[network]` instance-link listener, when there is one (useful with port 0).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// The bound address of each listener, in configuration order (useful with port 0).
@@ -232,6 +269,22 @@ impl Server {
             tokio::spawn(crate::ops::serve(listener, Arc::clone(&self.state), ops_stop.clone()))
         });
         tracker.spawn(crate::memory::trim_after_sessions_end(Arc::clone(&self.state), token.clone()));
+        // `[network]`: leases and the others' state, and the instance links, until the grace is over (the
+        // instance stays in the network while its sessions end).
+        let net_stop = CancellationToken::new();
+        let mut net_tasks = Vec::new();
+        if let (Some(net), Some((listener, carriers))) = (self.state.network().cloned(), self.peer) {
+            info!(
+                network = %net.config.name,
+                instance = %net.id,
+                peer = %listener.local_addr().map_or_else(|_| net.config.peer_bind.to_string(), |a| a.to_string()),
+                "network: instance links on this address; Redis at {}",
+                redact(&net.config.redis_url),
+            );
+            net_tasks.push(tokio::spawn(Arc::clone(&net).run(net_stop.clone())));
+            let serve = crate::network::peer::serve(listener, Arc::clone(&self.state), net, carriers, net_stop.clone());
+            net_tasks.push(tokio::spawn(serve));
+        }
         for l in self.listeners {
             info!("{}", l.banner);
             if let Accept::Wss(_, tls) = &*l.accept {
@@ -243,6 +296,11 @@ impl Server {
         info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
         self.state.draining.store(true, Ordering::Relaxed);
         token.cancel();
+        if let Some(net) = self.state.network() {
+            // Connections carried to other instances end now: their players resume at another instance.
+            net.stop.cancel();
+            net.pipes.close();
+        }
         tracker.close();
         let grace = self.state.live().tunables.limits.shutdown_grace();
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
@@ -253,6 +311,10 @@ impl Server {
         ops_stop.cancel();
         if let Some(ops) = ops {
             let _ = ops.await;
+        }
+        net_stop.cancel();
+        for t in net_tasks {
+            let _ = t.await;
         }
         if let Some(workers) = workers.and_then(|w| Arc::try_unwrap(w).ok()) {
             workers.stop().await;
@@ -292,6 +354,9 @@ impl ReloadHandle {
         if config.runtime != old.runtime {
             restart.push("[runtime]");
         }
+        if config.network != old.network {
+            restart.push("[network]");
+        }
         if !restart.is_empty() {
             return Err(ReloadError::NeedsRestart(restart));
         }
@@ -329,5 +394,16 @@ impl StatsHandle {
             tls_reloads: self.state.metrics.tls_reloads_ok.get(),
             tls_reload_failures: self.state.metrics.tls_reloads_kept.get(),
         }
+    }
+}
+
+/// A Redis URL without its password, for the logs.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(at)) if at > scheme.len() => {
+            let user = rest.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{}", url.get(at + 1..).unwrap_or(""))
+        }
+        _ => url.to_string(),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::auth::OnlineAuth;
@@ -12,6 +12,7 @@ use crate::backend::Backend;
 use crate::config::{AuthMode, Settings, Tunables};
 use crate::limits::{ConnLimit, HandshakeSlots, LogLimiter};
 use crate::metrics::Metrics;
+use crate::network::Network;
 use crate::players::PlayerTable;
 use crate::rate::RateLimiter;
 use crate::relay::resume::ResumeTable;
@@ -100,6 +101,8 @@ pub(crate) struct ProxyState {
     pub(crate) resume: Arc<ResumeTable>,
     /// The players in Play, for the `BungeeCord` channel's requests.
     pub(crate) players: Arc<PlayerTable>,
+    /// `[network]`: this instance's place in a network of instances (set once at start).
+    network: OnceLock<Arc<Network>>,
 }
 
 impl ProxyState {
@@ -118,9 +121,20 @@ impl ProxyState {
             rate: RateLimiter::new(),
             resume: Arc::new(ResumeTable::new()),
             players: Arc::default(),
+            network: OnceLock::new(),
             live: RwLock::new(Arc::new(Live::new(settings, &metrics, None))),
             metrics,
         }
+    }
+
+    /// This instance's network, when `[network]` is configured.
+    pub(crate) fn network(&self) -> Option<&Arc<Network>> {
+        self.network.get()
+    }
+
+    /// Joins a network (once, at start).
+    pub(crate) fn set_network(&self, network: Arc<Network>) {
+        let _ = self.network.set(network);
     }
 
     /// The current live configuration.

@@ -183,6 +183,7 @@ impl ResolvesServerCert for ReloadingCert {
 }
 
 /// A `wss` listener's TLS acceptor and its certificate.
+#[derive(Clone)]
 pub(crate) struct Tls {
     pub(crate) acceptor: tokio_rustls::TlsAcceptor,
     pub(crate) cert: Arc<ReloadingCert>,

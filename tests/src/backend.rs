@@ -155,6 +155,37 @@ impl Drop for RawBackend {
     }
 }
 
+/// One status ping as a 1.7.10 client sends it to `addr`: handshake (next state 1), Status Request, Ping
+/// (protocol 5, status state). Returns the Status Response JSON, after checking that the Pong echoes the payload,
+/// that nothing else follows, and that the proxy closes.
+///
+/// # Panics
+/// On any of those checks, or when the answer does not come within [`crate::STEP`].
+pub async fn status_ping(addr: SocketAddr) -> String {
+    use moonbridge_protocol::packets::{NextState, StatusPing, StatusRequest, StatusResponse};
+    use moonbridge_protocol::{FrameDecoder, MAX_FRAME_LEN};
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let hs = Handshake {
+        protocol_version: 5,
+        server_address: "mc.example.com".into(),
+        server_port: 25565,
+        next_state: NextState::Status,
+    };
+    let mut out = hs.to_frame_bytes().unwrap().to_vec();
+    out.extend_from_slice(&StatusRequest.to_frame_bytes().unwrap());
+    out.extend_from_slice(&StatusPing { payload: 42 }.to_frame_bytes().unwrap());
+    s.write_all(&out).await.unwrap();
+    let (got, closed) = read_to_close(&mut s, crate::STEP).await;
+    assert!(closed, "the proxy closes after the Pong");
+    let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
+    dec.queue_slice(&got);
+    let response: StatusResponse = dec.try_next_frame().unwrap().expect("a Status Response").decode().unwrap();
+    let pong: StatusPing = dec.try_next_frame().unwrap().expect("a Pong").decode().unwrap();
+    assert_eq!(pong.payload, 42, "the Pong echoes the payload");
+    assert!(dec.buffered().is_empty(), "nothing else");
+    response.json
+}
+
 /// Reads until the peer closes (or `within` passes) and returns everything read, and whether EOF was seen.
 pub async fn read_to_close(s: &mut TcpStream, within: Duration) -> (Vec<u8>, bool) {
     let mut out = Vec::new();

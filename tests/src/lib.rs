@@ -28,6 +28,7 @@ pub mod idle;
 /// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
 pub use moonbridge_client_scenarios as mc;
 pub mod natives;
+pub mod network;
 pub mod node;
 pub mod online;
 pub mod proxy;

@@ -4,42 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use moonbridge_protocol::legacy;
-use moonbridge_protocol::packets::{Handshake, NextState, Packet, StatusPing, StatusRequest, StatusResponse};
-use moonbridge_protocol::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::packets::{Packet, StatusResponse};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{read_to_close, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
+use moonbridge_tests::{read_to_close, status_ping, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-/// One status ping as a 1.7.10 client sends it: handshake (next state 1), Status Request, Ping. Returns the
-/// Status Response JSON, after checking the Pong.
-async fn status_ping(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let hs = Handshake {
-        protocol_version: 5,
-        server_address: "mc.example.com".into(),
-        server_port: 25565,
-        next_state: NextState::Status,
-    };
-    let mut out = hs.to_frame_bytes().unwrap().to_vec();
-    out.extend_from_slice(&StatusRequest.to_frame_bytes().unwrap());
-    out.extend_from_slice(&StatusPing { payload: 42 }.to_frame_bytes().unwrap());
-    s.write_all(&out).await.unwrap();
-    let (got, closed) = read_to_close(&mut s, STEP).await;
-    assert!(closed, "the proxy closes after the Pong");
-    let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-    dec.queue_slice(&got);
-    let response: StatusResponse = dec.try_next_frame().unwrap().expect("a Status Response").decode().unwrap();
-    let pong: StatusPing = dec.try_next_frame().unwrap().expect("a Pong").decode().unwrap();
-    assert_eq!(pong.payload, 42, "the Pong echoes the payload");
-    assert!(dec.buffered().is_empty(), "nothing else");
-    response.json
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_storm_costs_the_backend_one_exchange_per_interval() {

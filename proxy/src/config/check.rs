@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::errors::{ConfigError, ConfigProblem};
 use super::schema::{
-    AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, TransferConfig, DEFAULT_PING_INTERVAL_SECONDS,
-    DEFAULT_WS_PATH,
+    AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, NetworkConfig, TransferConfig,
+    DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
 };
 use super::settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 use crate::transport::Transport;
@@ -133,6 +133,9 @@ impl Config {
         if self.auth.session_timeout_seconds == 0 || self.auth.session_timeout_seconds > 300 {
             push("auth.session_timeout_seconds".into(), "must be between 1 and 300 seconds".into());
         }
+        if let Some(n) = &self.network {
+            check_network(n, &binds, &mut push);
+        }
         if !problems.is_empty() {
             return Err(ConfigError::Invalid(problems));
         }
@@ -152,6 +155,7 @@ impl Config {
             auth: self.auth.clone(),
             metrics: self.metrics.clone(),
             runtime: self.runtime.clone(),
+            network: self.network.clone(),
             tunables: Tunables {
                 limits: self.limits.clone(),
                 status: self.status.clone(),
@@ -160,6 +164,38 @@ impl Config {
                 transfer: self.transfer.clone(),
             },
         })
+    }
+}
+
+/// Checks `[network]`: the Redis URL's form, the name, the peer addresses (`binds`: the listeners').
+fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push: &mut impl FnMut(String, String)) {
+    let scheme_ok = n.redis_url.starts_with("redis://") || n.redis_url.starts_with("rediss://");
+    if !scheme_ok {
+        push("network.redis_url".into(), "must start with redis:// or rediss://".into());
+    } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(n.redis_url.as_str()) {
+        push("network.redis_url".into(), format!("not a Redis URL: {e}"));
+    }
+    let name_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if n.name.is_empty() || n.name.len() > 64 || !n.name.chars().all(name_ok) {
+        push("network.name".into(), "must be 1 to 64 characters of A-Z a-z 0-9 - _ .".into());
+    }
+    if n.peer_bind.port() != 0 && binds.contains(&n.peer_bind) {
+        push("network.peer_bind".into(), format!("{} is used by a [[listener]]", n.peer_bind));
+    }
+    match &n.peer_address {
+        Some(a) => {
+            if let Err(m) = check_host_port(a) {
+                push("network.peer_address".into(), m);
+            }
+        }
+        None if n.peer_bind.ip().is_unspecified() => push(
+            "network.peer_address".into(),
+            format!("needed when peer_bind ({}) is an unspecified address: the others cannot dial it", n.peer_bind),
+        ),
+        None => {}
+    }
+    if n.secret_file.as_os_str().is_empty() {
+        push("network.secret_file".into(), "must name a file".into());
     }
 }
 

@@ -56,6 +56,65 @@ pub struct Config {
     pub compression: CompressionConfig,
     /// `[transfer]`: moving connected players between backends (BungeeCord `Connect`, fallbacks).
     pub transfer: TransferConfig,
+    /// `[network]`: several instances sharing state through Redis (docs/cluster.md). Absent (the default): one
+    /// instance.
+    pub network: Option<NetworkConfig>,
+}
+
+/// `[network] duplicate_login`: what happens when a name that is already playing on the network logs in again.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DuplicateLogin {
+    /// `"kick_existing"` (the default): the older session gets "You logged in from another location" (as a
+    /// vanilla server does) and the new one plays.
+    #[default]
+    KickExisting,
+    /// `"refuse_new"`: the new login is refused with a Login Disconnect; the older session plays on.
+    RefuseNew,
+}
+
+impl std::fmt::Display for DuplicateLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::KickExisting => "kick_existing",
+            Self::RefuseNew => "refuse_new",
+        })
+    }
+}
+
+/// `[network]`: instances with the same `name` on one Redis form a network (docs/cluster.md): a lease per
+/// instance and per player (10 seconds, renewed every 2), resume across instances over authenticated instance
+/// links, one session per player name, network-wide counts. Needs a restart to change.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct NetworkConfig {
+    /// `redis_url`: `redis://[user:password@]host:port/db`, or `rediss://` for Redis over TLS (verified
+    /// against the system's roots). Required.
+    pub redis_url: String,
+    /// `name`: instances with the same name (and Redis) form one network; keys are kept under
+    /// `moonbridge:<name>:`. 1 to 64 characters of `A-Z a-z 0-9 - _ .`. Default `"main"`.
+    #[serde(default = "default_network_name")]
+    pub name: String,
+    /// `peer_bind`: `"IP:port"` where this instance accepts instance links from the others. Required. Keep it
+    /// on a private network: it is not for players.
+    pub peer_bind: SocketAddr,
+    /// `peer_address`: `"host:port"` the other instances dial to reach this one. Default: `peer_bind` (which
+    /// then must not be an unspecified address such as `0.0.0.0`).
+    #[serde(default)]
+    pub peer_address: Option<String>,
+    /// `secret_file`: a file holding the network's shared secret (at least 32 bytes, surrounding whitespace
+    /// ignored); instance links are mutually authenticated with it (HMAC-SHA-256 challenges both ways), and a
+    /// peer that cannot prove it is closed before anything is served. Required.
+    pub secret_file: PathBuf,
+    /// `duplicate_login`: `"kick_existing"` (default) or `"refuse_new"` ([`DuplicateLogin`]).
+    #[serde(default)]
+    pub duplicate_login: DuplicateLogin,
+}
+
+fn default_network_name() -> String {
+    "main".into()
 }
 
 /// `[compression]`: per-message zstd compression on WebSocket connections whose client offers
@@ -270,6 +329,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             compression: CompressionConfig::default(),
             transfer: TransferConfig::default(),
+            network: None,
         }
     }
 }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::schema::{
-    AuthConfig, CompressionConfig, Forwarding, LimitsConfig, MetricsConfig, RateLimitsConfig, RuntimeConfig,
-    StatusConfig, TransferConfig,
+    AuthConfig, CompressionConfig, Forwarding, LimitsConfig, MetricsConfig, NetworkConfig, RateLimitsConfig,
+    RuntimeConfig, StatusConfig, TransferConfig,
 };
 use crate::transport::Transport;
 use crate::trusted::{RealIpHeader, TrustedProxies};
@@ -29,6 +29,8 @@ pub struct Settings {
     pub metrics: MetricsConfig,
     /// `[runtime]`.
     pub runtime: RuntimeConfig,
+    /// `[network]`, when this instance is one of a network.
+    pub network: Option<NetworkConfig>,
     /// The sections used as written once checked, which a reload changes.
     pub tunables: Tunables,
 }

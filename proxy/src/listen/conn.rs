@@ -65,7 +65,7 @@ impl Conn {
         let carriages =
             Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
         // The same WebSocket setup for ws and wss, over TCP or over TLS.
-        let s = |ws| WsSetup { ws, peer, carriages, live: &live, state: &state, deadline };
+        let s = |ws, secure| WsSetup { ws, secure, peer, carriages, live: &live, state: &state, deadline };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -74,13 +74,13 @@ impl Conn {
                 Box::pin(self.run(deadline, setup)).await;
             }
             Accept::Ws(ws) => {
-                let setup = async { Ok(websocket(stream, s(ws)).await?) };
+                let setup = async { Ok(websocket(stream, s(ws, false)).await?) };
                 Box::pin(self.run(deadline, setup)).await;
             }
             Accept::Wss(ws, tls) => {
                 let setup = async {
                     let stream = tls_handshake(stream, tls, &metrics).await?;
-                    Ok(websocket(stream, s(ws)).await?)
+                    Ok(websocket(stream, s(ws, true)).await?)
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }

@@ -18,6 +18,8 @@ use tracing::debug;
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
 use crate::metrics::Metrics;
+use crate::network::peer::{forward_resume, Forwarded};
+use crate::relay::resume::hex_id;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
@@ -49,6 +51,8 @@ const CLOSE_BEFORE_DEADLINE: Duration = Duration::from_millis(250);
 /// What the WebSocket setup of one connection needs (the same for `ws` and `wss`).
 pub(super) struct WsSetup<'a> {
     pub(super) ws: &'a WsSettings,
+    /// A `wss` listener (the stream is TLS).
+    pub(super) secure: bool,
     /// The TCP peer (the real address comes from a trusted proxy's header, when there is one).
     pub(super) peer: SocketAddr,
     /// The carriages this proxy offers (v2 when resume is on, zstd when `[compression]` is).
@@ -107,7 +111,7 @@ pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
         counters,
     );
     let told_at = s.deadline.checked_sub(CLOSE_BEFORE_DEADLINE).unwrap_or(s.deadline);
-    resume_or_session(link, up, told_at, s.state).await
+    resume_or_session(link, up, told_at, s.state, s.secure).await
 }
 
 /// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
@@ -117,6 +121,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     up: Upgraded,
     told_at: Instant,
     state: &ProxyState,
+    secure: bool,
 ) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
     if up.v2 {
         link.enable_v2();
@@ -130,6 +135,18 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         match first {
             Ok(None) => {}
             Ok(Some(control)) => {
+                // `[network]`: a resume whose token names another live instance is carried there.
+                if let (Some(net), carriage::v2::Control::Resume { token, .. }) = (state.network(), &control) {
+                    let owner = hex_id(&token.instance);
+                    if owner != net.id {
+                        if let Some(peer) = net.peer_of(&owner) {
+                            let how = Forwarded { secure, zstd: up.zstd, client: up.client };
+                            let outcome = forward_resume(link, &control, peer, how, net).await;
+                            state.metrics.resume(outcome);
+                            return Err(WsSetupError::Resume(outcome));
+                        }
+                    }
+                }
                 let (table, metrics, log) = (&state.resume, &state.metrics, &state.bad_input_log);
                 return Err(WsSetupError::Resume(deliver_resumption(link, control, table, metrics, log).await));
             }

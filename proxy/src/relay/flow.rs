@@ -14,7 +14,6 @@ use moonbridge_protocol::FrameScanner;
 use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::resume;
 use crate::metrics::BackendMetrics;
@@ -40,7 +39,8 @@ impl ClientCipher {
 
 /// What the relay stage starts with.
 pub(crate) struct RelayStart<'a> {
-    pub(crate) shutdown: &'a CancellationToken,
+    /// The proxy's shutdown, or a kick of this session (a duplicate login).
+    pub(crate) shutdown: &'a crate::players::Stop,
     /// How the clientbound stream is followed: nothing (not plaintext Play), its frame boundaries, or the
     /// transfer layer's watch.
     pub(crate) follow: Follow,
@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn a_direction_counts_scans_and_ciphers_in_place() {
         let secret = [7u8; SHARED_SECRET_LEN];
-        let shutdown = CancellationToken::new();
+        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         let start = RelayStart {
             shutdown: &shutdown,
@@ -459,7 +459,7 @@ mod tests {
         tokio::io::AsyncWriteExt::write_all(&mut backend, &[before.clone(), after.clone()].concat()).await.unwrap();
 
         let secret = [3u8; SHARED_SECRET_LEN];
-        let shutdown = CancellationToken::new();
+        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         // No ticket: the switchboard itself is tested on live sockets (`tests/tests/transfer.rs`).
         let watching = Watching::new(ClientboundWatch::new(false), None, false, None);
@@ -513,7 +513,7 @@ mod tests {
 
     /// The two directions of a session that can be moved (no ticket, no cipher); `failover` when its backend
     /// has a fallback.
-    fn movable(shutdown: &CancellationToken, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
+    fn movable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
         let watching = Watching::new(ClientboundWatch::new(false), None, failover, None);
         Flow::pair(RelayStart {
             shutdown,
@@ -529,7 +529,7 @@ mod tests {
 
     #[test]
     fn a_lost_backend_hands_over_only_between_two_frames_and_only_with_a_fallback() {
-        let shutdown = CancellationToken::new();
+        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         let flows = |failover| movable(&shutdown, &metrics, failover);
         let (mut up, mut down) = flows(true);
@@ -552,7 +552,7 @@ mod tests {
     #[test]
     fn serverbound_bungeecord_messages_never_reach_the_backend_and_heads_are_held() {
         use moonbridge_protocol::packets::PluginMessage;
-        let shutdown = CancellationToken::new();
+        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
         let (mut up, _down) = movable(&shutdown, &metrics, false);
         let mut fields = Vec::new();

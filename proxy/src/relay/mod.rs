@@ -88,12 +88,10 @@ impl std::fmt::Display for RelayEnd {
     }
 }
 
-/// The Play Disconnect frame (protocol 5, packet 0x40 with a JSON chat reason) sent to players on shutdown.
-pub(crate) fn shutdown_disconnect_frame() -> Vec<u8> {
-    (PlayDisconnect { reason_json: chat_text(SHUTDOWN_REASON) })
-        .to_frame_bytes()
-        .map(|b| b.to_vec())
-        .unwrap_or_default()
+/// The Play Disconnect frame (protocol 5, packet 0x40 with a JSON chat reason) sent to players on shutdown
+/// (`reason`: [`SHUTDOWN_REASON`], or a kick's).
+pub(crate) fn shutdown_disconnect_frame(reason: &str) -> Vec<u8> {
+    (PlayDisconnect { reason_json: chat_text(reason) }).to_frame_bytes().map(|b| b.to_vec()).unwrap_or_default()
 }
 
 /// Where the player's bytes go, for [`inject_shutdown`]: a TCP socket or a WebSocket.
@@ -106,12 +104,13 @@ pub(crate) trait PlayerSink {
 
 /// The shutdown step of every relay: within [`SHUTDOWN_FLUSH_TIMEOUT`], the player gets what the backend
 /// already sent and then, at a frame boundary of a plaintext stream, the Play Disconnect (encrypted in online
-/// mode). The transport's own close (FIN, WebSocket Close 1001) follows in the caller.
-pub(crate) async fn inject_shutdown(sink: &mut impl PlayerSink, down: &mut Flow) {
+/// mode) with the kick's reason or [`SHUTDOWN_REASON`]. The transport's own close (FIN, WebSocket Close 1001)
+/// follows in the caller.
+pub(crate) async fn inject_shutdown(sink: &mut impl PlayerSink, down: &mut Flow, stop: &crate::players::Stop) {
     let _ = tokio::time::timeout(SHUTDOWN_FLUSH_TIMEOUT, async {
         sink.drain(down).await?;
         if down.at_frame_boundary() {
-            let mut disconnect = shutdown_disconnect_frame();
+            let mut disconnect = shutdown_disconnect_frame(stop.kicked().unwrap_or(SHUTDOWN_REASON));
             down.seal(&mut disconnect);
             sink.send(disconnect).await?;
         }

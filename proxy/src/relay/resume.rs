@@ -105,6 +105,11 @@ impl Refusal {
         Self { code: CLOSE_RESUME_USED, outcome: "refused_used", reason: "token already used" };
 }
 
+/// An instance id as text (16 lowercase hexadecimal digits), as in a token.
+pub(crate) fn hex_id(instance: &[u8; INSTANCE_LEN]) -> String {
+    instance.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A session's entry in the table; dropping it removes the entry (if still there).
 pub(crate) struct Registration {
     table: Arc<ResumeTable>,
@@ -129,6 +134,11 @@ impl ResumeTable {
         let mut instance = [0u8; INSTANCE_LEN];
         OsRng.fill_bytes(&mut instance);
         Self { instance, inner: Mutex::new(Inner::default()) }
+    }
+
+    /// This instance's id as tokens carry it: 16 lowercase hexadecimal digits.
+    pub(crate) fn instance_id(&self) -> String {
+        hex_id(&self.instance)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

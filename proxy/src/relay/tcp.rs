@@ -170,7 +170,7 @@ pub(crate) async fn run(
         }
     };
     if matches!(first, RelayEnd::Shutdown) {
-        inject_shutdown(&mut TcpSink(player), &mut down).await;
+        inject_shutdown(&mut TcpSink(player), &mut down, shutdown).await;
     }
     RelayReport { up: up.bytes, down: down.bytes, end: first, visited: None }
 }
@@ -181,7 +181,7 @@ async fn pumps(
     backend: &TcpStream,
     up: &mut Flow,
     down: &mut Flow,
-    shutdown: &tokio_util::sync::CancellationToken,
+    shutdown: &crate::players::Stop,
 ) -> Option<RelayEnd> {
     let c2b = pump(player, backend, up, Side::Backend);
     let b2c = pump(backend, player, down, Side::Player);
@@ -224,7 +224,7 @@ async fn board_relay(
     backend: &mut BackendSide,
     up: &mut Flow,
     down: &mut Flow,
-    shutdown: &tokio_util::sync::CancellationToken,
+    shutdown: &crate::players::Stop,
 ) -> RelayEnd {
     let mut player_done: Option<tokio::time::Instant> = None;
     loop {

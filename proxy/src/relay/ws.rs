@@ -19,7 +19,6 @@ use bytes::{Bytes, BytesMut};
 use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING};
 use moonbridge_protocol::ws::{self as carriage, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 use super::v2::{next_resumption, Resumable, StretchEnd};
 use super::{inject_shutdown, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
@@ -37,7 +36,7 @@ pub(super) struct Pipe<'a> {
     pub(super) backend: &'a mut BackendSide,
     pub(super) up: Flow,
     pub(super) down: Flow,
-    pub(super) shutdown: &'a CancellationToken,
+    pub(super) shutdown: &'a crate::players::Stop,
 }
 
 impl<'a> Pipe<'a> {
@@ -267,7 +266,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 }
                 () = pipe.shutdown.cancelled() => {
-                    inject_shutdown(self, &mut pipe.down).await;
+                    inject_shutdown(self, &mut pipe.down, pipe.shutdown).await;
                     let code = if v2.is_some() { CLOSE_SERVICE_RESTART } else { carriage::CLOSE_GOING_AWAY };
                     self.close(code, "proxy shutting down").await;
                     return StretchEnd::End(RelayEnd::Shutdown);

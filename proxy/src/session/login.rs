@@ -22,7 +22,8 @@ use crate::backend::Identity;
 use crate::config::AuthMode;
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
-use crate::players::{Seen, COMMAND_QUEUE};
+use crate::network::{Admit, ALREADY_PLAYING};
+use crate::players::{Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
 use crate::relay::{BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
@@ -118,6 +119,19 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     if let Some(profile) = &verified {
         summary.player = Some(profile.name.clone());
     }
+    // `[network]`: one session per name on the whole network (`duplicate_login`).
+    if let Some(net) = state.network() {
+        let name = verified.as_ref().map_or(login.name.as_str(), |p| p.name.as_str());
+        if net.admit(name).await == Admit::Refuse {
+            login_disconnect(s.player, ALREADY_PLAYING, encryptor(&mut cipher), Finish::Normal).await;
+            summary.reason =
+                "refused: the name is already playing on the network (duplicate_login = refuse_new)".into();
+            summary.outcome = Some("duplicate_refused");
+            return summary;
+        }
+    }
+    // The session's stop signal: the proxy's shutdown, or a kick of this session (a duplicate login).
+    let stop = Stop::child_of(s.shutdown);
     // Boxed: it waits across the whole session (for the transfer layer) and would otherwise size every task.
     let identity =
         Box::new(Identity { handshake, login_raw, name: login.name, client: s.info.client, profile: verified });
@@ -256,7 +270,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let mut registration = None;
     let mut board = None;
     let follow = if !logged_in || !transfer::applies(&live, backend) {
-        registration = seen.map(|seen| state.players.register(seen, None));
+        registration = seen.map(|seen| state.players.register(seen, None, Some(Arc::clone(&stop))));
         drop(identity);
         let mut scanner = FrameScanner::new();
         if logged_in && scanner.scan(&first).is_ok() {
@@ -279,7 +293,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             identity: *identity,
             metrics: Arc::clone(&state.metrics),
             backend: backend.clone(),
-            registration: seen.map(|seen| state.players.register(seen, Some(tx))),
+            registration: seen.map(|seen| state.players.register(seen, Some(tx), Some(Arc::clone(&stop)))),
         });
         match watch.scan(&first, 0) {
             Ok(Verdict::Pass) => Follow::Watch(Box::new(Watching::new(watch, Some(ticket), fallback, Some(rx)))),
@@ -316,7 +330,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         return summary;
     }
     drop(first);
-    let start = RelayStart { shutdown: s.shutdown, follow, up, down, write_stall, cipher, metrics, resume };
+    let start = RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume };
     let side = match board {
         Some((ticket, handed)) => BackendSide::Board((*ticket).board(stream, handed)),
         None => BackendSide::new(stream),
@@ -325,7 +339,10 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     drop(registration);
     summary.up = report.up;
     summary.down = report.down;
-    summary.reason = report.end.to_string();
+    summary.reason = match stop.kicked() {
+        Some(reason) => format!("kicked: {reason}"),
+        None => report.end.to_string(),
+    };
     if let Some(visited) = report.visited {
         // The session's end line names every backend the player was on, in order.
         summary.backend = Some(visited.join(","));

@@ -73,8 +73,26 @@ pub(super) async fn status<P: Player>(s: Session<'_, P>, handshake: Handshake, r
             fallback_status_json(&offline_message(live, backend))
         }
     };
+    // `[network]`: the server list shows the network's players, not the one backend's.
+    let json = match s.state.network() {
+        Some(_) => with_online(&json, s.state.players.count(None)),
+        None => json,
+    };
     answer_status(player, live, &json, rest).await;
     summary
+}
+
+/// `json` (a Status Response) with `players.online` set to `online`; unchanged when it has no `players`
+/// object (or is not JSON).
+fn with_online(json: &str, online: usize) -> String {
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(json) else { return json.to_string() };
+    match value.get_mut("players").and_then(serde_json::Value::as_object_mut) {
+        Some(players) => {
+            players.insert("online".into(), online.into());
+            value.to_string()
+        }
+        None => json.to_string(),
+    }
 }
 
 /// The backend's Status Response JSON, from the cache or fetched now, and which of the two.
@@ -232,4 +250,19 @@ pub(super) async fn legacy_ping<P: Player>(
     let mut summary = Summary::new(how);
     summary.backend = Some(backend.name.clone());
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_count_replaces_the_backends() {
+        let backend = r#"{"version":{"name":"1.7.10","protocol":5},"players":{"max":20,"online":1},"description":"x"}"#;
+        let v: serde_json::Value = serde_json::from_str(&with_online(backend, 7)).unwrap();
+        assert_eq!((v["players"]["online"].as_u64(), v["players"]["max"].as_u64()), (Some(7), Some(20)));
+        assert_eq!(v["description"], "x");
+        assert_eq!(with_online(r#"{"description":"x"}"#, 7), r#"{"description":"x"}"#);
+        assert_eq!(with_online("not json", 7), "not json");
+    }
 }

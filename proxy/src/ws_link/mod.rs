@@ -151,6 +151,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         }
     }
 
+    /// The stream and the bytes read from it but not decoded yet (to carry the connection elsewhere whole:
+    /// a resume for another instance of the network).
+    pub(crate) fn into_raw(mut self) -> (S, BytesMut) {
+        let rest = self.dec.buffer_mut().split();
+        (self.stream, rest)
+    }
+
     /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
     /// sends. The contexts are made on first use.
     pub(crate) fn enable_zstd(&mut self, level: i32) {

@@ -1,0 +1,408 @@
+//! Instance links: the authenticated TCP connections between the instances of a network (`[network]
+//! peer_bind`). One link per request, no multiplexing.
+//!
+//! Opening (both ways bound by [`AUTH_TIMEOUT`]), after TLS when the link carries a `wss` player's resume:
+//!
+//! | who | bytes |
+//! |---|---|
+//! | dialler | [`MAGIC`] (8 bytes), its nonce (32 random bytes) |
+//! | listener | its nonce (32), `HMAC-SHA-256(secret, "moonbridge link server" ‖ dialler nonce ‖ listener nonce ‖ binding)` |
+//! | dialler | `HMAC-SHA-256(secret, "moonbridge link client" ‖ listener nonce ‖ dialler nonce ‖ binding)`, then the request: `u16` big-endian length (at most [`MAX_REQUEST_BYTES`]) and that much JSON ([`Request`]) |
+//!
+//! `binding` is 32 bytes of TLS keying material (RFC 5705 exporter, label [`EXPORTER_LABEL`]) on a TLS link,
+//! and empty on a plain one: a relayed TLS link fails the check, so the certificate itself need not be trusted.
+//! Each side checks the other's MAC (constant time) before it sends anything else; a link that fails is
+//! closed. After a `resume` request the link carries the player's WebSocket bytes both ways, unchanged; after
+//! a `kick` the listener answers with one `u16`-prefixed JSON object (`{"kicked": bool}`).
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_lc_rs::hmac;
+use rand_core::{OsRng, RngCore};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The first bytes of a plain link (a TLS link starts with a TLS ClientHello, byte `0x16`).
+pub(crate) const MAGIC: &[u8; 8] = b"MBLINK1\n";
+/// The shortest secret accepted, in bytes.
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
+/// The longest request, in bytes of JSON: 4,096.
+pub(crate) const MAX_REQUEST_BYTES: usize = 4096;
+/// The opening's deadline on each side (connect, TLS, both MACs and the request): 5 seconds.
+pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The RFC 5705 exporter label that binds a TLS link's MACs to its TLS session.
+pub(crate) const EXPORTER_LABEL: &[u8] = b"EXPORTER-moonbridge-instance-link";
+const NONCE_LEN: usize = 32;
+const MAC_LEN: usize = 32;
+
+/// Why the network could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkError {
+    /// `secret_file` could not be read.
+    #[error("network.secret_file {path}: {source}")]
+    SecretRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `secret_file` holds fewer than [`MIN_SECRET_BYTES`] bytes.
+    #[error("network.secret_file {path}: the secret has {len} bytes; at least {} are needed", MIN_SECRET_BYTES)]
+    SecretShort {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Bytes it holds (surrounding whitespace ignored).
+        len: usize,
+    },
+    /// `redis_url` was refused by the Redis client.
+    #[error("network.redis_url: {0}")]
+    Redis(String),
+    /// `peer_bind` could not be bound.
+    #[error("cannot listen on network.peer_bind {bind}: {source}")]
+    PeerBind {
+        /// The address.
+        bind: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The network's shared secret, as an HMAC-SHA-256 key.
+pub(crate) struct Secret(hmac::Key);
+
+impl Secret {
+    /// Reads `path`: its bytes, surrounding whitespace trimmed, at least [`MIN_SECRET_BYTES`].
+    pub(crate) fn load(path: &Path) -> Result<Self, NetworkError> {
+        let bytes = std::fs::read(path).map_err(|source| NetworkError::SecretRead { path: path.into(), source })?;
+        let trimmed = bytes.trim_ascii();
+        if trimmed.len() < MIN_SECRET_BYTES {
+            return Err(NetworkError::SecretShort { path: path.into(), len: trimmed.len() });
+        }
+        Ok(Self::new(trimmed))
+    }
+
+    /// A key from the secret's bytes.
+    pub(crate) fn new(secret: &[u8]) -> Self {
+        Self(hmac::Key::new(hmac::HMAC_SHA256, secret))
+    }
+
+    fn mac(&self, role: &[u8], first: &[u8], second: &[u8], binding: &[u8]) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(&self.0);
+        for part in [role, first, second, binding] {
+            ctx.update(part);
+        }
+        ctx.sign()
+    }
+
+    fn verify(&self, role: &[u8], first: &[u8], second: &[u8], binding: &[u8], tag: &[u8]) -> bool {
+        let mut data = Vec::with_capacity(role.len() + first.len() + second.len() + binding.len());
+        for part in [role, first, second, binding] {
+            data.extend_from_slice(part);
+        }
+        hmac::verify(&self.0, &data, tag).is_ok()
+    }
+}
+
+const SERVER_ROLE: &[u8] = b"moonbridge link server";
+const CLIENT_ROLE: &[u8] = b"moonbridge link client";
+
+/// What a link asks of the instance it reaches.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum Request {
+    /// A player's carriage v2 resume request, and from then on the player's WebSocket bytes both ways.
+    Resume {
+        /// The player reached the forwarding instance over `wss` (the link is then TLS too).
+        secure: bool,
+        /// `moonbridge.v2.zstd` was selected, at this level for what the owner sends.
+        zstd: Option<i32>,
+        /// The player's real address, for the owner's logs.
+        client: SocketAddr,
+        /// The resume request as the player sent it (`resume <token> <received> <sent>`).
+        control: String,
+    },
+    /// End player `name`'s session with `reason` (a duplicate login elsewhere).
+    Kick {
+        /// The player's name (any case).
+        name: String,
+        /// Plain text for the player's disconnect screen.
+        reason: String,
+    },
+}
+
+/// The answer to [`Request::Kick`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct KickAnswer {
+    /// The player was on that instance and was told to go.
+    pub(crate) kicked: bool,
+}
+
+/// Why a link failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LinkError {
+    #[error("instance link: {0}")]
+    Io(#[from] io::Error),
+    #[error("instance link: the peer did not prove the network's secret")]
+    BadMac,
+    #[error("instance link: not a MoonBridge instance link")]
+    BadMagic,
+    #[error("instance link: request of {0} bytes (at most {MAX_REQUEST_BYTES})")]
+    TooLong(usize),
+    #[error("instance link: bad request: {0}")]
+    BadRequest(String),
+    #[error("instance link: timed out after {}s", AUTH_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("instance link: TLS: {0}")]
+    Tls(String),
+}
+
+fn nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    OsRng.fill_bytes(&mut n);
+    n
+}
+
+/// The dialler's side of the opening on `stream`, then `request`.
+pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    binding: &[u8],
+    request: &Request,
+) -> Result<(), LinkError> {
+    let json = serde_json::to_vec(request).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let len = u16::try_from(json.len()).ok().filter(|l| usize::from(*l) <= MAX_REQUEST_BYTES);
+    let len = len.ok_or(LinkError::TooLong(json.len()))?;
+    let mine = nonce();
+    let mut hello = Vec::with_capacity(MAGIC.len() + NONCE_LEN);
+    hello.extend_from_slice(MAGIC);
+    hello.extend_from_slice(&mine);
+    stream.write_all(&hello).await?;
+    let mut answer = [0u8; NONCE_LEN + MAC_LEN];
+    stream.read_exact(&mut answer).await?;
+    let (theirs, tag) = answer.split_at(NONCE_LEN);
+    if !secret.verify(SERVER_ROLE, &mine, theirs, binding, tag) {
+        return Err(LinkError::BadMac);
+    }
+    let mut out = Vec::with_capacity(MAC_LEN + 2 + json.len());
+    out.extend_from_slice(secret.mac(CLIENT_ROLE, theirs, &mine, binding).as_ref());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&json);
+    stream.write_all(&out).await?;
+    stream.flush().await?;
+    Ok(())
+}
+
+/// The listener's side of the opening on `stream` (whose [`MAGIC`] is still unread): the dialler's request.
+pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    secret: &Secret,
+    binding: &[u8],
+) -> Result<Request, LinkError> {
+    let mut hello = [0u8; 8 + NONCE_LEN];
+    stream.read_exact(&mut hello).await?;
+    let (magic, theirs) = hello.split_at(MAGIC.len());
+    if magic != MAGIC {
+        return Err(LinkError::BadMagic);
+    }
+    let mine = nonce();
+    let mut answer = Vec::with_capacity(NONCE_LEN + MAC_LEN);
+    answer.extend_from_slice(&mine);
+    answer.extend_from_slice(secret.mac(SERVER_ROLE, theirs, &mine, binding).as_ref());
+    stream.write_all(&answer).await?;
+    stream.flush().await?;
+    let mut proof = [0u8; MAC_LEN + 2];
+    stream.read_exact(&mut proof).await?;
+    let (tag, len) = proof.split_at(MAC_LEN);
+    if !secret.verify(CLIENT_ROLE, &mine, theirs, binding, tag) {
+        return Err(LinkError::BadMac);
+    }
+    let len = usize::from(u16::from_be_bytes([len.first().copied().unwrap_or(0), len.get(1).copied().unwrap_or(0)]));
+    if len > MAX_REQUEST_BYTES {
+        return Err(LinkError::TooLong(len));
+    }
+    let mut json = vec![0u8; len];
+    stream.read_exact(&mut json).await?;
+    serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
+}
+
+/// Dials instance `peer` (`host:port`) within [`AUTH_TIMEOUT`].
+pub(crate) async fn dial(peer: &str) -> Result<TcpStream, LinkError> {
+    let stream =
+        tokio::time::timeout(AUTH_TIMEOUT, TcpStream::connect(peer)).await.map_err(|_| LinkError::Timeout)??;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Asks instance `peer` to end player `name`'s session with `reason`; whether it had the player.
+pub(crate) async fn kick(peer: &str, secret: &Secret, name: &str, reason: &str) -> Result<bool, LinkError> {
+    tokio::time::timeout(AUTH_TIMEOUT, async {
+        let mut stream = dial(peer).await?;
+        let request = Request::Kick { name: name.to_string(), reason: reason.to_string() };
+        open(&mut stream, secret, &[], &request).await?;
+        let answer: KickAnswer = read_json(&mut stream).await?;
+        Ok(answer.kicked)
+    })
+    .await
+    .map_err(|_| LinkError::Timeout)?
+}
+
+/// Reads one `u16`-prefixed JSON object of at most [`MAX_REQUEST_BYTES`].
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned, S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> Result<T, LinkError> {
+    let len = usize::from(stream.read_u16().await?);
+    if len > MAX_REQUEST_BYTES {
+        return Err(LinkError::TooLong(len));
+    }
+    let mut json = vec![0u8; len];
+    stream.read_exact(&mut json).await?;
+    serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
+}
+
+/// Writes one `u16`-prefixed JSON object.
+pub(crate) async fn write_json<T: serde::Serialize, S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    value: &T,
+) -> Result<(), LinkError> {
+    let json = serde_json::to_vec(value).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let len = u16::try_from(json.len()).map_err(|_| LinkError::TooLong(json.len()))?;
+    let mut out = Vec::with_capacity(2 + json.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&json);
+    stream.write_all(&out).await?;
+    stream.flush().await?;
+    Ok(())
+}
+
+/// The TLS client configuration of links that carry a `wss` player: the listener's certificate is not
+/// checked (the MACs, bound to the TLS session, authenticate both ends), so any certificate a `wss`
+/// listener has serves.
+pub(crate) fn tls_client() -> Result<std::sync::Arc<rustls::ClientConfig>, LinkError> {
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = std::sync::Arc::new(AnyCertificate(std::sync::Arc::clone(&provider)));
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| LinkError::Tls(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
+/// Accepts any certificate chain; checks the handshake signatures with the provider's algorithms.
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS binding of a link: 32 bytes of exported keying material.
+pub(crate) fn binding<D>(conn: &rustls::ConnectionCommon<D>) -> Result<[u8; 32], LinkError> {
+    conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None).map_err(|e| LinkError::Tls(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn both_ends_prove_the_secret_and_the_request_arrives() {
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let secret = Secret::new(&[7u8; 32]);
+        let request = Request::Kick { name: "Alex".into(), reason: "bye".into() };
+        let (opened, accepted) =
+            tokio::join!(open(&mut a, &secret, b"bind", &request), accept(&mut b, &secret, b"bind"));
+        assert!(opened.is_ok());
+        assert_eq!(accepted.ok(), Some(request.clone()));
+
+        // A dialler without the secret is refused before any request is read; and it refuses the listener.
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let wrong = Secret::new(&[8u8; 32]);
+        // The dialler hangs up once it has refused, as `dial` does by dropping its stream.
+        let request_ref = &request;
+        let dialler = async move {
+            let opened = open(&mut a, &wrong, &[], request_ref).await;
+            drop(a);
+            opened
+        };
+        let (opened, accepted) = tokio::join!(dialler, accept(&mut b, &secret, &[]));
+        assert!(matches!(opened, Err(LinkError::BadMac)));
+        assert!(accepted.is_err());
+
+        // The same secret over a different binding (a relayed TLS link) fails too.
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let secret_ref = &secret;
+        let dialler = async move {
+            let opened = open(&mut a, secret_ref, b"one", request_ref).await;
+            drop(a);
+            opened
+        };
+        let (opened, accepted) = tokio::join!(dialler, accept(&mut b, &secret, b"two"));
+        assert!(matches!(opened, Err(LinkError::BadMac)));
+        assert!(accepted.is_err());
+    }
+
+    #[tokio::test]
+    async fn bad_openings_are_refused() {
+        let secret = Secret::new(&[7u8; 32]);
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        a.write_all(b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").await.unwrap();
+        assert!(matches!(accept(&mut b, &secret, &[]).await, Err(LinkError::BadMagic)));
+        let json = br#"{"op":"kick","name":"a","reason":"b","extra":1}"#;
+        assert!(serde_json::from_slice::<Request>(json).is_err(), "unknown fields are refused");
+        let resume = Request::Resume {
+            secure: true,
+            zstd: Some(1),
+            client: ([10, 0, 0, 1], 5).into(),
+            control: "resume x 1 2".into(),
+        };
+        let text = serde_json::to_string(&resume).unwrap();
+        assert_eq!(text, r#"{"op":"resume","secure":true,"zstd":1,"client":"10.0.0.1:5","control":"resume x 1 2"}"#);
+    }
+
+    #[test]
+    fn short_secrets_are_refused() {
+        let dir = std::env::temp_dir().join(format!("mb-secret-{}", std::process::id()));
+        std::fs::write(&dir, "  short secret \n").unwrap();
+        assert!(matches!(Secret::load(&dir), Err(NetworkError::SecretShort { len: 12, .. })));
+        std::fs::write(&dir, format!("{}\n", "k".repeat(32))).unwrap();
+        assert!(Secret::load(&dir).is_ok());
+        let _ = std::fs::remove_file(&dir);
+    }
+}

@@ -1,0 +1,356 @@
+//! `[network]`: several MoonBridge instances sharing state through Redis (docs/cluster.md).
+//!
+//! - **Leases.** Each instance writes itself (`moonbridge:<name>:instance:<id>`, JSON: its peer address and
+//!   player count) and its players (the hash `moonbridge:<name>:players:<id>`, lower-case name → JSON
+//!   [`Record`]) with an expiry of [`LEASE`], renewed every [`RENEW_EVERY`]; the sorted set
+//!   `moonbridge:<name>:instances` indexes the ids. An instance that dies or loses Redis is gone from the
+//!   network within one lease. A renewal that finds its player hash missing (Redis restarted empty, a
+//!   failover), or that follows a failed one, writes the whole table again.
+//! - **What the others hold.** Each renewal reads the live instances' peer addresses and their players, so
+//!   counts and lists ([`crate::players::PlayerTable::count`]) and the server list are the network's.
+//! - **One session per name.** A login asks Redis at once whether the name plays on another instance
+//!   ([`Network::admit`]); `duplicate_login` decides who stays. A kick on another instance goes over an
+//!   instance link ([`link`]).
+//! - **Resume across instances.** A resume whose token names another live instance is carried there over an
+//!   instance link ([`link::forward_resume`]); the owner keeps the backend connection.
+//! - **Degraded, not down.** Every Redis round trip is bounded by [`REDIS_TIMEOUT`]; without Redis an instance
+//!   serves with local state (logins go on, resumes to other instances get 4002), logs once per change of
+//!   state and says so in `moonbridge_network_redis_up`.
+
+pub(crate) mod link;
+pub(crate) mod peer;
+
+pub use link::NetworkError;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{DuplicateLogin, NetworkConfig};
+use crate::metrics::NetworkMetrics;
+use crate::players::{PlayerTable, Record, Update, Updates};
+
+/// How long an instance's and its players' entries live without a renewal: 10 seconds.
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+/// How often an instance renews its entries and reads the others': every 2 seconds.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(2);
+/// The longest one Redis round trip may take (connect, command or pipeline): 1 second. A login or a resume
+/// waits at most this long for Redis before it goes on with local state.
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+/// Player changes queued for Redis between renewals: 4,096; past it the next renewal rewrites the whole table.
+const UPDATE_QUEUE: usize = 4096;
+/// Ids not renewed for this long are dropped from the index (their leases expired long before): 60 seconds.
+const PRUNE_AFTER: Duration = Duration::from_secs(60);
+/// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
+pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
+/// What a new login reads when `duplicate_login = "refuse_new"`.
+pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
+
+/// What a login may do about a name that is already playing.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// Go on (nobody else had the name, or the older session was told to go).
+    Go,
+    /// Refuse the new login (`refuse_new`).
+    Refuse,
+}
+
+/// This instance's place in the network.
+pub(crate) struct Network {
+    pub(crate) config: NetworkConfig,
+    /// 16 hex digits: the resume tokens' instance id.
+    pub(crate) id: String,
+    /// `moonbridge:<name>:`.
+    prefix: String,
+    /// What the others dial.
+    peer_address: String,
+    pub(crate) secret: link::Secret,
+    client: redis::Client,
+    redis: Mutex<Option<ConnectionManager>>,
+    up: AtomicBool,
+    /// Live instances other than this one: id → peer address (as of the last renewal).
+    peers: RwLock<HashMap<String, String>>,
+    players: Arc<PlayerTable>,
+    updates: Mutex<Option<mpsc::Receiver<Update>>>,
+    overflowed: Arc<AtomicBool>,
+    pub(crate) metrics: NetworkMetrics,
+    /// Resumes this instance carries to their owners ([`peer::forward_resume`]).
+    pub(crate) pipes: tokio_util::task::TaskTracker,
+    /// Cancelled at shutdown: forwarded connections end (their players resume at another instance).
+    pub(crate) stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network").field("id", &self.id).field("name", &self.config.name).finish_non_exhaustive()
+    }
+}
+
+impl Network {
+    /// Reads the secret and checks the Redis URL; `id` is the resume table's instance id, `peer_address` what
+    /// the others dial (`peer_address`, or the bound `peer_bind`). Nothing is
+    /// connected yet ([`Network::run`] does that, and keeps trying).
+    pub(crate) fn new(
+        config: NetworkConfig,
+        id: String,
+        players: Arc<PlayerTable>,
+        metrics: NetworkMetrics,
+        peer_address: String,
+    ) -> Result<Self, NetworkError> {
+        let secret = link::Secret::load(&config.secret_file)?;
+        let client = redis::Client::open(config.redis_url.as_str()).map_err(|e| NetworkError::Redis(e.to_string()))?;
+        let (tx, rx) = mpsc::channel(UPDATE_QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        players.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
+        Ok(Self {
+            prefix: format!("moonbridge:{}:", config.name),
+            peer_address,
+            config,
+            id,
+            secret,
+            client,
+            redis: Mutex::new(None),
+            up: AtomicBool::new(false),
+            peers: RwLock::new(HashMap::new()),
+            players,
+            updates: Mutex::new(Some(rx)),
+            overflowed,
+            metrics,
+            pipes: tokio_util::task::TaskTracker::new(),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}{what}", self.prefix)
+    }
+
+    fn players_key(&self, id: &str) -> String {
+        format!("{}players:{id}", self.prefix)
+    }
+
+    /// The peer address of live instance `id` (other than this one), as of the last renewal.
+    pub(crate) fn peer_of(&self, id: &str) -> Option<String> {
+        self.peers.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+    }
+
+    fn connection(&self) -> Option<ConnectionManager> {
+        self.redis.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The instance (other than this one) where `name` plays, asked of Redis now; `None` when nobody else has
+    /// it or Redis does not answer within [`REDIS_TIMEOUT`].
+    async fn holder_of(&self, name: &str) -> Option<String> {
+        let mut con = self.connection()?;
+        let ids: Vec<String> = self.peers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+        if ids.is_empty() {
+            return None;
+        }
+        let key = name.to_lowercase();
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HEXISTS").arg(self.players_key(id)).arg(&key);
+        }
+        let found: Vec<bool> = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await.ok()?.ok()?;
+        ids.into_iter().zip(found).find_map(|(id, f)| f.then_some(id))
+    }
+
+    /// Applies `duplicate_login` to a login of `name`: on this instance and, through Redis, on the others.
+    /// Waits for Redis and a kick on another instance for at most a few seconds; without Redis only this
+    /// instance is checked.
+    pub(crate) async fn admit(&self, name: &str) -> Admit {
+        let policy = self.config.duplicate_login;
+        if self.players.find(name).is_some() {
+            if policy == DuplicateLogin::RefuseNew {
+                self.metrics.duplicate("refused_new");
+                return Admit::Refuse;
+            }
+            self.players.kick(name, KICKED_ELSEWHERE);
+            self.metrics.duplicate("kicked_existing");
+        }
+        let Some(holder) = self.holder_of(name).await else { return Admit::Go };
+        if policy == DuplicateLogin::RefuseNew {
+            self.metrics.duplicate("refused_new");
+            return Admit::Refuse;
+        }
+        self.metrics.duplicate("kicked_existing");
+        if let Some(peer) = self.peer_of(&holder) {
+            if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
+                warn!(instance = %holder, peer = %peer, "could not ask the instance holding {name} to end that session: {e}");
+            }
+        }
+        Admit::Go
+    }
+
+    /// Renews this instance's leases and reads the others' until `stop`, then removes this instance's entries
+    /// (so its players leave the network's counts at once).
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let Some(mut updates) = self.updates.lock().unwrap_or_else(PoisonError::into_inner).take() else { return };
+        let mut tick = tokio::time::interval(RENEW_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first renewal writes everything.
+        let mut rewrite = true;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let ok = self.renew(&mut rewrite).await;
+                    self.set_up(ok);
+                }
+                Some(update) = updates.recv() => {
+                    if !rewrite && !self.apply(update).await {
+                        rewrite = true;
+                    }
+                }
+                () = stop.cancelled() => break,
+            }
+        }
+        if let Some(mut con) = self.connection() {
+            let mut pipe = redis::pipe();
+            pipe.del(self.key(&format!("instance:{}", self.id))).ignore();
+            pipe.del(self.players_key(&self.id)).ignore();
+            pipe.zrem(self.key("instances"), &self.id).ignore();
+            let _ = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await;
+        }
+    }
+
+    /// Logs and counts a change between Redis reachable and not.
+    fn set_up(&self, ok: bool) {
+        self.metrics.redis_up.set(i64::from(ok));
+        if self.up.swap(ok, Ordering::Relaxed) != ok {
+            if ok {
+                info!(network = %self.config.name, instance = %self.id, "Redis reachable: this instance is part of the network");
+            } else {
+                warn!(network = %self.config.name, instance = %self.id, "Redis unreachable: serving with this instance's state only (logins go on; resumes to other instances are refused)");
+                self.players.set_others(Vec::new());
+                self.peers.write().unwrap_or_else(PoisonError::into_inner).clear();
+                self.metrics.instances.set(1);
+                self.metrics.players.set(self.players.local_count() as i64);
+            }
+        }
+    }
+
+    /// One player change; false when Redis did not take it.
+    async fn apply(&self, (key, record): Update) -> bool {
+        let Some(mut con) = self.connection() else { return false };
+        let hash = self.players_key(&self.id);
+        let mut pipe = redis::pipe();
+        match record.and_then(|r| serde_json::to_string(&r).ok()) {
+            Some(json) => pipe.hset(&hash, &key, json).ignore().pexpire(&hash, lease_ms()).ignore(),
+            None => pipe.hdel(&hash, &key).ignore(),
+        };
+        matches!(tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await, Ok(Ok(())))
+    }
+
+    /// Connects when not yet connected; one renewal; the others read. False when Redis failed.
+    async fn renew(&self, rewrite: &mut bool) -> bool {
+        let con = match self.connection() {
+            Some(c) => c,
+            None => {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(REDIS_TIMEOUT))
+                    .set_response_timeout(Some(REDIS_TIMEOUT))
+                    .set_number_of_retries(1)
+                    .set_max_delay(RENEW_EVERY);
+                match tokio::time::timeout(
+                    REDIS_TIMEOUT * 2,
+                    ConnectionManager::new_with_config(self.client.clone(), cfg),
+                )
+                .await
+                {
+                    Ok(Ok(c)) => {
+                        *self.redis.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
+                        c
+                    }
+                    _ => {
+                        self.metrics.lease("missed");
+                        *rewrite = true;
+                        return false;
+                    }
+                }
+            }
+        };
+        let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite)).await;
+        let ok = matches!(result, Ok(Ok(())));
+        self.metrics.lease(if ok { "renewed" } else { "missed" });
+        if !ok {
+            // Whatever was lost meanwhile is written again at the next renewal that works.
+            *rewrite = true;
+        }
+        ok
+    }
+
+    async fn renew_on(&self, mut con: ConnectionManager, rewrite: &mut bool) -> redis::RedisResult<()> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let hash = self.players_key(&self.id);
+        if std::mem::take(rewrite) || self.overflowed.swap(false, Ordering::Relaxed) {
+            let records = self.players.records();
+            let mut pipe = redis::pipe();
+            pipe.atomic().del(&hash).ignore();
+            for (key, record) in &records {
+                if let Ok(json) = serde_json::to_string(record) {
+                    pipe.hset(&hash, key, json).ignore();
+                }
+            }
+            pipe.pexpire(&hash, lease_ms()).ignore();
+            if let Err(e) = pipe.query_async::<()>(&mut con).await {
+                *rewrite = true;
+                return Err(e);
+            }
+        }
+        let me = serde_json::json!({ "peer": self.peer_address, "players": self.players.local_count() }).to_string();
+        let mut pipe = redis::pipe();
+        pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, LEASE.as_millis() as u64).ignore();
+        pipe.zadd(self.key("instances"), &self.id, now_ms).ignore();
+        pipe.zrembyscore(self.key("instances"), "-inf", now_ms.saturating_sub(PRUNE_AFTER.as_millis() as u64)).ignore();
+        pipe.pexpire(self.key("instances"), PRUNE_AFTER.as_millis() as i64).ignore();
+        pipe.pexpire(&hash, lease_ms());
+        pipe.zrange(self.key("instances"), 0, -1);
+        let (hash_there, ids): (bool, Vec<String>) = pipe.query_async(&mut con).await?;
+        if !hash_there && self.players.local_count() > 0 {
+            // Redis lost this instance's players (restarted empty, a failover): write them all again now.
+            *rewrite = true;
+        }
+        let others: Vec<String> = ids.into_iter().filter(|i| *i != self.id).collect();
+        let mut peers = HashMap::new();
+        let mut names = Vec::new();
+        if !others.is_empty() {
+            let mut pipe = redis::pipe();
+            for id in &others {
+                pipe.get(self.key(&format!("instance:{id}")));
+                pipe.hvals(self.players_key(id));
+            }
+            let answers: Vec<(Option<String>, Vec<String>)> = pipe.query_async(&mut con).await?;
+            for (id, (entry, players)) in others.into_iter().zip(answers) {
+                // No entry: its lease expired (the instance is gone), whatever its player hash still says.
+                let Some(peer) = entry.and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok()) else {
+                    continue;
+                };
+                let Some(peer) = peer.get("peer").and_then(|p| p.as_str()).map(str::to_string) else { continue };
+                peers.insert(id, peer);
+                names.extend(
+                    players.iter().filter_map(|p| serde_json::from_str::<Record>(p).ok()).map(|r| (r.name, r.server)),
+                );
+            }
+        }
+        self.metrics.instances.set(peers.len() as i64 + 1);
+        self.metrics.players.set((names.len() + self.players.local_count()) as i64);
+        self.players.set_others(names);
+        *self.peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
+        if *rewrite {
+            return Box::pin(self.renew_on(con, rewrite)).await;
+        }
+        Ok(())
+    }
+}
+
+fn lease_ms() -> i64 {
+    LEASE.as_millis() as i64
+}

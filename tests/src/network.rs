@@ -1,0 +1,142 @@
+//! The pieces of a network of instances the tests start for real: [`Redis`] (Debian's `redis-server`) and
+//! [`Haproxy`] (Debian's `haproxy` in TCP mode, round robin: every new connection goes to the next instance, no
+//! affinity), both on free loopback ports, killed when dropped.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use moonbridge_test_certs::{free_port, TestDir};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::KillOnDrop;
+
+/// A `redis-server` on a free loopback port, with no persistence (a restart starts empty).
+pub struct Redis {
+    pub port: u16,
+    child: Option<KillOnDrop>,
+}
+
+impl Redis {
+    /// Starts one and waits (at most 20 s) until it answers `PING`.
+    pub async fn start() -> Self {
+        let mut r = Self { port: free_port().unwrap(), child: None };
+        r.restart().await;
+        r
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills it (SIGKILL): the instances lose Redis.
+    pub fn stop(&mut self) {
+        self.child = None;
+    }
+
+    /// Starts it again on the same port, empty.
+    pub async fn restart(&mut self) {
+        self.child = None;
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (Debian package redis-server; scripts/test-all.sh installs it)");
+        self.child = Some(KillOnDrop(child));
+        timeout(Duration::from_secs(20), async {
+            loop {
+                if self.command(&["PING"]).await.is_some_and(|r| r == "+PONG") {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("redis-server answers PING within 20 s");
+    }
+
+    /// Sends one command (RESP) and returns the first line of the answer, or `None` when Redis is not there.
+    pub async fn command(&self, args: &[&str]) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).await.ok()?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = timeout(Duration::from_secs(2), s.read(&mut buf)).await.ok()?.ok()?;
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        text.lines().next().map(str::to_string)
+    }
+}
+
+/// HAProxy in TCP mode in front of instances: one frontend per named group, each balancing round robin over
+/// its servers; [`Haproxy::cut`] ends every connection through a group (its runtime API's `shutdown sessions
+/// server`, as an operator or a failing edge would).
+pub struct Haproxy {
+    /// The frontend address of each group, in the order given.
+    pub fronts: Vec<SocketAddr>,
+    groups: Vec<(String, usize)>,
+    socket: PathBuf,
+    _child: KillOnDrop,
+    _dir: TestDir,
+}
+
+impl Haproxy {
+    /// `groups`: a name and the instance addresses it balances over.
+    pub async fn start(groups: &[(&str, Vec<SocketAddr>)]) -> Self {
+        let dir = TestDir::new("moonbridge-haproxy").unwrap();
+        let socket = dir.path().join("admin.sock");
+        let mut cfg = format!(
+            "global\n  stats socket {} mode 600 level admin\n  maxconn 4096\n\
+             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n",
+            socket.display()
+        );
+        let mut fronts = Vec::new();
+        for (name, servers) in groups {
+            let front = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+            cfg.push_str(&format!("frontend f_{name}\n  bind {front}\n  default_backend b_{name}\n"));
+            cfg.push_str(&format!("backend b_{name}\n  balance roundrobin\n"));
+            for (i, s) in servers.iter().enumerate() {
+                cfg.push_str(&format!("  server s{i} {s}\n"));
+            }
+            fronts.push(front);
+        }
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, cfg).unwrap();
+        let child = Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("haproxy runs (Debian package haproxy; scripts/test-all.sh installs it)");
+        let child = KillOnDrop(child);
+        for f in &fronts {
+            timeout(Duration::from_secs(20), async {
+                while TcpStream::connect(f).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .expect("haproxy listens within 20 s");
+        }
+        let groups = groups.iter().map(|(n, s)| (n.to_string(), s.len())).collect();
+        Self { fronts, groups, socket, _child: child, _dir: dir }
+    }
+
+    /// Ends every connection of group `name` (both sides get a FIN), through the runtime API.
+    pub async fn cut(&self, name: &str) {
+        let count = self.groups.iter().find(|(n, _)| n == name).map(|(_, c)| *c).expect("a known group");
+        for i in 0..count {
+            let mut s = tokio::net::UnixStream::connect(&self.socket).await.expect("haproxy's admin socket");
+            s.write_all(format!("shutdown sessions server b_{name}/s{i}\n").as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            let _ = timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+        }
+    }
+}

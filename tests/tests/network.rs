@@ -1,0 +1,361 @@
+//! `[network]` (docs/cluster.md): instances of one network on a real `redis-server` (Debian's package,
+//! started here on a free port), node-minecraft-protocol 1.7.10 backends, players through the client library.
+//! Resume across instances runs behind HAProxy (Debian's package) balancing round robin with no affinity, so
+//! every reconnect lands on another instance than the last.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use moonbridge_client::{Connection, Options};
+use moonbridge_protocol::frame::Frame;
+use moonbridge_protocol::packets::{KeepAlive, LoginDisconnect, LoginSuccess, Packet, PlayDisconnect};
+use moonbridge_proxy::config::Transport;
+use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
+use moonbridge_tests::network::{Haproxy, Redis};
+use moonbridge_tests::{
+    moonbridge_bin, node_backend, spawn_proxy_process, status_ping, KeyType, KillOnDrop, Proxy, TestCert, TestDir, STEP,
+};
+use serde_json::json;
+use tokio::time::timeout;
+
+/// How long the network may take to see a change: a renewal (2 s) and a lease (10 s), with slack.
+const NETWORK_SEES: Duration = Duration::from_secs(16);
+
+/// The shared secret file of the test network.
+fn secret(dir: &TestDir) -> std::path::PathBuf {
+    let path = dir.path().join("network.key");
+    std::fs::write(&path, "0123456789abcdef0123456789abcdef-test-network\n").unwrap();
+    path
+}
+
+/// An instance's configuration: a `tcp` listener, a `ws` and (with `cert`) a `wss` one, the backend, and
+/// `[network]` on `redis` with `duplicate_login`.
+fn instance_config(
+    backend: SocketAddr,
+    redis: &Redis,
+    secret: &std::path::Path,
+    policy: &str,
+    cert: Option<&TestCert>,
+) -> String {
+    let wss = cert.map_or(String::new(), |c| {
+        format!(
+            "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n\
+             tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            c.cert.display(),
+            c.key.display()
+        )
+    });
+    format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n{wss}\
+         [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n\
+         [network]\nredis_url = \"{}\"\nname = \"test\"\npeer_bind = \"127.0.0.1:0\"\nsecret_file = \"{}\"\n\
+         duplicate_login = \"{policy}\"\n",
+        redis.url(),
+        secret.display()
+    )
+}
+
+/// The server list's `players.online` at `addr` (a 1.7.10 status ping).
+async fn online(addr: SocketAddr) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(&status_ping(addr).await).unwrap();
+    v["players"]["online"].as_u64().expect("players.online")
+}
+
+/// Waits until the server list at `addr` shows `n` players.
+async fn wait_online(addr: SocketAddr, n: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = online(addr).await;
+        if now == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the server list at {addr} shows {now} players, not {n}, after {within:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A player connected through the client library (blocking: run it on a blocking thread).
+struct Player {
+    conn: Connection,
+}
+
+impl Player {
+    /// Connects to `url` and logs in as `name`; the first frame the backend (or proxy) answered with.
+    fn login(url: &str, options: Options, name: &str) -> (Self, Frame) {
+        let conn = Connection::connect(url, options).unwrap();
+        send_login(&conn, name, false);
+        let first = FrameReader::new(&conn).next(STEP);
+        (Self { conn }, first)
+    }
+
+    /// Sends a chat message and reads until its echo; panics on a disconnect.
+    fn chat(&self, message: &str) {
+        self.conn.send(&chat_frame(message)).unwrap();
+        self.conn.end_tick().unwrap();
+        let mut r = FrameReader::new(&self.conn);
+        loop {
+            let f = r.next(STEP);
+            match f.id {
+                0x00 => {
+                    let ka: KeepAlive = f.decode().unwrap();
+                    self.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+                    self.conn.end_tick().unwrap();
+                }
+                0x02 => {
+                    let text = chat_message_text(&f).unwrap_or_default();
+                    assert_eq!(text, format!("echo:{message}"), "echoes arrive once each, in order");
+                    return;
+                }
+                0x40 => panic!("disconnected: {:?}", f.decode::<PlayDisconnect>().map(|d| d.reason_json)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Reads until a Play Disconnect and returns its reason (JSON).
+    fn disconnected(&self) -> String {
+        let mut r = FrameReader::new(&self.conn);
+        loop {
+            let f = r.next(STEP);
+            if f.id == PlayDisconnect::ID {
+                return f.decode::<PlayDisconnect>().unwrap().reason_json;
+            }
+        }
+    }
+}
+
+fn tcp_url(p: &Proxy) -> String {
+    format!("tcp://{}", p.addr(Transport::Tcp))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    timeout(Duration::from_secs(120), tokio::task::spawn_blocking(f)).await.expect("in time").expect("no panic")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_counts_every_instance_and_a_name_plays_once() {
+    let redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-dup").unwrap();
+    let key = secret(&dir);
+    let a = Proxy::start(&instance_config(backend, &redis, &key, "kick_existing", None)).await;
+    let b = Proxy::start(&instance_config(backend, &redis, &key, "kick_existing", None)).await;
+    let (a_url, b_url) = (tcp_url(&a), tcp_url(&b));
+
+    // One player on B: the server list at A shows it.
+    let (alex_b, first) = blocking(move || Player::login(&b_url, Options::default(), "Alex")).await;
+    assert_eq!(first.id, LoginSuccess::ID);
+    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    assert_eq!(online(b.addr(Transport::Tcp)).await, 1);
+
+    // The same name through A: the session on B ends with a vanilla server's message, the new one plays.
+    let (alex_a, first) = blocking(move || Player::login(&a_url, Options::default(), "alex")).await;
+    assert_eq!(first.id, LoginSuccess::ID);
+    let reason = blocking(move || alex_b.disconnected()).await;
+    assert!(reason.contains("You logged in from another location"), "{reason}");
+    let alex_a = blocking(move || {
+        alex_a.chat("still here");
+        alex_a
+    })
+    .await;
+    wait_online(b.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "one Alex on the network");
+    assert!(a.metric("moonbridge_network_instances").await.is_none(), "no [metrics] listener here");
+    drop(alex_a);
+    a.shutdown().await;
+    // A's entries are gone at once when it stops: B counts nobody.
+    wait_online(b.addr(Transport::Tcp), 0, Duration::from_secs(5)).await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuse_new_keeps_the_first_and_a_killed_instance_leaves_no_stale_lock() {
+    let redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-kill").unwrap();
+    let key = secret(&dir);
+    let a = Proxy::start(&instance_config(backend, &redis, &key, "refuse_new", None)).await;
+    // B as its own process, to be killed with SIGKILL.
+    let b_tcp = SocketAddr::from(([127, 0, 0, 1], moonbridge_test_certs::free_port().unwrap()));
+    let b_toml =
+        instance_config(backend, &redis, &key, "refuse_new", None).replacen("127.0.0.1:0", &b_tcp.to_string(), 1);
+    let b_path = dir.path().join("b.toml");
+    std::fs::write(&b_path, b_toml).unwrap();
+    let mut b = KillOnDrop(spawn_proxy_process(moonbridge_bin().to_str().unwrap(), &b_path, b_tcp).await);
+
+    let b_url = format!("tcp://{b_tcp}");
+    let (bob_b, first) = blocking(move || Player::login(&b_url, Options::default(), "Bob")).await;
+    assert_eq!(first.id, LoginSuccess::ID);
+    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+
+    // refuse_new: the second Bob is turned away at A, the first plays on.
+    let a_url = tcp_url(&a);
+    let url = a_url.clone();
+    let (_, refused) = blocking(move || Player::login(&url, Options::default(), "Bob")).await;
+    assert_eq!(refused.id, LoginDisconnect::ID);
+    let reason = refused.decode::<LoginDisconnect>().unwrap().reason_json;
+    assert!(reason.contains("already playing on this network"), "{reason}");
+    let bob_b = blocking(move || {
+        bob_b.chat("first one stays");
+        bob_b
+    })
+    .await;
+
+    // B dies without a word: within one lease the count drops and Bob can log in at A.
+    b.0.kill().unwrap();
+    let killed = Instant::now();
+    let _ = b.0.wait();
+    drop(bob_b);
+    wait_online(a.addr(Transport::Tcp), 0, NETWORK_SEES).await;
+    let url = a_url.clone();
+    let (bob_a, first) = blocking(move || Player::login(&url, Options::default(), "Bob")).await;
+    assert_eq!(first.id, LoginSuccess::ID, "no stale lock {:?} after the kill", killed.elapsed());
+    assert!(killed.elapsed() < NETWORK_SEES);
+    blocking(move || bob_a.chat("back")).await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_logins_go_on_and_a_restarted_redis_is_filled_again() {
+    let mut redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-redis").unwrap();
+    let key = secret(&dir);
+    let cfg = |_: ()| instance_config(backend, &redis, &key, "kick_existing", None);
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    let a = Proxy::start(&format!("{}{metrics}", cfg(()))).await;
+    let b = Proxy::start(&cfg(())).await;
+    let b_url = tcp_url(&b);
+    let (carl, _) = blocking(move || Player::login(&b_url, Options::default(), "Carl")).await;
+    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    assert_eq!(a.metric("moonbridge_network_redis_up").await, Some(1.0));
+    assert_eq!(a.metric("moonbridge_network_instances").await, Some(2.0));
+
+    redis.stop();
+    let a_url = tcp_url(&a);
+    let (dan, first) = blocking(move || Player::login(&a_url, Options::default(), "Dan")).await;
+    assert_eq!(first.id, LoginSuccess::ID, "a login without Redis goes on");
+    let deadline = Instant::now() + NETWORK_SEES;
+    while a.metric("moonbridge_network_redis_up").await != Some(0.0) {
+        assert!(Instant::now() < deadline, "redis_up did not drop to 0");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "local state only: Dan");
+    // Liveness is not Redis's to decide: /readyz stays ready.
+    let ready = moonbridge_tests::raw_http(a.metrics.unwrap(), "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+
+    // Redis back, empty: within a renewal both instances wrote themselves and their players again.
+    redis.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let keys = redis.command(&["ZCARD", "moonbridge:test:instances"]).await;
+        if keys.as_deref() == Some(":2")
+            && online(a.addr(Transport::Tcp)).await == 2
+            && online(b.addr(Transport::Tcp)).await == 2
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the network's state is not back: instances {keys:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop((carl, dan));
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A player through the balancer: logs in, then `cuts` times has every connection through its group cut and
+/// chats on; the chats it sent, in order, and the client library's resume count.
+fn player_through_cuts(url: &str, options: Options, name: &str, cuts: usize, cut: impl Fn()) -> (Vec<String>, u64) {
+    let (p, first) = Player::login(url, options, name);
+    assert_eq!(first.id, LoginSuccess::ID);
+    let mut sent = Vec::new();
+    for i in 0..=cuts {
+        for k in 0..3 {
+            let m = format!("{name}-{i}.{k}");
+            p.chat(&m);
+            sent.push(m);
+        }
+        if i < cuts {
+            cut();
+        }
+    }
+    let resumes = p.conn.stats().resumes;
+    p.conn.close();
+    (sent, resumes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_lands_on_other_instances_behind_a_balancer_without_affinity() {
+    let redis = Redis::start().await;
+    let (mut node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-resume").unwrap();
+    let key = secret(&dir);
+    let cert = TestCert::generate("network-resume", KeyType::Ec).unwrap();
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        instances.push(
+            Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, "kick_existing", Some(&cert))))
+                .await,
+        );
+    }
+    // Every instance sees the other two before a player comes.
+    for p in &instances {
+        let deadline = Instant::now() + NETWORK_SEES;
+        while p.metric("moonbridge_network_instances").await != Some(3.0) {
+            assert!(Instant::now() < deadline, "an instance does not see the network");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let ws: Vec<SocketAddr> = instances.iter().map(|p| p.addr(Transport::Ws)).collect();
+    let wss: Vec<SocketAddr> = instances.iter().map(|p| p.addr(Transport::Wss)).collect();
+    let haproxy = std::sync::Arc::new(Haproxy::start(&[("ws", ws), ("wss", wss)]).await);
+    let rt = tokio::runtime::Handle::current();
+    const CUTS: usize = 6;
+
+    let mut sessions = Vec::new();
+    for (group, scheme, front, name) in
+        [("ws", "ws", haproxy.fronts[0], "WsPlayer"), ("wss", "wss", haproxy.fronts[1], "WssPlayer")]
+    {
+        let url = format!("{scheme}://localhost:{}/mc", front.port());
+        let options =
+            Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500 }).to_string())).unwrap();
+        let (h, rt) = (std::sync::Arc::clone(&haproxy), rt.clone());
+        let cut = move || rt.block_on(h.cut(group));
+        let (sent, resumes) = blocking(move || player_through_cuts(&url, options, name, CUTS, cut)).await;
+        assert_eq!(resumes, CUTS as u64, "{name}: the client resumed after each cut");
+        sessions.push((name, sent));
+    }
+    // Each session's transcript at the backend: every chat once, in order (node-minecraft-protocol would also
+    // fail to parse a lost or repeated byte).
+    let total: usize = sessions.iter().map(|(_, s)| 1 + s.len()).sum();
+    let lines = node.next_lines(total, STEP).await;
+    assert!(lines.iter().all(|l| l["event"] != "client_error"), "{lines:?}");
+    for (name, sent) in &sessions {
+        let got: Vec<&str> = lines
+            .iter()
+            .filter(|l| l["event"] == "chat" && l["username"] == *name)
+            .map(|l| l["message"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(got, sent.iter().map(String::as_str).collect::<Vec<_>>(), "{name}'s transcript");
+    }
+    // Round robin over three instances: every reconnect reached another instance than the one before; those
+    // that did not reach the owner were carried to it over an instance link.
+    let mut forwarded = 0.0;
+    let mut resumed = 0.0;
+    for p in &instances {
+        forwarded += p.metric("moonbridge_resumes_total{outcome=\"forwarded\"}").await.unwrap();
+        resumed += p.metric("moonbridge_resumes_total{outcome=\"resumed\"}").await.unwrap();
+        assert_eq!(p.metric("moonbridge_resumes_total{outcome=\"refused_other_instance\"}").await, Some(0.0));
+    }
+    assert_eq!(resumed, 2.0 * CUTS as f64, "every resume reached its session");
+    assert!(forwarded >= 2.0 * (CUTS as f64) / 2.0, "{forwarded} resumes carried over instance links");
+    for p in instances {
+        p.wait_connections(0, STEP).await;
+        p.shutdown().await;
+    }
+}
