@@ -312,6 +312,71 @@ fn subtract(a: Stats, b: Stats) -> Stats {
     }
 }
 
+/// Sends the Handshake and Login Start (and, online, answers the Encryption Request), then receives the
+/// backend's login answer: returns the link (encrypting once online) and the bytes received, at least the
+/// answer's length (the caller compares them).
+fn log_in<'a>(conn: &'a Connection, spec: &ClientSpec, buf: &mut [u8]) -> anyhow::Result<(Link<'a>, Vec<u8>)> {
+    let want = login_answer(&spec.name).len();
+    let mut link = Link { conn, cipher: None, scratch: Vec::new() };
+    link.send(&workload::login_hello("mc.example.com\0FML\0", &spec.name)?)?;
+    link.end_tick()?;
+    if spec.online {
+        link.cipher = Some(online_login(&mut link, buf)?);
+    }
+    let mut got = Vec::with_capacity(want);
+    while got.len() < want {
+        let n = link.recv(buf, Duration::from_secs(30))?;
+        if n == 0 {
+            anyhow::bail!("login burst not received within 30 s");
+        }
+        got.extend_from_slice(buf.get(..n).unwrap_or_default());
+    }
+    Ok((link, got))
+}
+
+/// What one soak player (`session-bench soak --instances`) did.
+#[derive(Debug, Default)]
+pub struct SoakPlayer {
+    /// Round trips whose every byte was checked.
+    pub round_trips: u64,
+    /// Carriage v2 resumes the client library made.
+    pub resumes: u64,
+}
+
+/// A soak player: logs in (counted in `logged_in`), then plays one round trip per `spec.pace` (the game's
+/// tick), checking every byte it receives, until `playing` is 0; then closes.
+///
+/// # Errors
+/// The first failure: the connection lost for good, an answer that is late (30 s) or differs by one byte.
+pub fn run_soak_player(
+    spec: &ClientSpec,
+    templates: &[Vec<Spec>],
+    logged_in: &AtomicUsize,
+    playing: &AtomicUsize,
+) -> anyhow::Result<SoakPlayer> {
+    let conn = Connection::connect(&spec.url, spec.options.clone())?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (link, got) = log_in(&conn, spec, &mut buf)?;
+    if got != login_answer(&spec.name) {
+        anyhow::bail!("login answer differs from what the backend sent");
+    }
+    logged_in.fetch_add(1, Ordering::Relaxed);
+    let mut driver = Driver {
+        link,
+        spec,
+        templates,
+        buf,
+        pending: Vec::with_capacity(256 * 1024),
+        in_flight: VecDeque::new(),
+        next_seq: 0,
+    };
+    let mut record = ClientResult::default();
+    driver.run_paced(spec.pace.unwrap_or(Duration::from_millis(50)), playing, &mut record)?;
+    let resumes = conn.stats().resumes;
+    conn.close();
+    Ok(SoakPlayer { round_trips: record.round_trips, resumes })
+}
+
 /// Runs one client through login, warmup and the timed phase, meeting the harness at each barrier (also
 /// after a failure, so the harness never waits forever).
 pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sync>) -> ClientResult {
@@ -321,31 +386,17 @@ pub fn run_client(spec: ClientSpec, templates: Arc<Vec<Vec<Spec>>>, sync: Arc<Sy
     let outcome = (|| -> anyhow::Result<()> {
         let busy = spec.pace.is_none().then(|| BusyDone(&sync.busy_left));
         let conn = Connection::connect(&spec.url, spec.options.clone())?;
-        let answer = login_answer(&spec.name);
         let turn = sync.login_turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
-        let mut link = Link { conn: &conn, cipher: None, scratch: Vec::new() };
-        link.send(&workload::login_hello("mc.example.com\0FML\0", &spec.name)?)?;
-        link.end_tick()?;
-        let mut got = Vec::with_capacity(answer.len());
         let mut buf = vec![0u8; 1 << 20];
-        if spec.online {
-            link.cipher = Some(online_login(&mut link, &mut buf)?);
-        }
-        while got.len() < answer.len() {
-            let n = link.recv(&mut buf, Duration::from_secs(30))?;
-            if n == 0 {
-                anyhow::bail!("login burst not received within 30 s");
-            }
-            got.extend_from_slice(buf.get(..n).unwrap_or_default());
-        }
+        let (mut link, got) = log_in(&conn, &spec, &mut buf)?;
         result.login_burst = started.elapsed();
         drop(turn);
         sync.logged_in.fetch_add(1, Ordering::Relaxed);
         announced = true;
         sync.logged.wait();
         stage = 1;
-        if got != answer {
+        if got != login_answer(&spec.name) {
             anyhow::bail!("login answer differs from what the backend sent");
         }
         if spec.switches > 0 {

@@ -11,8 +11,10 @@ mod capacity;
 mod client;
 mod forge;
 mod metrics;
+mod network;
 mod sessions;
 mod soak;
+mod soak_network;
 mod workload;
 
 use std::net::SocketAddr;
@@ -63,6 +65,9 @@ enum ModeArg {
     Relay,
     /// The server-transfer layer, before and after a switch.
     PostTransfer,
+    /// The instance link of `[network]` (ws or wss): players served by their owner through another instance,
+    /// against the same players straight to the owner (bench/src/network.rs; needs `redis-server`).
+    Network,
 }
 
 /// `[runtime] mode` of a proxy under test.
@@ -372,6 +377,10 @@ struct Variant {
     online: bool,
     /// The proxy's `[metrics]` listener (WebSocket bytes on the wire).
     metrics: Option<SocketAddr>,
+    /// A second proxy process whose CPU counts with `pid`'s (`--mode network`: the other instance).
+    also_pid: Option<u32>,
+    /// `--mode network`, `moonbridge-linked`: players moved onto an instance link after their login.
+    relink: Option<network::Relink>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -401,6 +410,9 @@ fn run_phase(
         }
     }
     let io_start = variant.metrics.and_then(metrics::ws_wire_bytes);
+    if let Some(r) = &variant.relink {
+        r.before_login();
+    }
     let mut handles = Vec::new();
     for (i, &is_light) in order.iter().enumerate() {
         let spec = ClientSpec {
@@ -433,10 +445,19 @@ fn run_phase(
     }
     sync.logged.wait();
     let io_logged = variant.metrics.and_then(metrics::ws_wire_bytes);
+    if let Some(r) = &variant.relink {
+        // During the warmup: every player resumes through the other instance.
+        r.after_login(args.connections + light)?;
+    }
     sync.warmed.wait();
     let rss_after_login = variant.pid.and_then(metrics::rss_kib);
     let errors_before = backend_errors.errors.load(std::sync::atomic::Ordering::Relaxed);
-    let proxy0 = variant.pid.and_then(|p| metrics::process_cpu(p, ticks_per_s));
+    let cpu = |v: &Variant| {
+        let main = v.pid.and_then(|p| metrics::process_cpu(p, ticks_per_s))?;
+        let also = v.also_pid.map_or(Some(Duration::ZERO), |p| metrics::process_cpu(p, ticks_per_s))?;
+        Some(main + also)
+    };
+    let proxy0 = cpu(variant);
     let client0 = metrics::threads_cpu("bench-client", ticks_per_s);
     let io0 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
     let seg0 = metrics::tcp_out_segments();
@@ -445,7 +466,7 @@ fn run_phase(
     sync.go.wait();
     sync.done.wait();
     let elapsed = started.elapsed();
-    let proxy1 = variant.pid.and_then(|p| metrics::process_cpu(p, ticks_per_s));
+    let proxy1 = cpu(variant);
     let client1 = metrics::threads_cpu("bench-client", ticks_per_s);
     let io1 = metrics::threads_cpu("moonbridge-io", ticks_per_s);
     let seg1 = metrics::tcp_out_segments();
@@ -705,8 +726,11 @@ fn main() -> anyhow::Result<()> {
         pid: None,
         online: false,
         metrics: None,
+        also_pid: None,
+        relink: None,
     }];
     let mut _keep = Vec::new();
+    let mut _keep_network = Vec::new();
     match args.target.as_str() {
         "direct" => {}
         "proxy" => {
@@ -729,6 +753,8 @@ fn main() -> anyhow::Result<()> {
                         pid: Some(p.child.id()),
                         online: session_server.is_some(),
                         metrics: p.metrics,
+                        also_pid: None,
+                        relink: None,
                     });
                     _keep.push(p);
                     anyhow::Ok(())
@@ -757,6 +783,53 @@ fn main() -> anyhow::Result<()> {
                 });
                 variants.extend(switched.take());
             }
+            if args.mode == ModeArg::Network {
+                if args.transport == TransportArg::Tcp {
+                    bail!("--mode network measures a resumed WebSocket: use --transport ws or wss");
+                }
+                let redis = network::Redis::start()?;
+                let secret = network::write_secret(&dir)?;
+                let mut instances = Vec::new();
+                for _ in 0..2 {
+                    let extra = network::network_toml(&redis, &secret);
+                    let runtime = runtime_toml(args.proxy_runtime, args.proxy_workers, args.proxy_zstd_level) + &extra;
+                    instances.push(spawn_proxy(
+                        &bin,
+                        args.transport,
+                        backend_addr,
+                        &dir,
+                        cert.as_ref(),
+                        None,
+                        &runtime,
+                    )?);
+                }
+                for p in &instances {
+                    let m = p.metrics.context("the instances have metrics")?;
+                    network::wait_metric(m, "moonbridge_network_instances", 2.0, Duration::from_secs(20))?;
+                }
+                let (a, b) = (&instances[0], &instances[1]);
+                let owner = network::Switch::start(vec![a.addr])?;
+                let linked = network::Switch::start(vec![a.addr, b.addr])?;
+                for (name, switch, relink) in
+                    [("moonbridge-owner", &owner, false), ("moonbridge-linked", &linked, true)]
+                {
+                    variants.push(Variant {
+                        name: name.into(),
+                        switches: 0,
+                        url: scheme(args.transport, switch.addr),
+                        options: options.clone(),
+                        pid: Some(a.child.id()),
+                        online: false,
+                        metrics: a.metrics,
+                        also_pid: Some(b.child.id()),
+                        relink: relink.then(|| network::Relink {
+                            switch: Arc::clone(switch),
+                            carrier_metrics: b.metrics.unwrap_or(a.addr),
+                        }),
+                    });
+                }
+                _keep_network.push((redis, instances, owner, linked));
+            }
             if let Some(peer) = args.peer {
                 let want = match peer {
                     PeerArg::Haproxy => TransportArg::Tcp,
@@ -776,6 +849,8 @@ fn main() -> anyhow::Result<()> {
                     pid: Some(p.child.id()),
                     online: false,
                     metrics: p.metrics,
+                    also_pid: None,
+                    relink: None,
                 });
                 _keep.push(p);
             }
@@ -802,6 +877,8 @@ fn main() -> anyhow::Result<()> {
                 pid: args.target_pid,
                 online: false,
                 metrics: None,
+                also_pid: None,
+                relink: None,
             });
         }
     }

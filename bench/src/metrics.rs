@@ -29,19 +29,34 @@ fn parse_stat(text: &str) -> Option<(String, u64)> {
 /// The proxy's `moonbridge_ws_bytes_total` (from players, to players), scraped from its `[metrics]` listener:
 /// the bytes of WebSocket frames on the player hop.
 pub fn ws_wire_bytes(metrics: std::net::SocketAddr) -> Option<(u64, u64)> {
+    let text = exposition(metrics)?;
+    Some((
+        sample(&text, "moonbridge_ws_bytes_total{direction=\"from_player\"}")? as u64,
+        sample(&text, "moonbridge_ws_bytes_total{direction=\"to_player\"}")? as u64,
+    ))
+}
+
+/// One sample of the proxy's metrics at `metrics`: `series` with its labels as exposed (for example
+/// `moonbridge_network_link_sessions`).
+pub fn scrape(metrics: std::net::SocketAddr, series: &str) -> Option<f64> {
+    sample(&exposition(metrics)?, series)
+}
+
+/// The proxy's whole `/metrics` answer.
+fn exposition(metrics: std::net::SocketAddr) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&metrics, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
-    let value = |series: &str| {
-        text.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse::<f64>().ok()).map(|v| v as u64)
-    };
-    Some((
-        value("moonbridge_ws_bytes_total{direction=\"from_player\"}")?,
-        value("moonbridge_ws_bytes_total{direction=\"to_player\"}")?,
-    ))
+    Some(text)
+}
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).filter(|rest| rest.starts_with(' ')))
+        .and_then(|v| v.trim().parse::<f64>().ok())
 }
 
 /// CPU time (user + system) of a whole process.

@@ -52,6 +52,11 @@ pub struct SoakArgs {
     /// Seconds between two injected faults.
     #[arg(long, default_value_t = 10)]
     pub fault_every: u64,
+    /// Instances of a network on Redis (2 or more: the network soak of bench/src/soak_network.rs, with
+    /// client-library players over ws and wss behind a round-robin balancer that cuts every connection every
+    /// `--fault-every` seconds; needs `redis-server`). 1: one proxy with the faults listed above.
+    #[arg(long, default_value_t = 1)]
+    pub instances: usize,
     /// The moonbridge binary.
     #[arg(long, default_value = "target/release/moonbridge")]
     pub proxy_bin: PathBuf,
@@ -772,6 +777,9 @@ struct Report {
 
 /// Runs the soak (see the module documentation); fails when a check fails.
 pub fn main(args: SoakArgs) -> anyhow::Result<()> {
+    if args.instances > 1 {
+        return crate::soak_network::run(&args);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("soak").build()?;
     rt.block_on(run(args))
 }

@@ -198,7 +198,11 @@ impl Server {
                     .await
                     .map_err(|source| crate::network::NetworkError::PeerBind { bind: n.peer_bind, source })?;
                 let bound = listener.local_addr().unwrap_or(n.peer_bind);
-                let advertised = n.peer_address.clone().unwrap_or_else(|| bound.to_string());
+                let advertised = match &n.peer_address {
+                    Some(a) => a.clone(),
+                    None if bound.ip().is_unspecified() => crate::network::route_to_redis(&n.redis_url, bound.port())?,
+                    None => bound.to_string(),
+                };
                 let id = state.resume.instance_id();
                 let network = Network::new(n.clone(), id, Arc::clone(&state.players), net_metrics, advertised)?;
                 state.set_network(Arc::new(network));
@@ -277,8 +281,9 @@ impl Server {
             info!(
                 network = %net.config.name,
                 instance = %net.id,
-                peer = %listener.local_addr().map_or_else(|_| net.config.peer_bind.to_string(), |a| a.to_string()),
-                "network: instance links on this address; Redis at {}",
+                peer_bind = %listener.local_addr().map_or_else(|_| net.config.peer_bind.to_string(), |a| a.to_string()),
+                advertised = %net.advertised(),
+                "network: instance links on peer_bind, reached by the others at the advertised address; Redis at {}",
                 redact(&net.config.redis_url),
             );
             net_tasks.push(tokio::spawn(Arc::clone(&net).run(net_stop.clone())));

@@ -182,17 +182,8 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     if n.peer_bind.port() != 0 && binds.contains(&n.peer_bind) {
         push("network.peer_bind".into(), format!("{} is used by a [[listener]]", n.peer_bind));
     }
-    match &n.peer_address {
-        Some(a) => {
-            if let Err(m) = check_host_port(a) {
-                push("network.peer_address".into(), m);
-            }
-        }
-        None if n.peer_bind.ip().is_unspecified() => push(
-            "network.peer_address".into(),
-            format!("needed when peer_bind ({}) is an unspecified address: the others cannot dial it", n.peer_bind),
-        ),
-        None => {}
+    if let Some(Err(m)) = n.peer_address.as_deref().map(check_host_port) {
+        push("network.peer_address".into(), m);
     }
     if n.secret_file.as_os_str().is_empty() {
         push("network.secret_file".into(), "must name a file".into());

@@ -100,8 +100,9 @@ pub struct NetworkConfig {
     /// `peer_bind`: `"IP:port"` where this instance accepts instance links from the others. Required. Keep it
     /// on a private network: it is not for players.
     pub peer_bind: SocketAddr,
-    /// `peer_address`: `"host:port"` the other instances dial to reach this one. Default: `peer_bind` (which
-    /// then must not be an unspecified address such as `0.0.0.0`).
+    /// `peer_address`: `"host:port"` the other instances dial to reach this one. Default: `peer_bind`; when
+    /// that is an unspecified address (`0.0.0.0`, `[::]`), the address this host uses to reach the Redis host
+    /// (its route, as on a Kubernetes pod: the pod's IP) with `peer_bind`'s port.
     #[serde(default)]
     pub peer_address: Option<String>,
     /// `secret_file`: a file holding the network's shared secret (at least 32 bytes, surrounding whitespace

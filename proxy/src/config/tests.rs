@@ -333,3 +333,37 @@ fn the_configurations_own_spelling() {
     assert_eq!(AuthMode::Passthrough.to_string(), "passthrough");
     assert_eq!(Transport::Wss.to_string(), "wss");
 }
+
+#[test]
+fn network_keys_defaults_and_checks() {
+    let c = Config::from_toml(
+        "[network]\nredis_url = \"redis://10.0.0.2:6379/0\"\npeer_bind = \"0.0.0.0:25600\"\n\
+         secret_file = \"/etc/moonbridge/network.key\"\n",
+    )
+    .unwrap();
+    assert!(c.check().is_empty(), "{:?}", c.check());
+    let n = c.settings().unwrap().network.unwrap();
+    assert_eq!((n.name.as_str(), n.duplicate_login, n.peer_address), ("main", DuplicateLogin::KickExisting, None));
+
+    let c = Config::from_toml(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"0.0.0.0:25565\"\n\
+         [network]\nredis_url = \"http://r:6379\"\nname = \"two words\"\npeer_bind = \"0.0.0.0:25565\"\n\
+         peer_address = \"10.0.0.5\"\nsecret_file = \"\"\nduplicate_login = \"refuse_new\"\n",
+    )
+    .unwrap();
+    let got: Vec<String> = c.check().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "network.redis_url: must start with redis:// or rediss://",
+            "network.name: must be 1 to 64 characters of A-Z a-z 0-9 - _ .",
+            "network.peer_bind: 0.0.0.0:25565 is used by a [[listener]]",
+            "network.peer_address: \"10.0.0.5\" is not host:port",
+            "network.secret_file: must name a file",
+        ]
+    );
+    let err = Config::from_toml("[network]\nredis_url = \"redis://r\"\npeer_bind = \"1.2.3.4:1\"\nsecret_file = \"k\"\nduplicate_login = \"both\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("kick_existing") && err.contains("refuse_new"), "{err}");
+}

@@ -69,6 +69,10 @@ pub enum NetworkError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// `peer_address` is not set, `peer_bind` is unspecified, and the address to advertise could not be
+    /// found from the route to Redis.
+    #[error("network.peer_address: not set, and peer_bind is unspecified; finding this host's address towards Redis failed: {0} (set peer_address)")]
+    PeerAddress(String),
 }
 
 /// The network's shared secret, as an HMAC-SHA-256 key.
