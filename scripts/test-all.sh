@@ -8,7 +8,8 @@
 #      client scenarios as a Windows program under Wine),
 #   5. every fuzz target for a bounded time from its committed seeds (scripts/fuzz.sh: nightly and cargo-fuzz),
 #   6. a 60-second soak: players over ws, wss and tcp with injected faults (session-bench soak, release build),
-#      and a short capacity run: idle and active wss players as async tasks (session-bench capacity),
+#      a 40-second soak of three instances on Redis whose players' connections are cut every 5 s and resume on
+#      another instance (session-bench soak --instances 3), and a short capacity run: idle and active wss players as async tasks (session-bench capacity),
 #   7. the Java shim's release jar (java-shim/build.sh release: the native library cross-built for all five
 #      platforms and checked as built, which fails when one is missing or does not link), its JUnit tests in a
 #      real JVM on the release Linux library, and the release DLL in a Windows JVM under Wine.
@@ -66,6 +67,10 @@ MOONBRIDGE_FUZZ_SECONDS="$MOONBRIDGE_FUZZ_SECONDS" scripts/fuzz.sh
 step "soak: 500 players for 60 s with injected faults (release build; session-bench soak)"
 cargo build --release --locked -p moonbridge-proxy -p moonbridge-bench
 target/release/session-bench soak --seconds 60 --players 500 --fault-every 8 --proxy-bin target/release/moonbridge
+
+step "network soak: 3 instances on Redis, 60 client-library players (ws, wss) behind a round-robin balancer, every connection cut every 5 s (session-bench soak --instances 3)"
+target/release/session-bench soak --instances 3 --players 60 --seconds 40 --fault-every 5 \
+  --proxy-bin target/release/moonbridge
 
 step "capacity: 300 idle and 60 active wss players, p99 tick round trip under 50 ms (session-bench capacity)"
 target/release/session-bench capacity --idle 300 --active 60 --seconds 5 --connect-rate 300 \

@@ -245,7 +245,7 @@ pub fn run(args: &SoakArgs) -> anyhow::Result<()> {
     } else {
         println!(
             "players {}/{} in play, {cuts} cuts in {:.0} s, {round_trips} round trips checked byte for byte, \
-             {resumes} resumes ({resumed} at the owner, {forwarded} carried over an instance link, {:.1} MiB on \
+             {resumes} resumes ({resumed} taken by the owner, {forwarded} of them carried over an instance link, {:.1} MiB on \
              links)",
             ok.len(),
             args.players,
