@@ -222,3 +222,42 @@ pub async fn ws_offering(addr: SocketAddr, offer: &str) -> (RawWs, Option<String
     let selected = resp.headers().get("Sec-WebSocket-Protocol").map(|v| v.to_str().unwrap().to_string());
     (ws, selected)
 }
+
+/// Logs in over a raw carriage v2 WebSocket to the `ws` listener at `addr` (the handshake and Login Start of
+/// [`crate::hs_ls`]) and returns it with the proxy's `session` token and the bytes of binary messages received
+/// before it. Asserts the proxy selected `moonbridge.v2` and announced the default 15 s resume window.
+pub async fn v2_session(addr: SocketAddr) -> (RawWs, String, u64) {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut ws, selected) = ws_offering(addr, "moonbridge.v2, moonbridge.v1").await;
+    assert_eq!(selected.as_deref(), Some("moonbridge.v2"));
+    ws.send(Message::Binary(crate::hs_ls().into())).await.unwrap();
+    let mut received = 0u64;
+    loop {
+        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Binary(b) => received += b.len() as u64,
+            Message::Text(t) if t.starts_with("session ") => {
+                let token = t.split(' ').nth(1).unwrap().to_string();
+                assert_eq!(t.split(' ').nth(2), Some("15"), "the window is announced");
+                return (ws, token, received);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Opens a carriage v2 WebSocket to the `ws` listener at `addr` whose first message is `request` (`resume …`,
+/// docs/carriage.md) and returns the proxy's answer: the `resumed` text, or the close code (`None` when the
+/// connection ended without one). Each wait is bounded by [`STEP`].
+pub async fn try_resume(addr: SocketAddr, request: &str) -> Result<String, Option<u16>> {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    ws.send(Message::Text(request.into())).await.unwrap();
+    loop {
+        match timeout(STEP, ws.next()).await.expect("an answer in time") {
+            Some(Ok(Message::Text(t))) => return Ok(t.to_string()),
+            Some(Ok(Message::Close(f))) => return Err(f.map(|f| u16::from(f.code))),
+            Some(Ok(_)) => {}
+            _ => return Err(None),
+        }
+    }
+}

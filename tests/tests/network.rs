@@ -359,3 +359,63 @@ async fn resume_lands_on_other_instances_behind_a_balancer_without_affinity() {
         p.shutdown().await;
     }
 }
+
+/// Waits until `series` at `p`'s `[metrics]` listener reads `value`.
+async fn wait_metric(p: &Proxy, series: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = p.metric(series).await;
+        if now == Some(value) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{series} is {now:?}, not {value}, after {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_at_another_instance_gets_4002_only_without_redis_or_without_its_owner() {
+    let mut redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-4002").unwrap();
+    let key = secret(&dir);
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, "kick_existing", None))).await;
+    // B as its own process (its tcp and ws listeners on known ports), to be killed with SIGKILL.
+    let port = || SocketAddr::from(([127, 0, 0, 1], moonbridge_test_certs::free_port().unwrap()));
+    let (b_tcp, b_ws) = (port(), port());
+    let b_toml = instance_config(backend, &redis, &key, "kick_existing", None)
+        .replacen("127.0.0.1:0", &b_tcp.to_string(), 1)
+        .replacen("127.0.0.1:0", &b_ws.to_string(), 1);
+    let b_path = dir.path().join("b.toml");
+    std::fs::write(&b_path, b_toml).unwrap();
+    let mut b = KillOnDrop(spawn_proxy_process(moonbridge_bin().to_str().unwrap(), &b_path, b_tcp).await);
+    wait_metric(&a, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+
+    // A carriage v2 session on B; its connection drops (B keeps it for the resume window).
+    let (ws, token, received) = moonbridge_tests::v2_session(b_ws).await;
+    drop(ws);
+    let resume = format!("resume {token} {received} {}", moonbridge_tests::hs_ls().len());
+    let refused = "moonbridge_resumes_total{outcome=\"refused_other_instance\"}";
+
+    // Redis unreachable: A cannot tell where B is, so the resume is refused with 4002 (B lives on).
+    redis.stop();
+    wait_metric(&a, "moonbridge_network_redis_up", 0.0, NETWORK_SEES).await;
+    assert_eq!(moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
+    assert_eq!(a.metric(refused).await, Some(1.0));
+
+    // Redis back: the same resume at A is carried to B over an instance link.
+    redis.restart().await;
+    wait_metric(&a, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+    let answer = moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await;
+    assert!(answer.as_deref().is_ok_and(|t| t.starts_with("resumed")), "{answer:?}");
+    assert_eq!(a.metric("moonbridge_resumes_total{outcome=\"forwarded\"}").await, Some(1.0));
+
+    // B killed (its lease still in Redis): the link cannot reach it, so the owner is gone: 4002.
+    b.0.kill().unwrap();
+    let _ = b.0.wait();
+    assert_eq!(moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
+    assert_eq!(a.metric(refused).await, Some(2.0));
+    a.wait_connections(0, STEP).await;
+    a.shutdown().await;
+}

@@ -16,7 +16,8 @@ use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessag
 use moonbridge_proxy::config::Transport;
 use moonbridge_tests::mc::{burst_payload, chat_frame, chat_message_text, send_login, FrameReader};
 use moonbridge_tests::{
-    hs_ls, login_backend, node_backend, ws_offering, ws_proxy, CutKind, Cutter, KeyType, Message, Proxy, TestCert, STEP,
+    hs_ls, login_backend, node_backend, try_resume, v2_session, ws_offering, ws_proxy, CutKind, Cutter, KeyType,
+    Message, Proxy, TestCert, STEP,
 };
 use serde_json::json;
 use tokio::time::timeout;
@@ -213,40 +214,6 @@ async fn ten_cuts(compress: bool, at: CutOffsets) {
     assert!(lines.iter().all(|l| l["event"] != "client_error"), "{lines:?}");
     proxy.wait_connections(0, STEP).await;
     proxy.shutdown().await;
-}
-
-/// Logs in over a raw v2 WebSocket and returns it with the `session` token and what the proxy has sent.
-async fn v2_session(addr: SocketAddr) -> (Ws, String, u64) {
-    let (mut ws, selected) = ws_offering(addr, "moonbridge.v2, moonbridge.v1").await;
-    assert_eq!(selected.as_deref(), Some("moonbridge.v2"));
-    ws.send(Message::Binary(hs_ls().into())).await.unwrap();
-    let mut received = 0u64;
-    loop {
-        match timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap() {
-            Message::Binary(b) => received += b.len() as u64,
-            Message::Text(t) if t.starts_with("session ") => {
-                let token = t.split(' ').nth(1).unwrap().to_string();
-                assert_eq!(t.split(' ').nth(2), Some("15"), "the window is announced");
-                return (ws, token, received);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Opens a v2 WebSocket whose first message is `resume …` and returns the proxy's answer: the `resumed`
-/// text, or the close code.
-async fn try_resume(addr: SocketAddr, request: &str) -> Result<String, Option<u16>> {
-    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
-    ws.send(Message::Text(request.into())).await.unwrap();
-    loop {
-        match timeout(STEP, ws.next()).await.expect("an answer in time") {
-            Some(Ok(Message::Text(t))) => return Ok(t.to_string()),
-            Some(Ok(Message::Close(f))) => return Err(f.map(|f| u16::from(f.code))),
-            Some(Ok(_)) => {}
-            _ => return Err(None),
-        }
-    }
 }
 
 #[tokio::test]
