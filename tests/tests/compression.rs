@@ -191,3 +191,122 @@ async fn frames_behind_a_large_inflation_are_not_held_back() {
     assert_eq!(&got[want - 4..], b"\x03\x01\x01z");
     p.shutdown().await;
 }
+
+/// Reads messages until a Binary one arrives; returns its payload (control messages skipped).
+async fn next_binary(ws: &mut Ws) -> Vec<u8> {
+    loop {
+        match timeout(STEP, ws.next()).await.expect("a message in time").unwrap().unwrap() {
+            Message::Binary(b) => return b.to_vec(),
+            Message::Text(_) | Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// The quiet-spell rule (docs/carriage.md, "Quiet spells") against a raw player that keeps one context per
+/// direction, as a peer without the rule does: after a quiet keepalive tick the proxy ends its zstd frame with
+/// a 3-byte message of no stream bytes, and what it sends next (a new frame) decodes with the same context; a
+/// player that ends its own frame has its next message (a new frame) decoded byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new_one() {
+    let backend = login_backend().await;
+    let p = ws_proxy(backend.addr, "").await;
+    let mut player = Player::connect(p.addr(Transport::Ws)).await;
+    player.send(&hs_ls()).await;
+    let login = moonbridge_tests::login_success("Steve");
+    player.receive(login.len()).await;
+    assert_eq!(player.received, login);
+
+    // Quiet: within two v2 keepalive ticks (2 s each) the proxy's frame end arrives, with no stream bytes.
+    let end = next_binary(&mut player.ws).await;
+    assert_eq!(end.len(), 3, "an empty last block: {end:?}");
+    let mut out = Vec::new();
+    player.inflate.queue(&end);
+    while player.inflate.has_output() {
+        player.inflate.inflate(&mut out, 1 << 20, 1 << 24).unwrap();
+    }
+    player.inflate.end_message();
+    assert!(out.is_empty() && player.inflate.at_frame_end(), "the frame ended, nothing inflated");
+
+    // The proxy's next message is a new frame, decoded by the same context.
+    let later: Vec<u8> = (0..5000u32).flat_map(|i| (i % 61).to_le_bytes()).collect();
+    backend.send(0, &later).await;
+    player.receive(login.len() + later.len()).await;
+    assert_eq!(&player.received[login.len()..], &later[..]);
+
+    // The player ends its frame, then sends a new one: the backend gets every byte once, in order.
+    let mut fin = Vec::new();
+    player.deflate.end_frame(&mut fin).unwrap();
+    player.ws.send(Message::Binary(fin.into())).await.unwrap();
+    let tick: Vec<u8> = (0..3000u32).flat_map(|i| (i % 13).to_be_bytes()).collect();
+    player.send(&tick).await;
+    let got = backend.wait_received(0, hs_ls().len() + tick.len(), STEP).await;
+    assert_eq!(&got[hs_ls().len()..], &tick[..]);
+    p.shutdown().await;
+}
+
+/// The client library keeps the same rule: idle after its login, it ends its zstd frame (the proxy counts a
+/// message from the player that carries no bytes) and reads the proxy's frame end (a message that carries no
+/// bytes); then both directions start new frames byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_library_ends_its_zstd_frame_when_quiet() {
+    let backend = login_backend().await;
+    let p = ws_proxy(backend.addr, "[metrics]\nbind = \"127.0.0.1:0\"\n").await;
+    let url = format!("ws://{}/mc", p.addr(Transport::Ws));
+    let conn = tokio::task::spawn_blocking(move || {
+        let conn = moonbridge_client::Connection::connect(&url, moonbridge_client::Options::default()).unwrap();
+        conn.send(&hs_ls()).unwrap();
+        conn.end_tick().unwrap();
+        conn
+    })
+    .await
+    .unwrap();
+    backend.wait_received(0, hs_ls().len(), STEP).await;
+    let from_player = "moonbridge_ws_messages_total{direction=\"from_player\"}";
+    let deadline = std::time::Instant::now() + STEP;
+    // One message with the login, then one with the client's frame end.
+    while p.metric(from_player).await != Some(2.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no frame end from the client: {:?}",
+            p.metric(from_player).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let login = moonbridge_tests::login_success("Steve");
+    let (conn, stats) = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + STEP;
+        // The login's bytes, then the proxy's frame end (a message with no bytes).
+        while conn.stats().messages_in < 2 {
+            assert!(std::time::Instant::now() < deadline, "no frame end from the proxy");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let stats = conn.stats();
+        conn.send(&[7u8; 900]).unwrap();
+        conn.end_tick().unwrap();
+        (conn, stats)
+    })
+    .await
+    .unwrap();
+    assert_eq!(stats.bytes_in, login.len() as u64, "the frame end carries no bytes");
+    let got = backend.wait_received(0, hs_ls().len() + 900, STEP).await;
+    assert_eq!(&got[hs_ls().len()..], &[7u8; 900][..]);
+    let later: Vec<u8> = (0..4000u32).flat_map(|i| (i % 29).to_le_bytes()).collect();
+    backend.send(0, &later).await;
+    let expected = [login.clone(), later].concat();
+    let received = tokio::task::spawn_blocking(move || {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        while got.len() < expected.len() {
+            let n = conn.recv(&mut buf, Some(STEP)).unwrap();
+            assert!(n > 0, "bytes in time");
+            got.extend_from_slice(&buf[..n]);
+        }
+        conn.close();
+        (got, expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(received.0, received.1);
+    p.shutdown().await;
+}

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor, DEFAULT_LEVEL};
+use moonbridge_protocol::ws::compress::{CompressError, Contexts, DEFAULT_LEVEL};
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, ResumeToken, Retained};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -103,10 +103,10 @@ pub(super) fn write_loss(e: ClientError) -> WsEnd {
 /// at most 256 KiB, per message): 16 MiB. Past it the connection closes with 1009.
 pub(crate) const MAX_INFLATED_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// The zstd contexts of one `moonbridge.v2.zstd` connection (each connection starts new streams).
+/// The zstd contexts of one `moonbridge.v2.zstd` connection (each connection starts new streams), each made on
+/// first use and freed when its direction goes quiet ([`Contexts`]: at a keepalive tick).
 pub(super) struct WsZstd {
-    pub(super) deflate: Compressor,
-    pub(super) inflate: Decompressor,
+    pub(super) ctx: Contexts,
     /// Where a message inflates before it is delivered (its capacity is reused).
     pub(super) scratch: Vec<u8>,
 }
@@ -117,19 +117,17 @@ impl WsZstd {
         if !stream.zstd() {
             return Ok(None);
         }
-        let made = Compressor::new(DEFAULT_LEVEL).and_then(|d| Ok((d, Decompressor::new()?)));
-        let (deflate, inflate) = made.map_err(|e| ClientError::Io(e.to_string()))?;
-        Ok(Some(Self { deflate, inflate, scratch: Vec::new() }))
+        Ok(Some(Self { ctx: Contexts::new(DEFAULT_LEVEL), scratch: Vec::new() }))
     }
 
     /// Inflates one whole message from the proxy into `scratch`.
     pub(super) fn inflate_message(&mut self, payload: &[u8]) -> Result<&[u8], CompressError> {
         self.scratch.clear();
-        self.inflate.queue(payload);
-        while self.inflate.has_output() {
-            self.inflate.inflate(&mut self.scratch, MAX_INFLATED_MESSAGE_BYTES, MAX_INFLATED_MESSAGE_BYTES)?;
+        self.ctx.queue(payload)?;
+        while self.ctx.has_output() {
+            self.ctx.inflate(&mut self.scratch, MAX_INFLATED_MESSAGE_BYTES, MAX_INFLATED_MESSAGE_BYTES)?;
         }
-        self.inflate.end_message();
+        self.ctx.end_message();
         Ok(&self.scratch)
     }
 }
@@ -153,7 +151,7 @@ pub(super) async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
         let payload = match zstd {
             Some(z) => {
                 let mut out = Vec::new();
-                z.deflate.compress(&chunk, &mut out).map_err(|e| ClientError::Io(e.to_string()))?;
+                z.ctx.compress(&chunk, &mut out).map_err(|e| ClientError::Io(e.to_string()))?;
                 Bytes::from(out)
             }
             None => chunk,
@@ -205,6 +203,17 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                         let silent = interval.map_or(0, |i| i.as_millis() as u64 * 3);
                         return WsEnd::Lost(ClientError::Dead(silent));
                     }
+                }
+                // The quiet-spell rule of moonbridge.v2.zstd: a direction quiet for a tick ends its zstd frame.
+                match zstd.as_mut().map(|z| z.ctx.on_tick()).transpose() {
+                    Ok(Some(Some(end))) => {
+                        bump(&shared.counters.messages_out, 1);
+                        if let Err(e) = write_or_abandon(shared, ws.send(Message::Binary(end.into()))).await {
+                            return write_loss(e);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => return WsEnd::End(ClientError::Io(e.to_string())),
                 }
                 if let Some(r) = resume.as_deref_mut() {
                     if let Some(n) = r.acks.on_tick(r.received) {

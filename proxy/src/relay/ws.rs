@@ -257,6 +257,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                             };
                         }
                     }
+                    match self.zstd_quiet_frame() {
+                        Ok(None) => {}
+                        Ok(Some(frame)) => {
+                            if let Err(end) = self.send_frames(&frame, v2.as_deref_mut()).await {
+                                return end;
+                            }
+                        }
+                        Err(e) => {
+                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+                            return StretchEnd::End(RelayEnd::Error(Side::Player, e));
+                        }
+                    }
                     if let Some(r) = v2.as_deref_mut() {
                         if let Some(n) = r.acks.on_tick(self.stream_in) {
                             if let Err(end) = self.send_ack(n, &mut r.rx).await {

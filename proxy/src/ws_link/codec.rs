@@ -6,7 +6,7 @@ use std::io;
 
 use bytes::{Bytes, BytesMut};
 use moonbridge_protocol::ws as carriage;
-use moonbridge_protocol::ws::compress::{CompressError, Compressor, Decompressor};
+use moonbridge_protocol::ws::compress::CompressError;
 use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerDecoder, OP_BINARY, OP_PONG};
 use moonbridge_protocol::ws::v2::Control;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -31,11 +31,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         };
         // Room for the longest header in front, written once the compressed length is known: no second copy.
         let mut msg = vec![0u8; MAX_SERVER_HEADER];
-        let deflate = match &mut z.deflate {
-            Some(d) => d,
-            None => z.deflate.insert(Compressor::new(z.level).map_err(io::Error::other)?),
-        };
-        deflate.compress(data, &mut msg).map_err(io::Error::other)?;
+        z.ctx.compress(data, &mut msg).map_err(io::Error::other)?;
         let (h, n) = wsframe::encode_header(OP_BINARY, msg.len() - MAX_SERVER_HEADER);
         let start = MAX_SERVER_HEADER - n;
         if let (Some(dst), Some(src)) = (msg.get_mut(start..MAX_SERVER_HEADER), h.get(..n)) {
@@ -66,9 +62,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             }
             // A compressed message inflates in pieces of at most about what the caller takes this turn.
             if let Some(z) = self.zstd.as_mut() {
-                if let Some(inflate) = z.inflate.as_mut().filter(|i| i.has_output()) {
+                if z.ctx.has_output() {
                     z.scratch.clear();
-                    match inflate.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
+                    match z.ctx.inflate(&mut z.scratch, limit - data.len(), self.max_message) {
                         Ok(n) => {
                             data.extend_from_slice(&z.scratch);
                             self.stream_in += n as u64;
@@ -81,13 +77,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             match self.dec.try_next() {
                 Ok(None) => break Turn::Continue,
                 Ok(Some(Event::Data(d))) => match &mut self.zstd {
-                    Some(z) => match &mut z.inflate {
-                        Some(i) => i.queue(&d),
-                        None => match Decompressor::new() {
-                            Ok(i) => z.inflate.insert(i).queue(&d),
-                            Err(e) => break self.inflate_fault(&e),
-                        },
-                    },
+                    Some(z) => {
+                        if let Err(e) = z.ctx.queue(&d) {
+                            break self.inflate_fault(&e);
+                        }
+                    }
                     None => {
                         self.stream_in += d.len() as u64;
                         data.extend_from_slice(&d);
@@ -101,8 +95,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 },
                 Ok(Some(Event::MessageEnd)) => {
-                    if let Some(i) = self.zstd.as_mut().and_then(|z| z.inflate.as_mut()) {
-                        i.end_message();
+                    if let Some(z) = self.zstd.as_mut() {
+                        z.ctx.end_message();
                     }
                     self.messages_in += 1;
                     self.counters.messages_in.inc();
@@ -133,8 +127,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// True when the last decode turn stopped at its limit with input left (buffered frames, or a compressed
     /// message with more to inflate): the relay decodes again before it waits for the socket.
     pub(crate) fn decode_backlog(&self) -> bool {
-        self.stopped_at_limit
-            || self.zstd.as_ref().and_then(|z| z.inflate.as_ref()).is_some_and(Decompressor::has_output)
+        self.stopped_at_limit || self.zstd.as_ref().is_some_and(|z| z.ctx.has_output())
     }
 
     /// A compressed message that inflates too far (1009), is not zstd (1002), or finds no memory (1011).

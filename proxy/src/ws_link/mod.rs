@@ -32,7 +32,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use moonbridge_protocol::ws::compress::{Compressor, Decompressor};
+use moonbridge_protocol::ws::compress::Contexts;
 use moonbridge_protocol::ws::frame::{self as wsframe, Event, ServerDecoder, OP_PING, OP_TEXT};
 use moonbridge_protocol::ws::v2::{self, Control};
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
@@ -52,11 +52,10 @@ pub(crate) const WS_READ_CHUNK: usize = 4 * 1024;
 const MAX_SERVER_HEADER: usize = 10;
 
 /// The zstd contexts of a `moonbridge.v2.zstd` connection (boxed: most connections have none). Each is made on
-/// first use, so a connection that never sends (or is never sent) a Binary message costs none of its memory.
+/// first use and freed when its direction goes quiet ([`Contexts`]), so a connection that sends (or is sent)
+/// no Binary message for a keepalive tick period or two costs none of its memory.
 pub(crate) struct Zstd {
-    level: i32,
-    deflate: Option<Compressor>,
-    inflate: Option<Decompressor>,
+    ctx: Contexts,
     /// Where a piece of a player's message inflates before it joins the batch (its capacity is reused).
     scratch: Vec<u8>,
 }
@@ -161,7 +160,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
     /// sends. The contexts are made on first use.
     pub(crate) fn enable_zstd(&mut self, level: i32) {
-        self.zstd = Some(Box::new(Zstd { level, deflate: None, inflate: None, scratch: Vec::new() }));
+        self.zstd = Some(Box::new(Zstd { ctx: Contexts::new(level), scratch: Vec::new() }));
+    }
+
+    /// At a keepalive tick, the quiet-spell rule of `moonbridge.v2.zstd` ([`Contexts::on_tick`]): when nothing
+    /// was compressed for the player since the last tick, the whole Binary frame that ends the zstd frame (no
+    /// stream bytes; counted as a message), and the compression context is freed. `None` otherwise.
+    ///
+    /// # Errors
+    /// zstd failed (the stream cannot go on).
+    pub(crate) fn zstd_quiet_frame(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let Some(z) = &mut self.zstd else { return Ok(None) };
+        let Some(end) = z.ctx.on_tick().map_err(io::Error::other)? else { return Ok(None) };
+        let (h, n) = wsframe::encode_header(wsframe::OP_BINARY, end.len());
+        let mut frame = Vec::with_capacity(n + end.len());
+        frame.extend_from_slice(h.get(..n).unwrap_or_default());
+        frame.extend_from_slice(&end);
+        self.messages_out += 1;
+        self.counters.messages_out.inc();
+        Ok(Some(frame))
     }
 
     /// Turns on carriage v2: control messages (Text, at most [`v2::MAX_CONTROL_LEN`] bytes) are decoded.
