@@ -919,30 +919,31 @@ async fn run(args: SoakArgs) -> anyhow::Result<()> {
         n += 1;
         match kind {
             0 => {
-                backend.kill();
+                // Recorded before it happens: a player that sees the fault at once finds it explained.
                 shared.add_fault("backend killed", now, now + Duration::from_secs(3), None);
+                backend.kill();
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 backend.restart(Arc::clone(&shared)).await?;
             }
             1 | 2 => {
                 let players = pick(5);
+                let name = if kind == 1 { "connection reset" } else { "connection FIN" };
+                shared.add_fault(name, now, now + Duration::from_secs(1), Some(players.clone()));
                 for &p in &players {
                     shared.commands[p].store(kind, Ordering::Relaxed);
                 }
-                let name = if kind == 1 { "connection reset" } else { "connection FIN" };
-                shared.add_fault(name, now, now + Duration::from_secs(1), Some(players));
             }
             3 => {
                 let players = pick(3);
-                for &p in &players {
-                    shared.commands[p].store(3, Ordering::Relaxed);
-                }
                 shared.add_fault(
                     "player stops reading",
                     now,
                     now + Duration::from_secs(WRITE_STALL_S * 3 + 2),
-                    Some(players),
+                    Some(players.clone()),
                 );
+                for &p in &players {
+                    shared.commands[p].store(3, Ordering::Relaxed);
+                }
             }
             4 => {
                 // Slow but in time: logins take 2 s longer and succeed.

@@ -159,8 +159,11 @@ impl PlayerTable {
         let key = seen.name.to_lowercase();
         let Seen { name, uuid, address, server } = seen;
         let entry = Entry { id, name, uuid, address, server, commands, stop };
+        // Queued under the table's lock, so the network sees the changes in the table's order.
+        let mut table = self.lock();
         self.changed(&key, Some(entry.record()));
-        self.lock().insert(key.clone(), entry);
+        table.insert(key.clone(), entry);
+        drop(table);
         Registration { table: Arc::clone(self), key, id }
     }
 
@@ -169,12 +172,22 @@ impl PlayerTable {
         let _ = self.updates.set(updates);
     }
 
-    /// Queues a change for the network (nothing outside a network).
+    /// Queues a change for the network (nothing outside a network). Called with the table locked, so the
+    /// queue's order is the table's.
     fn changed(&self, key: &str, record: Option<Record>) {
         if let Some(u) = self.updates.get() {
             if u.tx.try_send((key.to_string(), record)).is_err() {
                 u.overflowed.store(true, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Queues the release of name `key` (lower case) for the network unless a player of that name is in the
+    /// table (whose registration then owns the name): for a login that claimed the name and did not get in.
+    pub(crate) fn release_unless_registered(&self, key: &str) {
+        let table = self.lock();
+        if !table.contains_key(key) {
+            self.changed(key, None);
         }
     }
 
@@ -267,12 +280,10 @@ impl PlayerTable {
 impl Registration {
     /// The player is on backend `server` now (after a switch).
     pub(crate) fn moved_to(&self, server: &str) {
-        let record = self.table.lock().get_mut(&self.key).filter(|e| e.id == self.id).map(|e| {
+        let mut table = self.table.lock();
+        if let Some(e) = table.get_mut(&self.key).filter(|e| e.id == self.id) {
             e.server = server.to_string();
-            e.record()
-        });
-        if let Some(r) = record {
-            self.table.changed(&self.key, Some(r));
+            self.table.changed(&self.key, Some(e.record()));
         }
     }
 
@@ -287,7 +298,6 @@ impl Drop for Registration {
         let mut table = self.table.lock();
         if table.get(&self.key).is_some_and(|e| e.id == self.id) {
             table.remove(&self.key);
-            drop(table);
             self.table.changed(&self.key, None);
         }
     }

@@ -304,7 +304,6 @@ impl Server {
         if let Some(net) = self.state.network() {
             // Connections carried to other instances end now: their players resume at another instance.
             net.stop.cancel();
-            net.pipes.close();
         }
         tracker.close();
         let grace = self.state.live().tunables.limits.shutdown_grace();

@@ -161,9 +161,9 @@ async fn the_network_counts_every_instance_and_a_name_plays_once() {
         alex_a
     })
     .await;
+    // One Alex on the network, at both instances (B's count includes A's player once its renewal read it).
+    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
     wait_online(b.addr(Transport::Tcp), 1, NETWORK_SEES).await;
-    assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "one Alex on the network");
-    assert!(a.metric("moonbridge_network_instances").await.is_none(), "no [metrics] listener here");
     drop(alex_a);
     a.shutdown().await;
     // A's entries are gone at once when it stops: B counts nobody.
@@ -418,4 +418,162 @@ async fn a_resume_at_another_instance_gets_4002_only_without_redis_or_without_it
     assert_eq!(a.metric(refused).await, Some(2.0));
     a.wait_connections(0, STEP).await;
     a.shutdown().await;
+}
+
+/// Reads `players` (two sessions of one name) until one gets a Play Disconnect, within [`STEP`] (Keep Alives
+/// answered); then checks the other still plays (its chat echoed once). Returns which one ended and why.
+fn one_of_two_ends(players: [&Player; 2]) -> (usize, String) {
+    use moonbridge_protocol::FrameDecoder;
+    let mut decoders = [FrameDecoder::new(1 << 21), FrameDecoder::new(1 << 21)];
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + STEP;
+    // The next frame of player `i`, waiting at most `wait`.
+    let mut next = |i: usize, wait: Duration, decoders: &mut [FrameDecoder; 2]| -> Option<Frame> {
+        if let Some(f) = decoders[i].try_next_frame().unwrap() {
+            return Some(f);
+        }
+        let n = players[i].conn.recv(&mut buf, Some(wait)).expect("the connection stays open");
+        decoders[i].queue_slice(&buf[..n]);
+        decoders[i].try_next_frame().unwrap()
+    };
+    let ended = 'read: loop {
+        assert!(Instant::now() < deadline, "neither session of the name ended");
+        for (i, player) in players.iter().enumerate() {
+            while let Some(f) = next(i, Duration::from_millis(20), &mut decoders) {
+                match f.id {
+                    KeepAlive::ID => {
+                        let ka: KeepAlive = f.decode().unwrap();
+                        player.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+                        player.conn.end_tick().unwrap();
+                    }
+                    PlayDisconnect::ID => break 'read (i, f.decode::<PlayDisconnect>().unwrap().reason_json),
+                    _ => {}
+                }
+            }
+        }
+    };
+    let other = 1 - ended.0;
+    players[other].conn.send(&chat_frame("still here")).unwrap();
+    players[other].conn.end_tick().unwrap();
+    loop {
+        assert!(Instant::now() < deadline + STEP, "no echo for the session that stays");
+        if let Some(f) = next(other, Duration::from_millis(100), &mut decoders) {
+            match f.id {
+                0x02 => {
+                    assert_eq!(chat_message_text(&f).unwrap_or_default(), "echo:still here");
+                    return ended;
+                }
+                PlayDisconnect::ID => panic!("both sessions of the name ended"),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_logins_of_one_name_at_once_leave_exactly_one_playing() {
+    let redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-race").unwrap();
+    let key = secret(&dir);
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    for (policy, name) in [("refuse_new", "RaceR"), ("kick_existing", "RaceK")] {
+        let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
+        let b = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
+        for p in [&a, &b] {
+            let deadline = Instant::now() + NETWORK_SEES;
+            while p.metric("moonbridge_network_instances").await != Some(2.0) {
+                assert!(Instant::now() < deadline, "the instances do not see each other");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        // Both logins start together, one through each instance.
+        let (ua, ub) = (tcp_url(&a), tcp_url(&b));
+        let (first_a, first_b) = tokio::join!(
+            blocking(move || Player::login(&ua, Options::default(), name)),
+            blocking(move || Player::login(&ub, Options::default(), name)),
+        );
+        let ((pa, fa), (pb, fb)) = (first_a, first_b);
+        if policy == "refuse_new" {
+            let ids = [fa.id, fb.id];
+            assert!(
+                ids.contains(&LoginSuccess::ID) && ids.contains(&LoginDisconnect::ID),
+                "exactly one refused: {ids:?}"
+            );
+            let refused = if fa.id == LoginDisconnect::ID { &fa } else { &fb };
+            let reason = refused.decode::<LoginDisconnect>().unwrap().reason_json;
+            assert!(reason.contains("already playing on this network"), "{reason}");
+            let stays = if fa.id == LoginSuccess::ID { pa } else { pb };
+            let stays = blocking(move || {
+                stays.chat("the first one plays");
+                stays
+            })
+            .await;
+            // One session of the name on the network.
+            wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+            drop(stays);
+        } else {
+            assert_eq!((fa.id, fb.id), (LoginSuccess::ID, LoginSuccess::ID), "both get in, one is then told to go");
+            let (reason, both) = blocking(move || (one_of_two_ends([&pa, &pb]).1, (pa, pb))).await;
+            assert!(reason.contains("You logged in from another location"), "{reason}");
+            wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+            drop(both);
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+/// Opens a carriage v2 WebSocket to `addr`, sends `resume <token> <received> <sent>` and reads until the
+/// `resumed` answer: returns the WebSocket (kept open) and the next token.
+async fn resumed_at(addr: SocketAddr, token: &str, received: u64, sent: usize) -> (moonbridge_tests::RawWs, String) {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut ws, _) = moonbridge_tests::ws_offering(addr, "moonbridge.v2").await;
+    ws.send(moonbridge_tests::Message::Text(format!("resume {token} {received} {sent}").into())).await.unwrap();
+    loop {
+        match timeout(STEP, ws.next()).await.expect("an answer in time") {
+            Some(Ok(moonbridge_tests::Message::Text(t))) if t.starts_with("resumed ") => {
+                let next = t.split(' ').nth(2).expect("the next token").to_string();
+                return (ws, next);
+            }
+            Some(Ok(_)) => {}
+            other => panic!("no resumed answer: {other:?}"),
+        }
+    }
+}
+
+/// A session carried to its owner over a link is taken over by a later resume at a third instance: the
+/// carried connection gets 4005 from the owner, and the carrying instance ends its copy (its link sessions
+/// back to 0) although the player behind it keeps its socket open without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
+    let redis = Redis::start().await;
+    let backend = moonbridge_tests::login_backend().await;
+    let dir = TestDir::new("moonbridge-network-takeover").unwrap();
+    let key = secret(&dir);
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        let cfg = instance_config(backend.addr, &redis, &key, "kick_existing", None);
+        instances.push(Proxy::start(&format!("{cfg}{metrics}")).await);
+    }
+    for p in &instances {
+        wait_metric(p, "moonbridge_network_instances", 3.0, NETWORK_SEES).await;
+    }
+    let (owner, carrier, third) = (&instances[0], &instances[1], &instances[2]);
+    let (ws, token, received) = moonbridge_tests::v2_session(owner.addr(Transport::Ws)).await;
+    drop(ws);
+    let sent = moonbridge_tests::hs_ls().len();
+    let (mut carried, token) = resumed_at(carrier.addr(Transport::Ws), &token, received, sent).await;
+    assert_eq!(carrier.metric("moonbridge_network_link_sessions").await, Some(1.0));
+    // The player resumes again, at the third instance, while the carried connection is still open.
+    let (_taken, _) = resumed_at(third.addr(Transport::Ws), &token, received, sent).await;
+    assert_eq!(moonbridge_tests::ws_close_code(&mut carried, STEP).await, Some(4005));
+    // `carried` stays open on the player's side: the carrier must end its copy on its own.
+    wait_metric(carrier, "moonbridge_network_link_sessions", 0.0, STEP).await;
+    wait_metric(third, "moonbridge_network_link_sessions", 1.0, STEP).await;
+    drop(carried);
+    for p in instances {
+        p.shutdown().await;
+    }
 }

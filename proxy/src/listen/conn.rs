@@ -99,6 +99,11 @@ impl Conn {
                 let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
                 session::serve::serve(player, accepted).await;
             }
+            Err(SetupError::Ws(WsSetupError::Carried(carried))) => {
+                // Out of the handshake (its slot freed), still counted in max_connections by this task.
+                drop(self.slot);
+                carried.run().await;
+            }
             Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => {}
             Err(SetupError::Ws(WsSetupError::Resume(outcome))) if outcome != "bad_request" => {}
             Err(reason) => {
@@ -116,6 +121,7 @@ impl Conn {
                     SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed("bad_upgrade"),
                     SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed("bad_frame"),
                     SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed("timeout"),
+                    SetupError::Ws(WsSetupError::Carried(_)) => {}
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");

@@ -18,7 +18,7 @@ use tracing::debug;
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
 use crate::metrics::Metrics;
-use crate::network::peer::{forward_resume, Forwarded};
+use crate::network::peer::{forward_resume, Carried, Forwarded};
 use crate::relay::resume::hex_id;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
@@ -38,6 +38,10 @@ pub(super) enum WsSetupError {
     /// The connection carried a carriage v2 resume request (handed to its session, or refused).
     #[error("resume request: {0}")]
     Resume(&'static str),
+    /// A carriage v2 resume for a session held by another instance of the network: the instance link is open,
+    /// and the copy runs once the setup is over (not an error; the connection's task runs it).
+    #[error("resume carried to another instance")]
+    Carried(Carried),
     /// A carriage v2 connection sent no first message before the handshake deadline (closed with 1008).
     #[error("no first message before the handshake deadline")]
     Deadline,
@@ -141,9 +145,16 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                     if owner != net.id {
                         if let Some(peer) = net.peer_of(&owner) {
                             let how = Forwarded { secure, zstd: up.zstd, client: up.client };
-                            let outcome = forward_resume(link, &control, peer, how, net).await;
-                            state.metrics.resume(outcome);
-                            return Err(WsSetupError::Resume(outcome));
+                            return match forward_resume(link, &control, peer, how, net).await {
+                                Ok(carried) => {
+                                    state.metrics.resume("forwarded");
+                                    Err(WsSetupError::Carried(carried))
+                                }
+                                Err(outcome) => {
+                                    state.metrics.resume(outcome);
+                                    Err(WsSetupError::Resume(outcome))
+                                }
+                            };
                         }
                     }
                 }

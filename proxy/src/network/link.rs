@@ -7,13 +7,15 @@
 //! |---|---|
 //! | dialler | [`MAGIC`] (8 bytes), its nonce (32 random bytes) |
 //! | listener | its nonce (32), `HMAC-SHA-256(secret, "moonbridge link server" ‖ dialler nonce ‖ listener nonce ‖ binding)` |
-//! | dialler | `HMAC-SHA-256(secret, "moonbridge link client" ‖ listener nonce ‖ dialler nonce ‖ binding)`, then the request: `u16` big-endian length (at most [`MAX_REQUEST_BYTES`]) and that much JSON ([`Request`]) |
+//! | dialler | `HMAC-SHA-256(secret, "moonbridge link client" ‖ listener nonce ‖ dialler nonce ‖ binding ‖ length ‖ request)`, then the request: `u16` big-endian length (at most [`MAX_REQUEST_BYTES`]) and that much JSON ([`Request`]) |
 //!
 //! `binding` is 32 bytes of TLS keying material (RFC 5705 exporter, label [`EXPORTER_LABEL`]) on a TLS link,
 //! and empty on a plain one: a relayed TLS link fails the check, so the certificate itself need not be trusted.
-//! Each side checks the other's MAC (constant time) before it sends anything else; a link that fails is
-//! closed. After a `resume` request the link carries the player's WebSocket bytes both ways, unchanged; after
-//! a `kick` the listener answers with one `u16`-prefixed JSON object (`{"kicked": bool}`).
+//! The dialler's MAC covers its request, so nobody on the path can change it. Each side checks the other's MAC
+//! (constant time) before it acts on anything else; a link that fails is closed. After a `resume` request the
+//! link carries the player's WebSocket bytes both ways, unchanged; after a `kick` the listener answers with
+//! one `u16`-prefixed JSON object (`{"kicked": bool}`) followed by
+//! `HMAC-SHA-256(secret, "moonbridge link answer" ‖ dialler nonce ‖ listener nonce ‖ binding ‖ length ‖ answer)`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -94,25 +96,32 @@ impl Secret {
         Self(hmac::Key::new(hmac::HMAC_SHA256, secret))
     }
 
-    fn mac(&self, role: &[u8], first: &[u8], second: &[u8], binding: &[u8]) -> hmac::Tag {
+    /// The MAC of `parts`, in order.
+    fn mac(&self, parts: &[&[u8]]) -> hmac::Tag {
         let mut ctx = hmac::Context::with_key(&self.0);
-        for part in [role, first, second, binding] {
+        for part in parts {
             ctx.update(part);
         }
         ctx.sign()
     }
 
-    fn verify(&self, role: &[u8], first: &[u8], second: &[u8], binding: &[u8], tag: &[u8]) -> bool {
-        let mut data = Vec::with_capacity(role.len() + first.len() + second.len() + binding.len());
-        for part in [role, first, second, binding] {
-            data.extend_from_slice(part);
-        }
+    /// Whether `tag` is the MAC of `parts` (compared in constant time).
+    fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        let data = parts.concat();
         hmac::verify(&self.0, &data, tag).is_ok()
     }
 }
 
 const SERVER_ROLE: &[u8] = b"moonbridge link server";
 const CLIENT_ROLE: &[u8] = b"moonbridge link client";
+const ANSWER_ROLE: &[u8] = b"moonbridge link answer";
+
+/// What both ends of an opened link share: the two nonces and the binding, which an answer's MAC covers.
+pub(crate) struct Opened {
+    dialler: [u8; NONCE_LEN],
+    listener: [u8; NONCE_LEN],
+    binding: Vec<u8>,
+}
 
 /// What a link asks of the instance it reaches.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -176,10 +185,10 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     secret: &Secret,
     binding: &[u8],
     request: &Request,
-) -> Result<(), LinkError> {
+) -> Result<Opened, LinkError> {
     let json = serde_json::to_vec(request).map_err(|e| LinkError::BadRequest(e.to_string()))?;
     let len = u16::try_from(json.len()).ok().filter(|l| usize::from(*l) <= MAX_REQUEST_BYTES);
-    let len = len.ok_or(LinkError::TooLong(json.len()))?;
+    let len = len.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
     let mine = nonce();
     let mut hello = Vec::with_capacity(MAGIC.len() + NONCE_LEN);
     hello.extend_from_slice(MAGIC);
@@ -188,16 +197,18 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     let mut answer = [0u8; NONCE_LEN + MAC_LEN];
     stream.read_exact(&mut answer).await?;
     let (theirs, tag) = answer.split_at(NONCE_LEN);
-    if !secret.verify(SERVER_ROLE, &mine, theirs, binding, tag) {
+    if !secret.verify(&[SERVER_ROLE, &mine, theirs, binding], tag) {
         return Err(LinkError::BadMac);
     }
     let mut out = Vec::with_capacity(MAC_LEN + 2 + json.len());
-    out.extend_from_slice(secret.mac(CLIENT_ROLE, theirs, &mine, binding).as_ref());
-    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(secret.mac(&[CLIENT_ROLE, theirs, &mine, binding, &len, &json]).as_ref());
+    out.extend_from_slice(&len);
     out.extend_from_slice(&json);
     stream.write_all(&out).await?;
     stream.flush().await?;
-    Ok(())
+    let mut listener = [0u8; NONCE_LEN];
+    listener.copy_from_slice(theirs);
+    Ok(Opened { dialler: mine, listener, binding: binding.to_vec() })
 }
 
 /// The listener's side of the opening on `stream` (whose [`MAGIC`] is still unread): the dialler's request.
@@ -205,7 +216,7 @@ pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     secret: &Secret,
     binding: &[u8],
-) -> Result<Request, LinkError> {
+) -> Result<(Request, Opened), LinkError> {
     let mut hello = [0u8; 8 + NONCE_LEN];
     stream.read_exact(&mut hello).await?;
     let (magic, theirs) = hello.split_at(MAGIC.len());
@@ -215,22 +226,29 @@ pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     let mine = nonce();
     let mut answer = Vec::with_capacity(NONCE_LEN + MAC_LEN);
     answer.extend_from_slice(&mine);
-    answer.extend_from_slice(secret.mac(SERVER_ROLE, theirs, &mine, binding).as_ref());
+    answer.extend_from_slice(secret.mac(&[SERVER_ROLE, theirs, &mine, binding]).as_ref());
     stream.write_all(&answer).await?;
     stream.flush().await?;
     let mut proof = [0u8; MAC_LEN + 2];
     stream.read_exact(&mut proof).await?;
-    let (tag, len) = proof.split_at(MAC_LEN);
-    if !secret.verify(CLIENT_ROLE, &mine, theirs, binding, tag) {
-        return Err(LinkError::BadMac);
-    }
-    let len = usize::from(u16::from_be_bytes([len.first().copied().unwrap_or(0), len.get(1).copied().unwrap_or(0)]));
+    let (tag, len_bytes) = proof.split_at(MAC_LEN);
+    let len = usize::from(u16::from_be_bytes([
+        len_bytes.first().copied().unwrap_or(0),
+        len_bytes.get(1).copied().unwrap_or(0),
+    ]));
     if len > MAX_REQUEST_BYTES {
         return Err(LinkError::TooLong(len));
     }
+    // At most MAX_REQUEST_BYTES read before the MAC over them is checked.
     let mut json = vec![0u8; len];
     stream.read_exact(&mut json).await?;
-    serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
+    if !secret.verify(&[CLIENT_ROLE, &mine, theirs, binding, len_bytes, &json], tag) {
+        return Err(LinkError::BadMac);
+    }
+    let request = serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let mut dialler = [0u8; NONCE_LEN];
+    dialler.copy_from_slice(theirs);
+    Ok((request, Opened { dialler, listener: mine, binding: binding.to_vec() }))
 }
 
 /// Dials instance `peer` (`host:port`) within [`AUTH_TIMEOUT`].
@@ -246,37 +264,52 @@ pub(crate) async fn kick(peer: &str, secret: &Secret, name: &str, reason: &str) 
     tokio::time::timeout(AUTH_TIMEOUT, async {
         let mut stream = dial(peer).await?;
         let request = Request::Kick { name: name.to_string(), reason: reason.to_string() };
-        open(&mut stream, secret, &[], &request).await?;
-        let answer: KickAnswer = read_json(&mut stream).await?;
+        let opened = open(&mut stream, secret, &[], &request).await?;
+        let answer: KickAnswer = read_answer(&mut stream, secret, &opened).await?;
         Ok(answer.kicked)
     })
     .await
     .map_err(|_| LinkError::Timeout)?
 }
 
-/// Reads one `u16`-prefixed JSON object of at most [`MAX_REQUEST_BYTES`].
-pub(crate) async fn read_json<T: serde::de::DeserializeOwned, S: AsyncRead + Unpin>(
+/// Reads the listener's answer on an opened link: one `u16`-prefixed JSON object of at most
+/// [`MAX_REQUEST_BYTES`] and its MAC (module documentation).
+pub(crate) async fn read_answer<T: serde::de::DeserializeOwned, S: AsyncRead + Unpin>(
     stream: &mut S,
+    secret: &Secret,
+    opened: &Opened,
 ) -> Result<T, LinkError> {
-    let len = usize::from(stream.read_u16().await?);
-    if len > MAX_REQUEST_BYTES {
-        return Err(LinkError::TooLong(len));
+    let len = stream.read_u16().await?;
+    if usize::from(len) > MAX_REQUEST_BYTES {
+        return Err(LinkError::TooLong(usize::from(len)));
     }
-    let mut json = vec![0u8; len];
+    let mut json = vec![0u8; usize::from(len)];
     stream.read_exact(&mut json).await?;
+    let mut tag = [0u8; MAC_LEN];
+    stream.read_exact(&mut tag).await?;
+    let parts: [&[u8]; 6] =
+        [ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, &len.to_be_bytes(), &json];
+    if !secret.verify(&parts, &tag) {
+        return Err(LinkError::BadMac);
+    }
     serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
 }
 
-/// Writes one `u16`-prefixed JSON object.
-pub(crate) async fn write_json<T: serde::Serialize, S: AsyncWrite + Unpin>(
+/// Writes the listener's answer on an opened link: one `u16`-prefixed JSON object and its MAC.
+pub(crate) async fn write_answer<T: serde::Serialize, S: AsyncWrite + Unpin>(
     stream: &mut S,
+    secret: &Secret,
+    opened: &Opened,
     value: &T,
 ) -> Result<(), LinkError> {
     let json = serde_json::to_vec(value).map_err(|e| LinkError::BadRequest(e.to_string()))?;
-    let len = u16::try_from(json.len()).map_err(|_| LinkError::TooLong(json.len()))?;
-    let mut out = Vec::with_capacity(2 + json.len());
-    out.extend_from_slice(&len.to_be_bytes());
+    let len = u16::try_from(json.len()).ok().filter(|l| usize::from(*l) <= MAX_REQUEST_BYTES);
+    let len = len.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
+    let tag = secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, &len, &json]);
+    let mut out = Vec::with_capacity(2 + json.len() + MAC_LEN);
+    out.extend_from_slice(&len);
     out.extend_from_slice(&json);
+    out.extend_from_slice(tag.as_ref());
     stream.write_all(&out).await?;
     stream.flush().await?;
     Ok(())
@@ -352,8 +385,42 @@ mod tests {
         let request = Request::Kick { name: "Alex".into(), reason: "bye".into() };
         let (opened, accepted) =
             tokio::join!(open(&mut a, &secret, b"bind", &request), accept(&mut b, &secret, b"bind"));
-        assert!(opened.is_ok());
-        assert_eq!(accepted.ok(), Some(request.clone()));
+        let opened = opened.unwrap();
+        let (got, at_listener) = accepted.unwrap();
+        assert_eq!(got, request);
+        // The answer arrives with its MAC; the same answer under another link's nonces is refused.
+        write_answer(&mut b, &secret, &at_listener, &KickAnswer { kicked: true }).await.unwrap();
+        let answer: KickAnswer = read_answer(&mut a, &secret, &opened).await.unwrap();
+        assert!(answer.kicked);
+        let other = Opened { dialler: [1; NONCE_LEN], listener: [2; NONCE_LEN], binding: b"bind".to_vec() };
+        write_answer(&mut b, &secret, &other, &KickAnswer { kicked: false }).await.unwrap();
+        let forged = read_answer::<KickAnswer, _>(&mut a, &secret, &opened).await;
+        assert!(matches!(forged, Err(LinkError::BadMac)));
+
+        // A request changed on the path (after the dialler's MAC) is refused: "Alex" becomes "Blex".
+        let (mut dial_end, mut relay_in) = tokio::io::duplex(4096);
+        let (mut relay_out, mut listen_end) = tokio::io::duplex(4096);
+        let relay = async move {
+            let mut hello = [0u8; MAGIC.len() + NONCE_LEN];
+            relay_in.read_exact(&mut hello).await.unwrap();
+            relay_out.write_all(&hello).await.unwrap();
+            let mut answer = [0u8; NONCE_LEN + MAC_LEN];
+            relay_out.read_exact(&mut answer).await.unwrap();
+            relay_in.write_all(&answer).await.unwrap();
+            let mut proof = [0u8; MAC_LEN + 2];
+            relay_in.read_exact(&mut proof).await.unwrap();
+            let mut json = vec![0u8; usize::from(u16::from_be_bytes([proof[MAC_LEN], proof[MAC_LEN + 1]]))];
+            relay_in.read_exact(&mut json).await.unwrap();
+            let at = json.windows(4).position(|w| w == b"Alex").unwrap();
+            json[at] = b'B';
+            relay_out.write_all(&proof).await.unwrap();
+            relay_out.write_all(&json).await.unwrap();
+            (relay_in, relay_out)
+        };
+        let (opened, accepted, _ends) =
+            tokio::join!(open(&mut dial_end, &secret, &[], &request), accept(&mut listen_end, &secret, &[]), relay);
+        assert!(opened.is_ok(), "the dialler cannot tell");
+        assert!(matches!(accepted, Err(LinkError::BadMac)));
 
         // A dialler without the secret is refused before any request is read; and it refuses the listener.
         let (mut a, mut b) = tokio::io::duplex(4096);

@@ -23,7 +23,7 @@ pub(crate) mod peer;
 pub use link::NetworkError;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -45,21 +45,48 @@ pub(crate) const RENEW_EVERY: Duration = Duration::from_secs(2);
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// Player changes queued for Redis between renewals: 4,096; past it the next renewal rewrites the whole table.
 const UPDATE_QUEUE: usize = 4096;
-/// Ids not renewed for this long are dropped from the index (their leases expired long before): 60 seconds.
+/// The index of instance ids expires this long after the last renewal of any instance: 60 seconds. An id
+/// whose lease entry is gone leaves the index at the next renewal of any other instance.
 const PRUNE_AFTER: Duration = Duration::from_secs(60);
+/// Redis as last seen by the renewals (`Network::up`): not tried yet, answered, did not answer.
+const REDIS_UNKNOWN: u8 = 0;
+const REDIS_UP: u8 = 1;
+const REDIS_DOWN: u8 = 2;
 /// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
 pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
 /// What a new login reads when `duplicate_login = "refuse_new"`.
 pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
 
 /// What a login may do about a name that is already playing.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Admit {
-    /// Go on (nobody else had the name, or the older session was told to go).
-    Go,
+    /// Go on (nobody else had the name, or the older session was told to go), holding the name's claim in
+    /// Redis when Redis answered.
+    Go(Option<Claim>),
     /// Refuse the new login (`refuse_new`).
     Refuse,
 }
+
+/// A name claimed in Redis by a login ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
+/// this instance's id, expiring with the lease and renewed with it while the player plays. Dropped, it
+/// releases the name unless the player is in the player table (whose registration then owns the claim and
+/// releases it when the player leaves).
+#[derive(Debug)]
+pub(crate) struct Claim {
+    players: Arc<PlayerTable>,
+    key: String,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.players.release_unless_registered(&self.key);
+    }
+}
+
+/// Deletes a name's claim only when this instance holds it (`KEYS[1]` the claim, `ARGV[1]` this instance's
+/// id): a claim another instance has taken since stays.
+const RELEASE_CLAIM: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /// This instance's place in the network.
 pub(crate) struct Network {
@@ -73,15 +100,13 @@ pub(crate) struct Network {
     pub(crate) secret: link::Secret,
     client: redis::Client,
     redis: Mutex<Option<ConnectionManager>>,
-    up: AtomicBool,
+    up: AtomicU8,
     /// Live instances other than this one: id → peer address (as of the last renewal).
     peers: RwLock<HashMap<String, String>>,
     players: Arc<PlayerTable>,
     updates: Mutex<Option<mpsc::Receiver<Update>>>,
     overflowed: Arc<AtomicBool>,
     pub(crate) metrics: NetworkMetrics,
-    /// Resumes this instance carries to their owners ([`peer::forward_resume`]).
-    pub(crate) pipes: tokio_util::task::TaskTracker,
     /// Cancelled at shutdown: forwarded connections end (their players resume at another instance).
     pub(crate) stop: CancellationToken,
 }
@@ -116,13 +141,12 @@ impl Network {
             secret,
             client,
             redis: Mutex::new(None),
-            up: AtomicBool::new(false),
+            up: AtomicU8::new(REDIS_UNKNOWN),
             peers: RwLock::new(HashMap::new()),
             players,
             updates: Mutex::new(Some(rx)),
             overflowed,
             metrics,
-            pipes: tokio_util::task::TaskTracker::new(),
             stop: CancellationToken::new(),
         })
     }
@@ -133,6 +157,11 @@ impl Network {
 
     fn players_key(&self, id: &str) -> String {
         format!("{}players:{id}", self.prefix)
+    }
+
+    /// The claim of name `lower` (lower case).
+    fn name_key(&self, lower: &str) -> String {
+        format!("{}name:{lower}", self.prefix)
     }
 
     /// What the other instances dial to reach this one (`peer_address`, or found at start).
@@ -149,26 +178,11 @@ impl Network {
         self.redis.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// The instance (other than this one) where `name` plays, asked of Redis now; `None` when nobody else has
-    /// it or Redis does not answer within [`REDIS_TIMEOUT`].
-    async fn holder_of(&self, name: &str) -> Option<String> {
-        let mut con = self.connection()?;
-        let ids: Vec<String> = self.peers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
-        if ids.is_empty() {
-            return None;
-        }
-        let key = name.to_lowercase();
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.cmd("HEXISTS").arg(self.players_key(id)).arg(&key);
-        }
-        let found: Vec<bool> = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await.ok()?.ok()?;
-        ids.into_iter().zip(found).find_map(|(id, f)| f.then_some(id))
-    }
-
-    /// Applies `duplicate_login` to a login of `name`: on this instance and, through Redis, on the others.
-    /// Waits for Redis and a kick on another instance for at most a few seconds; without Redis only this
-    /// instance is checked.
+    /// Applies `duplicate_login` to a login of `name`: on this instance, and on the network through the name's
+    /// claim in Redis, taken atomically so that two logins of one name at once cannot both get in
+    /// (`refuse_new`: `SET … NX`, the second is refused; `kick_existing`: `SET … GET`, the older holder is
+    /// told to end its session over an instance link). Waits for Redis at most [`REDIS_TIMEOUT`] and for a
+    /// kick at most the link's opening; without Redis only this instance is checked.
     pub(crate) async fn admit(&self, name: &str) -> Admit {
         let policy = self.config.duplicate_login;
         if self.players.find(name).is_some() {
@@ -179,18 +193,38 @@ impl Network {
             self.players.kick(name, KICKED_ELSEWHERE);
             self.metrics.duplicate("kicked_existing");
         }
-        let Some(holder) = self.holder_of(name).await else { return Admit::Go };
-        if policy == DuplicateLogin::RefuseNew {
-            self.metrics.duplicate("refused_new");
-            return Admit::Refuse;
-        }
-        self.metrics.duplicate("kicked_existing");
-        if let Some(peer) = self.peer_of(&holder) {
-            if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
-                warn!(instance = %holder, peer = %peer, "could not ask the instance holding {name} to end that session: {e}");
+        let Some(mut con) = self.connection() else { return Admit::Go(None) };
+        let lower = name.to_lowercase();
+        let key = self.name_key(&lower);
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(&self.id).arg("PX").arg(lease_ms());
+        match policy {
+            DuplicateLogin::RefuseNew => set.arg("NX"),
+            DuplicateLogin::KickExisting => set.arg("GET"),
+        };
+        // refuse_new: "OK" when claimed, nil when held; kick_existing: the previous holder, or nil.
+        let answer: Option<String> = match tokio::time::timeout(REDIS_TIMEOUT, set.query_async(&mut con)).await {
+            Ok(Ok(a)) => a,
+            _ => return Admit::Go(None),
+        };
+        let claim = || Claim { players: Arc::clone(&self.players), key: lower };
+        match (policy, answer) {
+            (DuplicateLogin::RefuseNew, None) => {
+                // Held by another instance, or by a login of the same name here that is still under way.
+                self.metrics.duplicate("refused_new");
+                Admit::Refuse
             }
+            (DuplicateLogin::KickExisting, Some(holder)) if holder != self.id => {
+                self.metrics.duplicate("kicked_existing");
+                if let Some(peer) = self.peer_of(&holder) {
+                    if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
+                        warn!(instance = %holder, peer = %peer, "could not ask the instance holding {name} to end that session: {e}");
+                    }
+                }
+                Admit::Go(Some(claim()))
+            }
+            _ => Admit::Go(Some(claim())),
         }
-        Admit::Go
     }
 
     /// Renews this instance's leases and reads the others' until `stop`, then removes this instance's entries
@@ -204,7 +238,14 @@ impl Network {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    let ok = self.renew(&mut rewrite).await;
+                    if rewrite || self.overflowed.load(Ordering::Relaxed) {
+                        // The snapshot about to be written holds every change queued so far: none of them may
+                        // be applied after it (an older change would undo a newer one).
+                        while updates.try_recv().is_ok() {}
+                    }
+                    // With no change in flight, Redis must hold exactly this instance's players.
+                    let settled = updates.is_empty();
+                    let ok = self.renew(&mut rewrite, settled).await;
                     self.set_up(ok);
                 }
                 Some(update) = updates.recv() => {
@@ -217,6 +258,9 @@ impl Network {
         }
         if let Some(mut con) = self.connection() {
             let mut pipe = redis::pipe();
+            for (key, _) in self.players.records() {
+                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&key)).arg(&self.id).ignore();
+            }
             pipe.del(self.key(&format!("instance:{}", self.id))).ignore();
             pipe.del(self.players_key(&self.id)).ignore();
             pipe.zrem(self.key("instances"), &self.id).ignore();
@@ -227,7 +271,9 @@ impl Network {
     /// Logs and counts a change between Redis reachable and not.
     fn set_up(&self, ok: bool) {
         self.metrics.redis_up.set(i64::from(ok));
-        if self.up.swap(ok, Ordering::Relaxed) != ok {
+        let now = if ok { REDIS_UP } else { REDIS_DOWN };
+        // From the start too: an instance that never reaches Redis says so once.
+        if self.up.swap(now, Ordering::Relaxed) != now {
             if ok {
                 info!(network = %self.config.name, instance = %self.id, "Redis reachable: this instance is part of the network");
             } else {
@@ -240,20 +286,36 @@ impl Network {
         }
     }
 
-    /// One player change; false when Redis did not take it.
+    /// One player change (and its name's claim); false when Redis did not take it. A player whose name another
+    /// instance claimed meanwhile (a login there while this one was under way: `kick_existing`) is told to go.
     async fn apply(&self, (key, record): Update) -> bool {
         let Some(mut con) = self.connection() else { return false };
         let hash = self.players_key(&self.id);
+        let claim = self.name_key(&key);
         let mut pipe = redis::pipe();
-        match record.and_then(|r| serde_json::to_string(&r).ok()) {
-            Some(json) => pipe.hset(&hash, &key, json).ignore().pexpire(&hash, lease_ms()).ignore(),
-            None => pipe.hdel(&hash, &key).ignore(),
+        let Some(json) = record.and_then(|r| serde_json::to_string(&r).ok()) else {
+            pipe.hdel(&hash, &key).ignore();
+            pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(&claim).arg(&self.id).ignore();
+            return matches!(tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await, Ok(Ok(())));
         };
-        matches!(tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await, Ok(Ok(())))
+        pipe.hset(&hash, &key, json).ignore().pexpire(&hash, lease_ms()).ignore();
+        // The login claimed the name; after Redis lost it, claim it again unless another has it.
+        pipe.cmd("SET").arg(&claim).arg(&self.id).arg("NX").arg("PX").arg(lease_ms()).ignore();
+        pipe.get(&claim);
+        let holder: (Option<String>,) = match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await {
+            Ok(Ok(h)) => h,
+            _ => return false,
+        };
+        if let (Some(holder),) = holder {
+            if holder != self.id && self.players.kick(&key, KICKED_ELSEWHERE) {
+                info!(player = %key, instance = %holder, "the name was claimed on another instance during this login: ending this session");
+            }
+        }
+        true
     }
 
     /// Connects when not yet connected; one renewal; the others read. False when Redis failed.
-    async fn renew(&self, rewrite: &mut bool) -> bool {
+    async fn renew(&self, rewrite: &mut bool, settled: bool) -> bool {
         let con = match self.connection() {
             Some(c) => c,
             None => {
@@ -280,7 +342,7 @@ impl Network {
                 }
             }
         };
-        let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite)).await;
+        let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, settled)).await;
         let ok = matches!(result, Ok(Ok(())));
         self.metrics.lease(if ok { "renewed" } else { "missed" });
         if !ok {
@@ -290,7 +352,10 @@ impl Network {
         ok
     }
 
-    async fn renew_on(&self, mut con: ConnectionManager, rewrite: &mut bool) -> redis::RedisResult<()> {
+    /// One renewal on `con`: the player hash written whole when `rewrite`, the instance's lease, the others
+    /// read. When `settled` (no player change in flight) and Redis holds another number of this instance's
+    /// players than it has, the hash is written whole again at once.
+    async fn renew_on(&self, mut con: ConnectionManager, rewrite: &mut bool, settled: bool) -> redis::RedisResult<()> {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -303,6 +368,7 @@ impl Network {
                 if let Ok(json) = serde_json::to_string(record) {
                     pipe.hset(&hash, key, json).ignore();
                 }
+                pipe.cmd("SET").arg(self.name_key(key)).arg(&self.id).arg("NX").arg("PX").arg(lease_ms()).ignore();
             }
             pipe.pexpire(&hash, lease_ms()).ignore();
             if let Err(e) = pipe.query_async::<()>(&mut con).await {
@@ -314,18 +380,24 @@ impl Network {
         let mut pipe = redis::pipe();
         pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, LEASE.as_millis() as u64).ignore();
         pipe.zadd(self.key("instances"), &self.id, now_ms).ignore();
-        pipe.zrembyscore(self.key("instances"), "-inf", now_ms.saturating_sub(PRUNE_AFTER.as_millis() as u64)).ignore();
         pipe.pexpire(self.key("instances"), PRUNE_AFTER.as_millis() as i64).ignore();
-        pipe.pexpire(&hash, lease_ms());
+        pipe.pexpire(&hash, lease_ms()).ignore();
+        // The names this instance's players hold live as long as its lease.
+        for (key, _) in self.players.records() {
+            pipe.pexpire(self.name_key(&key), lease_ms()).ignore();
+        }
+        pipe.hlen(&hash);
         pipe.zrange(self.key("instances"), 0, -1);
-        let (hash_there, ids): (bool, Vec<String>) = pipe.query_async(&mut con).await?;
-        if !hash_there && self.players.local_count() > 0 {
-            // Redis lost this instance's players (restarted empty, a failover): write them all again now.
+        let (in_redis, ids): (usize, Vec<String>) = pipe.query_async(&mut con).await?;
+        if settled && in_redis != self.players.local_count() {
+            // Redis lost some of this instance's players (restarted empty or failed over between renewals, a
+            // change not taken): write them all again at the next renewal.
             *rewrite = true;
         }
         let others: Vec<String> = ids.into_iter().filter(|i| *i != self.id).collect();
         let mut peers = HashMap::new();
         let mut names = Vec::new();
+        let mut gone = Vec::new();
         if !others.is_empty() {
             let mut pipe = redis::pipe();
             for id in &others {
@@ -334,8 +406,10 @@ impl Network {
             }
             let answers: Vec<(Option<String>, Vec<String>)> = pipe.query_async(&mut con).await?;
             for (id, (entry, players)) in others.into_iter().zip(answers) {
-                // No entry: its lease expired (the instance is gone), whatever its player hash still says.
+                // No entry: its lease expired (the instance is gone), whatever its player hash still says. Its id
+                // leaves the index by that fact, not by any instance's clock.
                 let Some(peer) = entry.and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok()) else {
+                    gone.push(id);
                     continue;
                 };
                 let Some(peer) = peer.get("peer").and_then(|p| p.as_str()).map(str::to_string) else { continue };
@@ -345,12 +419,16 @@ impl Network {
                 );
             }
         }
+        if !gone.is_empty() {
+            let _: () = redis::cmd("ZREM").arg(self.key("instances")).arg(&gone).query_async(&mut con).await?;
+        }
         self.metrics.instances.set(peers.len() as i64 + 1);
         self.metrics.players.set((names.len() + self.players.local_count()) as i64);
         self.players.set_others(names);
         *self.peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
         if *rewrite {
-            return Box::pin(self.renew_on(con, rewrite)).await;
+            // Once: the snapshot is written whole, and the comparison is not repeated.
+            return Box::pin(self.renew_on(con, rewrite, false)).await;
         }
         Ok(())
     }

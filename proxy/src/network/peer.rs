@@ -7,12 +7,15 @@
 //! (after TLS for a `wss` player, and the link is TLS too, so the two types of session stay apart as on one
 //! instance). Pings, acks, replay and close codes all come from the owner.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use moonbridge_protocol::ws::v2::{Control, CLOSE_RESUME_OTHER_INSTANCE};
 use moonbridge_protocol::ws::{self as carriage};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -27,8 +30,9 @@ use crate::state::ProxyState;
 use crate::tls::Tls;
 use crate::ws_link::WsLink;
 
-/// Links served at once by one instance, at most: 10,000 (each carries one player's resumed connection, or
-/// one short request). Past it a new link is closed at once.
+/// Links being opened or answered at once by one instance, at most: 10,000. A link that carries a resumed
+/// connection is counted here until the session it resumes has adopted it (then that session holds it). Past
+/// it a new link is closed at once.
 pub(crate) const MAX_LINKS: usize = 10_000;
 
 /// The first byte of a TLS ClientHello record (a link that carries a `wss` player).
@@ -90,24 +94,26 @@ async fn one(
     net: &Network,
     carriers: &Carriers,
 ) -> Result<(), LinkError> {
+    // One deadline for the whole opening: the first byte, TLS and the challenge-response.
+    let deadline = tokio::time::Instant::now() + AUTH_TIMEOUT;
     let mut first = [0u8; 1];
-    tokio::time::timeout(AUTH_TIMEOUT, stream.peek(&mut first)).await.map_err(|_| LinkError::Timeout)??;
+    tokio::time::timeout_at(deadline, stream.peek(&mut first)).await.map_err(|_| LinkError::Timeout)??;
     if first[0] == TLS_HANDSHAKE {
         let Some((ws, tls)) = &carriers.wss else { return Err(LinkError::Tls("no wss listener here".into())) };
-        let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
+        let opened = tokio::time::timeout_at(deadline, async {
             let mut stream = tls.acceptor.accept(stream).await?;
             let binding = link::binding(stream.get_ref().1)?;
-            let request = link::accept(&mut stream, &net.secret, &binding).await?;
-            Ok::<_, LinkError>((stream, request))
+            let (request, opened) = link::accept(&mut stream, &net.secret, &binding).await?;
+            Ok::<_, LinkError>((stream, request, opened))
         });
-        let (stream, request) = opened.await.map_err(|_| LinkError::Timeout)??;
-        answer(stream, true, Some(ws), request, peer, state).await
+        let (stream, request, opened) = opened.await.map_err(|_| LinkError::Timeout)??;
+        answer(stream, true, Some(ws), (request, opened), peer, state, net).await
     } else {
         let mut stream = stream;
-        let request = tokio::time::timeout(AUTH_TIMEOUT, link::accept(&mut stream, &net.secret, &[]))
+        let request = tokio::time::timeout_at(deadline, link::accept(&mut stream, &net.secret, &[]))
             .await
             .map_err(|_| LinkError::Timeout)??;
-        answer(stream, false, carriers.ws.as_ref(), request, peer, state).await
+        answer(stream, false, carriers.ws.as_ref(), request, peer, state, net).await
     }
 }
 
@@ -116,15 +122,16 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut stream: S,
     tls: bool,
     ws: Option<&WsSettings>,
-    request: Request,
+    (request, opened): (Request, link::Opened),
     peer: SocketAddr,
     state: &ProxyState,
+    net: &Network,
 ) -> Result<(), LinkError> {
     match request {
         Request::Kick { name, reason } => {
             let kicked = state.players.kick(&name, &reason);
             info!(player = %name, kicked, via = %peer, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
-            link::write_json(&mut stream, &link::KickAnswer { kicked }).await
+            link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }).await
         }
         Request::Resume { secure, zstd, client, control } => {
             if secure != tls {
@@ -166,18 +173,40 @@ pub(crate) struct Forwarded {
     pub(crate) client: SocketAddr,
 }
 
-/// Carries the resume `control` (whose token names instance `owner`, reached at `peer`) to that instance and
-/// copies the player's connection to it and back, on a task of the network's own (it outlives this
-/// connection's setup; it ends when either side closes, or at once on shutdown, when the player resumes
-/// elsewhere). Returns the resume outcome for the metrics: `forwarded`, or the refusal's when the owner
-/// cannot be reached (4002, as when the owner is gone).
+/// Longest wait for bytes from either side of a carried resume before the carrier ends it: 12 s, three of
+/// carriage v2's longest ping intervals ([`moonbridge_protocol::ws::v2::MAX_PING_INTERVAL`]): the owner pings
+/// the player and the player pings back through the copy, so a live pair is never this quiet.
+pub(crate) const CARRIED_IDLE: Duration = Duration::from_secs(12);
+
+/// A resumed session carried to its owner: the copy both ways, run by the player's connection task once its
+/// setup is over, so it stays counted in `max_connections` and leaves its handshake slot. It ends when either
+/// side ends, when a side sends nothing for [`CARRIED_IDLE`], when a write makes no progress for
+/// `write_stall_timeout_seconds`, or at once on shutdown.
+pub(crate) struct Carried(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl std::fmt::Debug for Carried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Carried")
+    }
+}
+
+impl Carried {
+    /// Copies until the carried session ends.
+    pub(crate) async fn run(self) {
+        self.0.await;
+    }
+}
+
+/// Carries the resume `control` (whose token names instance `owner`, reached at `peer`) to that instance:
+/// opens the instance link and returns the copy to run ([`Carried`]), or closes the player with 4002 and
+/// returns the refusal's outcome when the owner cannot be reached (as when the owner is gone).
 pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut player: WsLink<S>,
     control: &Control,
     peer: String,
     how: Forwarded,
     net: &Arc<Network>,
-) -> &'static str {
+) -> Result<Carried, &'static str> {
     let request = Request::Resume { secure: how.secure, zstd: how.zstd, client: how.client, control: control.encode() };
     let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
         let mut tcp = link::dial(&peer).await?;
@@ -200,30 +229,28 @@ pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 's
             info!(client = %how.client, peer = %peer, "resume for another instance: {e}");
             let refusal = Refusal::OTHER_INSTANCE;
             player.close(CLOSE_RESUME_OTHER_INSTANCE, refusal.reason).await;
-            return refusal.outcome;
+            return Err(refusal.outcome);
         }
     };
+    let stall = player.write_stall();
     let (stream, leftover) = player.into_raw();
-    let net2 = Arc::clone(net);
-    net.pipes.spawn(async move {
-        let metrics = &net2.metrics;
+    let net = Arc::clone(net);
+    Ok(Carried(Box::pin(async move {
+        let metrics = &net.metrics;
         metrics.link_sessions.inc();
-        let stop = net2.stop.clone();
-        let copied = tokio::select! {
-            r = pipe(stream, leftover, to_owner) => r,
-            () = stop.cancelled() => Ok((0, 0)),
+        let (mut up, mut down) = (0u64, 0u64);
+        let ended = tokio::select! {
+            r = pipe(stream, &leftover, to_owner, stall, (&mut up, &mut down)) => r,
+            () = net.stop.cancelled() => Ok(()),
         };
         metrics.link_sessions.dec();
-        match copied {
-            Ok((up, down)) => {
-                metrics.link_bytes_to_peer.inc_by(up);
-                metrics.link_bytes_from_peer.inc_by(down);
-                debug!(client = %how.client, up, down, "instance link for a resumed session closed");
-            }
-            Err(e) => debug!(client = %how.client, "instance link for a resumed session ended: {e}"),
+        metrics.link_bytes_to_peer.inc_by(up);
+        metrics.link_bytes_from_peer.inc_by(down);
+        match ended {
+            Ok(()) => debug!(client = %how.client, up, down, "instance link for a resumed session closed"),
+            Err(e) => debug!(client = %how.client, up, down, "instance link for a resumed session ended: {e}"),
         }
-    });
-    "forwarded"
+    })))
 }
 
 /// The owner's end of a forwarding link.
@@ -232,23 +259,65 @@ enum Peer {
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-/// Copies `player` ⇄ `owner` (the player's bytes read ahead first); bytes each way.
+/// Copies `player` ⇄ `owner` (the player's bytes read ahead first) until either side ends or fails (see
+/// [`Carried`]), counting the bytes each way into `counts` (to the owner, from the owner).
 async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
-    mut player: S,
-    leftover: bytes::BytesMut,
+    player: S,
+    leftover: &[u8],
     owner: Peer,
-) -> std::io::Result<(u64, u64)> {
+    stall: Duration,
+    counts: (&mut u64, &mut u64),
+) -> std::io::Result<()> {
     async fn both<A: AsyncRead + AsyncWrite + Unpin, B: AsyncRead + AsyncWrite + Unpin>(
-        player: &mut A,
+        player: A,
         leftover: &[u8],
-        owner: &mut B,
-    ) -> std::io::Result<(u64, u64)> {
-        owner.write_all(leftover).await?;
-        let (up, down) = tokio::io::copy_bidirectional(player, owner).await?;
-        Ok((up + leftover.len() as u64, down))
+        mut owner: B,
+        stall: Duration,
+        (up, down): (&mut u64, &mut u64),
+    ) -> std::io::Result<()> {
+        within(stall, owner.write_all(leftover)).await?;
+        *up += leftover.len() as u64;
+        let (mut player_rx, mut player_tx) = tokio::io::split(player);
+        let (mut owner_rx, mut owner_tx) = tokio::io::split(owner);
+        // The first direction to end ends both: a WebSocket has no half-close (its Close is in band).
+        tokio::select! {
+            r = one_way(&mut player_rx, &mut owner_tx, stall, up) => r,
+            r = one_way(&mut owner_rx, &mut player_tx, stall, down) => r,
+        }
     }
     match owner {
-        Peer::Tcp(mut s) => both(&mut player, &leftover, &mut s).await,
-        Peer::Tls(mut s) => both(&mut player, &leftover, &mut *s).await,
+        Peer::Tcp(s) => both(player, leftover, s, stall, counts).await,
+        Peer::Tls(s) => both(player, leftover, *s, stall, counts).await,
     }
+}
+
+/// Copies `from` to `to` until `from` ends: each read within [`CARRIED_IDLE`], each write (and its flush)
+/// within `stall`; counts the bytes into `count`.
+async fn one_way<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    from: &mut R,
+    to: &mut W,
+    stall: Duration,
+    count: &mut u64,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = within(CARRIED_IDLE, from.read(&mut buf)).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let data = buf.get(..n).unwrap_or_default();
+        within(stall, async {
+            to.write_all(data).await?;
+            to.flush().await
+        })
+        .await?;
+        *count += n as u64;
+    }
+}
+
+/// `io` within `limit`, a timeout being an error of kind `TimedOut`.
+async fn within<T>(limit: Duration, io: impl Future<Output = std::io::Result<T>>) -> std::io::Result<T> {
+    tokio::time::timeout(limit, io)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no progress for {limit:?}")))?
 }

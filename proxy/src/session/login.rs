@@ -119,10 +119,15 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     if let Some(profile) = &verified {
         summary.player = Some(profile.name.clone());
     }
-    // `[network]`: one session per name on the whole network (`duplicate_login`).
+    // `[network]`: one session per name on the whole network (`duplicate_login`). The name's claim is held for
+    // the session (released when the player leaves, or at once when the login does not get in).
+    let mut _claim = None;
     if let Some(net) = state.network() {
         let name = verified.as_ref().map_or(login.name.as_str(), |p| p.name.as_str());
-        if net.admit(name).await == Admit::Refuse {
+        let admit = net.admit(name).await;
+        if let Admit::Go(claim) = admit {
+            _claim = claim;
+        } else {
             login_disconnect(s.player, ALREADY_PLAYING, encryptor(&mut cipher), Finish::Normal).await;
             summary.reason =
                 "refused: the name is already playing on the network (duplicate_login = refuse_new)".into();

@@ -157,6 +157,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         (self.stream, rest)
     }
 
+    /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
+    pub(crate) fn write_stall(&self) -> Duration {
+        self.write_stall
+    }
+
     /// Turns on `moonbridge.v2.zstd` compression (after [`WsLink::enable_v2`]); `level` is for what the proxy
     /// sends. The contexts are made on first use.
     pub(crate) fn enable_zstd(&mut self, level: i32) {
