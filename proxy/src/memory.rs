@@ -3,7 +3,8 @@
 //! glibc's allocator keeps what a burst of sessions freed (resume buffers, relay and TLS buffers) in its arenas
 //! for reuse, so after a flood the proxy's resident size would stay at its peak for good, and an operator's
 //! graphs with it. Looking every [`TRIM_INTERVAL`], once enough connections ended (sessions over, parked
-//! sessions expired: [`TRIM_AFTER_ENDED`]), the proxy asks glibc to return the free pages of every arena
+//! sessions expired) or zstd contexts were freed after a quiet spell (about 250 KiB each: [`TRIM_AFTER_ENDED`]),
+//! the proxy asks glibc to return the free pages of every arena
 //! (`malloc_trim(0)`, which also `madvise`s whole free pages in the middle of a heap away). It runs on a blocking
 //! thread and takes about 10 ms for 80 MiB of free heap (docs/benchmarks.md, "Memory after a flood"). Other allocators (musl, macOS, Windows) return memory on their own: there this is a no-op.
 
@@ -36,6 +37,7 @@ fn trim_due(ended: u64, open: u64) -> bool {
 pub(crate) async fn trim_after_sessions_end(state: Arc<ProxyState>, stop: CancellationToken) {
     let mut open = state.open_connections() as u64;
     let mut accepted = state.next_id.load(Ordering::Relaxed);
+    let mut freed = state.metrics.ws.zstd_freed.get();
     let mut ended = 0u64;
     loop {
         tokio::select! {
@@ -47,6 +49,10 @@ pub(crate) async fn trim_after_sessions_end(state: Arc<ProxyState>, stop: Cancel
         // (give or take one whose counters were read between two steps).
         ended += (open + accepted_now.saturating_sub(accepted)).saturating_sub(open_now);
         (open, accepted) = (open_now, accepted_now);
+        // A freed zstd context counts as an ended connection: each frees more than a whole idle session holds.
+        let freed_now = state.metrics.ws.zstd_freed.get();
+        ended += freed_now.saturating_sub(freed);
+        freed = freed_now;
         if trim_due(ended, open_now) {
             let started = std::time::Instant::now();
             let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);

@@ -131,6 +131,8 @@ pub(crate) struct WsMetrics {
     pub(crate) pings_sent: IntCounter,
     /// Players closed (1001) after three ping intervals without receiving anything.
     pub(crate) silent_closed: IntCounter,
+    /// zstd contexts freed after a quiet spell (`moonbridge.v2.zstd`, docs/carriage.md "Quiet spells").
+    pub(crate) zstd_freed: IntCounter,
 }
 
 /// `[network]`'s metrics (registered only when the instance is part of a network).
@@ -324,6 +326,13 @@ impl Metrics {
                 "WebSocket players closed (1001) after three ping intervals without receiving anything.",
             )?,
         )?;
+        let zstd_freed = reg(
+            &r,
+            IntCounter::new(
+                "moonbridge_ws_zstd_contexts_freed_total",
+                "zstd contexts (moonbridge.v2.zstd) freed after a quiet spell, both directions.",
+            )?,
+        )?;
         // Known label values start at 0, so every series exists from the first scrape (rates and dashboards
         // need no special case for "never happened").
         for t in TRANSPORTS {
@@ -365,6 +374,7 @@ impl Metrics {
                 bytes_out: ws_bytes.with_label_values(&["to_player"]),
                 pings_sent: pings,
                 silent_closed: silent,
+                zstd_freed,
             },
             registry: r,
         })

@@ -96,7 +96,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 },
                 Ok(Some(Event::MessageEnd)) => {
                     if let Some(z) = self.zstd.as_mut() {
+                        let held = z.ctx.held().1;
                         z.ctx.end_message();
+                        if held && !z.ctx.held().1 {
+                            self.counters.zstd_freed.inc();
+                        }
                     }
                     self.messages_in += 1;
                     self.counters.messages_in.inc();

@@ -177,6 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     pub(crate) fn zstd_quiet_frame(&mut self) -> io::Result<Option<Vec<u8>>> {
         let Some(z) = &mut self.zstd else { return Ok(None) };
         let Some(end) = z.ctx.on_tick().map_err(io::Error::other)? else { return Ok(None) };
+        self.counters.zstd_freed.inc();
         let (h, n) = wsframe::encode_header(wsframe::OP_BINARY, end.len());
         let mut frame = Vec::with_capacity(n + end.len());
         frame.extend_from_slice(h.get(..n).unwrap_or_default());
