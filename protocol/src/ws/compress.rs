@@ -276,6 +276,10 @@ impl Contexts {
     /// # Errors
     /// [`CompressError::NoMemory`] or [`CompressError::Zstd`]: the stream cannot go on.
     pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), CompressError> {
+        if input.is_empty() {
+            // Nothing to send: no context is made for it.
+            return Ok(());
+        }
         let deflate = match &mut self.deflate {
             Some(d) => d,
             None => self.deflate.insert(Compressor::new(self.level)?),

@@ -102,6 +102,8 @@ impl Conn {
             Err(SetupError::Ws(WsSetupError::Carried(carried))) => {
                 // Out of the handshake (its slot freed), still counted in max_connections by this task.
                 drop(self.slot);
+                // Counted as in play while it carries the session (the owner counts the session itself too).
+                self.stage.set(crate::metrics::Stage::Play);
                 carried.run().await;
             }
             Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => {}

@@ -8,9 +8,9 @@
 //!   failover), or that follows a failed one, writes the whole table again.
 //! - **What the others hold.** Each renewal reads the live instances' peer addresses and their players, so
 //!   counts and lists ([`crate::players::PlayerTable::count`]) and the server list are the network's.
-//! - **One session per name.** A login asks Redis at once whether the name plays on another instance
-//!   ([`Network::admit`]); `duplicate_login` decides who stays. A kick on another instance goes over an
-//!   instance link ([`link`]).
+//! - **One session per name.** A login claims its name in Redis atomically ([`Network::admit`]: `SET … NX`
+//!   for `refuse_new`, `SET … GET` for `kick_existing`); `duplicate_login` decides who stays. A kick on another
+//!   instance goes over an instance link ([`link`]).
 //! - **Resume across instances.** A resume whose token names another live instance is carried there over an
 //!   instance link ([`peer::forward_resume`]); the owner keeps the backend connection.
 //! - **Degraded, not down.** Every Redis round trip is bounded by [`REDIS_TIMEOUT`]; without Redis an instance
