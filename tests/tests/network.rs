@@ -238,11 +238,7 @@ async fn without_redis_logins_go_on_and_a_restarted_redis_is_filled_again() {
     let a_url = tcp_url(&a);
     let (dan, first) = blocking(move || Player::login(&a_url, Options::default(), "Dan")).await;
     assert_eq!(first.id, LoginSuccess::ID, "a login without Redis goes on");
-    let deadline = Instant::now() + NETWORK_SEES;
-    while a.metric("moonbridge_network_redis_up").await != Some(0.0) {
-        assert!(Instant::now() < deadline, "redis_up did not drop to 0");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_metric(&a, "moonbridge_network_redis_up", 0.0, NETWORK_SEES).await;
     assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "local state only: Dan");
     // Liveness is not Redis's to decide: /readyz stays ready.
     let ready = moonbridge_tests::raw_http(a.metrics.unwrap(), "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
@@ -305,11 +301,7 @@ async fn resume_lands_on_other_instances_behind_a_balancer_without_affinity() {
     }
     // Every instance sees the other two before a player comes.
     for p in &instances {
-        let deadline = Instant::now() + NETWORK_SEES;
-        while p.metric("moonbridge_network_instances").await != Some(3.0) {
-            assert!(Instant::now() < deadline, "an instance does not see the network");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_metric(p, "moonbridge_network_instances", 3.0, NETWORK_SEES).await;
     }
     let ws: Vec<SocketAddr> = instances.iter().map(|p| p.addr(Transport::Ws)).collect();
     let wss: Vec<SocketAddr> = instances.iter().map(|p| p.addr(Transport::Wss)).collect();
@@ -501,11 +493,7 @@ async fn two_logins_of_one_name_at_once_leave_exactly_one_playing() {
         let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
         let b = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
         for p in [&a, &b] {
-            let deadline = Instant::now() + NETWORK_SEES;
-            while p.metric("moonbridge_network_instances").await != Some(2.0) {
-                assert!(Instant::now() < deadline, "the instances do not see each other");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
         }
         // Both logins start together, one through each instance.
         let (ua, ub) = (tcp_url(&a), tcp_url(&b));
