@@ -77,9 +77,17 @@ pub(crate) struct Record {
     pub(crate) server: String,
 }
 
-/// A change to this instance's players, for the network task: the lower-case name and the record, or `None`
-/// when the player left.
-pub(crate) type Update = (String, Option<Record>);
+/// A change to this instance's players, for the network task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Update {
+    /// The lower-case name.
+    pub(crate) key: String,
+    /// The player's record, or `None` when the player left (or a login that claimed the name did not get in).
+    pub(crate) record: Option<Record>,
+    /// The login's claim of the name in Redis (`<instance id>:<nonce>`, `crate::network::Claim`): renewed
+    /// with the record, released (only while it still holds this value) when the player left.
+    pub(crate) claim: Option<String>,
+}
 
 /// Where the table queues its changes in a network (bounded; an overflow asks for a full rewrite instead).
 #[derive(Debug)]
@@ -105,6 +113,8 @@ struct Entry {
     commands: Option<mpsc::Sender<Command>>,
     /// The session's stop signal (kicks).
     stop: Option<Arc<Stop>>,
+    /// In a network: the login's claim of the name in Redis (see [`Update::claim`]).
+    claim: Option<String>,
 }
 
 impl Entry {
@@ -123,6 +133,9 @@ pub(crate) struct PlayerTable {
     others: RwLock<Vec<(String, String)>>,
     /// In a network: where changes go.
     updates: OnceLock<Updates>,
+    /// Changes made so far (queued or not): the network task compares it across a renewal to know that no
+    /// change happened meanwhile.
+    changes: AtomicU64,
 }
 
 /// A player's place in the table, removed on drop.
@@ -148,22 +161,29 @@ impl PlayerTable {
     }
 
     /// Adds a player on backend `server`; `commands` when the session takes [`Command`]s; `stop` to be
-    /// kickable.
+    /// kickable; `claim`, in a network, the login's claim of the name (see [`Update::claim`]). A session
+    /// already registered under the same name (two logins of one name at once) is replaced, and told to go
+    /// with `replaced` (plain text) when given, as a server tells the older of two sessions.
     pub(crate) fn register(
         self: &Arc<Self>,
         seen: Seen,
         commands: Option<mpsc::Sender<Command>>,
         stop: Option<Arc<Stop>>,
+        claim: Option<String>,
+        replaced: Option<&str>,
     ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key = seen.name.to_lowercase();
         let Seen { name, uuid, address, server } = seen;
-        let entry = Entry { id, name, uuid, address, server, commands, stop };
+        let entry = Entry { id, name, uuid, address, server, commands, stop, claim };
         // Queued under the table's lock, so the network sees the changes in the table's order.
         let mut table = self.lock();
-        self.changed(&key, Some(entry.record()));
-        table.insert(key.clone(), entry);
+        self.changed(&key, Some(entry.record()), entry.claim.clone());
+        let older = table.insert(key.clone(), entry);
         drop(table);
+        if let (Some(stop), Some(reason)) = (older.and_then(|e| e.stop), replaced) {
+            stop.kick(reason);
+        }
         Registration { table: Arc::clone(self), key, id }
     }
 
@@ -173,27 +193,39 @@ impl PlayerTable {
     }
 
     /// Queues a change for the network (nothing outside a network). Called with the table locked, so the
-    /// queue's order is the table's.
-    fn changed(&self, key: &str, record: Option<Record>) {
+    /// queue's order is the table's. A change that does not fit the queue asks for a full rewrite (its claim's
+    /// release, if any, is lost: that claim expires with its lease instead).
+    fn changed(&self, key: &str, record: Option<Record>, claim: Option<String>) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
         if let Some(u) = self.updates.get() {
-            if u.tx.try_send((key.to_string(), record)).is_err() {
+            if u.tx.try_send(Update { key: key.to_string(), record, claim }).is_err() {
                 u.overflowed.store(true, Ordering::Relaxed);
             }
         }
     }
 
-    /// Queues the release of name `key` (lower case) for the network unless a player of that name is in the
-    /// table (whose registration then owns the name): for a login that claimed the name and did not get in.
-    pub(crate) fn release_unless_registered(&self, key: &str) {
-        let table = self.lock();
-        if !table.contains_key(key) {
-            self.changed(key, None);
-        }
+    /// Changes made to the table so far.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
-    /// This instance's players as the network records them, by lower-case name.
-    pub(crate) fn records(&self) -> Vec<(String, Record)> {
-        self.lock().iter().map(|(k, e)| (k.clone(), e.record())).collect()
+    /// Queues the release of claim `claim` of name `key` (lower case) for the network: a login that claimed
+    /// the name and did not get in.
+    pub(crate) fn release(&self, key: &str, claim: String) {
+        let _table = self.lock();
+        self.changed(key, None, Some(claim));
+    }
+
+    /// This instance's players as the network records them, by lower-case name, with their claims.
+    pub(crate) fn records(&self) -> Vec<(String, Record, Option<String>)> {
+        self.lock().iter().map(|(k, e)| (k.clone(), e.record(), e.claim.clone())).collect()
+    }
+
+    /// Stops the session of player `key` (lower case) with `reason` if it still holds claim `claim`; false
+    /// otherwise.
+    pub(crate) fn kick_claim(&self, key: &str, claim: &str, reason: &str) -> bool {
+        let stop = self.lock().get(key).filter(|e| e.claim.as_deref() == Some(claim)).and_then(|e| e.stop.clone());
+        stop.map(|s| s.kick(reason)).is_some()
     }
 
     /// Replaces what is known of the other instances' players (name, server).
@@ -283,7 +315,7 @@ impl Registration {
         let mut table = self.table.lock();
         if let Some(e) = table.get_mut(&self.key).filter(|e| e.id == self.id) {
             e.server = server.to_string();
-            self.table.changed(&self.key, Some(e.record()));
+            self.table.changed(&self.key, Some(e.record()), e.claim.clone());
         }
     }
 
@@ -297,8 +329,8 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut table = self.table.lock();
         if table.get(&self.key).is_some_and(|e| e.id == self.id) {
-            table.remove(&self.key);
-            self.table.changed(&self.key, None);
+            let claim = table.remove(&self.key).and_then(|e| e.claim);
+            self.table.changed(&self.key, None, claim);
         }
     }
 }
@@ -320,8 +352,8 @@ mod tests {
     fn counts_lists_and_commands_follow_registrations() {
         let table = Arc::new(PlayerTable::default());
         let (tx, mut rx) = mpsc::channel(COMMAND_QUEUE);
-        let a = table.register(seen("Alex", "lobby"), Some(tx), None);
-        let b = table.register(seen("Steve", "survival"), None, None);
+        let a = table.register(seen("Alex", "lobby"), Some(tx), None, None, None);
+        let b = table.register(seen("Steve", "survival"), None, None, None, None);
         assert_eq!((table.count(None), table.count(Some("lobby")), table.count(Some("x"))), (2, 1, 0));
         assert_eq!(table.names(None), ["Alex", "Steve"]);
         assert_eq!(table.find("alex").map(|s| s.server), Some("lobby".into()));
@@ -334,7 +366,7 @@ mod tests {
         assert_eq!(table.names(Some("survival")), ["Alex", "Steve"]);
         assert_eq!(table.servers(), ["survival"]);
         // A second session under the same name replaces the first; the first's end does not remove it.
-        let again = table.register(seen("alex", "lobby"), None, None);
+        let again = table.register(seen("alex", "lobby"), None, None, None, None);
         drop(a);
         assert_eq!(table.find("Alex").map(|s| s.server), Some("lobby".into()));
         drop((again, b));
@@ -345,7 +377,7 @@ mod tests {
     fn a_full_queue_drops_commands() {
         let table = Arc::new(PlayerTable::default());
         let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
-        let _a = table.register(seen("A", "s"), Some(tx), None);
+        let _a = table.register(seen("A", "s"), Some(tx), None, None, None);
         let sent = (0..COMMAND_QUEUE + 5).filter(|_| table.send("A", Command::Chat(String::new()))).count();
         assert_eq!(sent, COMMAND_QUEUE);
         assert_eq!(table.send_all(&Command::Chat(String::new())), 0);
@@ -359,11 +391,14 @@ mod tests {
         table.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
         let shutdown = CancellationToken::new();
         let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
-        let a = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)));
-        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)));
+        let a = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), None);
+        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)), None, None);
         let alex = |server: &str| Record { name: "Alex".into(), uuid: format!("{:032x}", 4), server: server.into() };
-        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), Some(alex("lobby")))));
-        assert_eq!(rx.try_recv().map(|(k, _)| k).ok(), Some("steve".into()));
+        let update = |record: Option<Record>| Update { key: "alex".into(), record, claim: Some("i:1".into()) };
+        assert_eq!(rx.try_recv().ok(), Some(update(Some(alex("lobby")))));
+        assert_eq!(rx.try_recv().map(|u| (u.key, u.claim)).ok(), Some(("steve".into(), None)));
+        assert_eq!(table.changes(), 2);
+        assert!(!table.kick_claim("alex", "i:2", "x"), "another login's claim");
         assert!(table.kick("ALEX", "You logged in from another location"));
         assert!(one.token.is_cancelled() && !two.token.is_cancelled() && !shutdown.is_cancelled());
         assert_eq!(one.kicked(), Some("You logged in from another location"));
@@ -374,17 +409,41 @@ mod tests {
         assert!(!overflowed.load(Ordering::Relaxed));
         drop(b);
         assert!(overflowed.load(Ordering::Relaxed));
-        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), Some(alex("survival")))));
-        assert_eq!(rx.try_recv().ok(), Some(("alex".into(), None)));
+        assert_eq!(rx.try_recv().ok(), Some(update(Some(alex("survival")))));
+        // The player left: the release names the claim it held.
+        assert_eq!(rx.try_recv().ok(), Some(update(None)));
+        assert_eq!(table.changes(), 5, "the change that did not fit is counted too");
         // Shutdown stops every session, without a kick reason.
         shutdown.cancel();
         assert!(two.token.is_cancelled() && two.kicked().is_none());
     }
 
     #[test]
+    fn a_second_login_of_a_name_here_replaces_and_kicks_the_first() {
+        let table = Arc::new(PlayerTable::default());
+        let shutdown = CancellationToken::new();
+        let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
+        let first = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), None);
+        let second =
+            table.register(seen("ALEX", "lobby"), None, Some(Arc::clone(&two)), Some("i:2".into()), Some("gone"));
+        assert_eq!((one.kicked(), two.kicked()), (Some("gone"), None));
+        assert_eq!(
+            table.records().into_iter().map(|(k, _, c)| (k, c)).collect::<Vec<_>>(),
+            [("alex".into(), Some("i:2".into()))]
+        );
+        // The first session's end leaves the second in place; only the current claim kicks.
+        drop(first);
+        assert!(!table.kick_claim("alex", "i:1", "x"));
+        assert!(table.kick_claim("alex", "i:2", "other"));
+        assert_eq!(two.kicked(), Some("other"));
+        drop(second);
+        assert_eq!(table.local_count(), 0);
+    }
+
+    #[test]
     fn the_network_counts_and_lists_join_the_local_ones() {
         let table = Arc::new(PlayerTable::default());
-        let _a = table.register(seen("Alex", "lobby"), None, None);
+        let _a = table.register(seen("Alex", "lobby"), None, None, None, None);
         table.set_others(vec![("Zed".into(), "lobby".into()), ("Bo".into(), "survival".into())]);
         assert_eq!((table.count(None), table.count(Some("lobby")), table.local_count()), (3, 2, 1));
         assert_eq!(table.names(None), ["Alex", "Bo", "Zed"]);

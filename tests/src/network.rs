@@ -70,7 +70,14 @@ impl Redis {
         let mut buf = vec![0u8; 64 * 1024];
         let n = timeout(Duration::from_secs(2), s.read(&mut buf)).await.ok()?.ok()?;
         let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-        text.lines().next().map(str::to_string)
+        let mut lines = text.lines();
+        let first = lines.next()?;
+        // A bulk string (`$<length>`, then the string): the string itself; nil (`$-1`): None.
+        match first.strip_prefix('$') {
+            Some("-1") => None,
+            Some(_) => lines.next().map(str::to_string),
+            None => Some(first.to_string()),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::frame::Frame;
 use moonbridge_protocol::packets::{KeepAlive, LoginDisconnect, LoginSuccess, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
+use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login};
 use moonbridge_tests::network::{Haproxy, Redis};
 use moonbridge_tests::{
     moonbridge_bin, node_backend, spawn_proxy_process, status_ping, KeyType, KillOnDrop, Proxy, TestCert, TestDir, STEP,
@@ -20,8 +20,15 @@ use moonbridge_tests::{
 use serde_json::json;
 use tokio::time::timeout;
 
-/// How long the network may take to see a change: a renewal (2 s) and a lease (10 s), with slack.
-const NETWORK_SEES: Duration = Duration::from_secs(16);
+/// How long an instance may take to write or read a change at its next renewal: one renewal period (2 s),
+/// measured at 1.8–2.1 s here, with as much again for a loaded machine.
+const RENEWAL: Duration = Duration::from_secs(4);
+/// How long every instance may take to see another's change: the writer's renewal and the reader's (two
+/// periods, measured at up to 4.1 s), with slack.
+const NETWORK_SEES: Duration = Duration::from_secs(7);
+/// How long a dead instance's entries may stay: its lease (10 s, from its last renewal) and the reader's
+/// renewal (measured at 11.9 s), with slack.
+const LEASE_ENDS: Duration = Duration::from_secs(15);
 
 /// The shared secret file of the test network.
 fn secret(dir: &TestDir) -> std::path::PathBuf {
@@ -77,9 +84,12 @@ async fn wait_online(addr: SocketAddr, n: u64, within: Duration) {
     }
 }
 
-/// A player connected through the client library (blocking: run it on a blocking thread).
+/// A player connected through the client library (blocking: run it on a blocking thread). Its frame decoder
+/// lives as long as the player, so bytes read past one frame (a Disconnect right behind Login Success) are
+/// never lost between two reads.
 struct Player {
     conn: Connection,
+    dec: std::sync::Mutex<moonbridge_protocol::FrameDecoder>,
 }
 
 impl Player {
@@ -87,17 +97,44 @@ impl Player {
     fn login(url: &str, options: Options, name: &str) -> (Self, Frame) {
         let conn = Connection::connect(url, options).unwrap();
         send_login(&conn, name, false);
-        let first = FrameReader::new(&conn).next(STEP);
-        (Self { conn }, first)
+        let player = Self { conn, dec: std::sync::Mutex::new(moonbridge_protocol::FrameDecoder::new(1 << 21)) };
+        let first = player.next(STEP);
+        (player, first)
+    }
+
+    /// The next frame, waiting at most `wait`: `Ok(None)` when none came, `Err` once the connection ended
+    /// and every frame before its end was returned.
+    fn try_next(&self, wait: Duration) -> Result<Option<Frame>, moonbridge_client::ClientError> {
+        let mut dec = self.dec.lock().unwrap();
+        if let Some(f) = dec.try_next_frame().unwrap() {
+            return Ok(Some(f));
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        let n = self.conn.recv(&mut buf, Some(wait))?;
+        dec.queue_slice(&buf[..n]);
+        Ok(dec.try_next_frame().unwrap())
+    }
+
+    /// The next frame; panics when none comes within `within` or the connection ended.
+    fn next(&self, within: Duration) -> Frame {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no frame within {within:?}");
+            match self.try_next(left) {
+                Ok(Some(f)) => return f,
+                Ok(None) => {}
+                Err(e) => panic!("connection ended: {e}"),
+            }
+        }
     }
 
     /// Sends a chat message and reads until its echo; panics on a disconnect.
     fn chat(&self, message: &str) {
         self.conn.send(&chat_frame(message)).unwrap();
         self.conn.end_tick().unwrap();
-        let mut r = FrameReader::new(&self.conn);
         loop {
-            let f = r.next(STEP);
+            let f = self.next(STEP);
             match f.id {
                 0x00 => {
                     let ka: KeepAlive = f.decode().unwrap();
@@ -117,9 +154,8 @@ impl Player {
 
     /// Reads until a Play Disconnect and returns its reason (JSON).
     fn disconnected(&self) -> String {
-        let mut r = FrameReader::new(&self.conn);
         loop {
-            let f = r.next(STEP);
+            let f = self.next(STEP);
             if f.id == PlayDisconnect::ID {
                 return f.decode::<PlayDisconnect>().unwrap().reason_json;
             }
@@ -148,7 +184,7 @@ async fn the_network_counts_every_instance_and_a_name_plays_once() {
     // One player on B: the server list at A shows it.
     let (alex_b, first) = blocking(move || Player::login(&b_url, Options::default(), "Alex")).await;
     assert_eq!(first.id, LoginSuccess::ID);
-    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
     assert_eq!(online(b.addr(Transport::Tcp)).await, 1);
 
     // The same name through A: the session on B ends with a vanilla server's message, the new one plays.
@@ -162,8 +198,8 @@ async fn the_network_counts_every_instance_and_a_name_plays_once() {
     })
     .await;
     // One Alex on the network, at both instances (B's count includes A's player once its renewal read it).
-    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
-    wait_online(b.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
+    wait_online(b.addr(Transport::Tcp), 1, RENEWAL).await;
     drop(alex_a);
     a.shutdown().await;
     // A's entries are gone at once when it stops: B counts nobody.
@@ -189,7 +225,7 @@ async fn refuse_new_keeps_the_first_and_a_killed_instance_leaves_no_stale_lock()
     let b_url = format!("tcp://{b_tcp}");
     let (bob_b, first) = blocking(move || Player::login(&b_url, Options::default(), "Bob")).await;
     assert_eq!(first.id, LoginSuccess::ID);
-    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
 
     // refuse_new: the second Bob is turned away at A, the first plays on.
     let a_url = tcp_url(&a);
@@ -209,11 +245,11 @@ async fn refuse_new_keeps_the_first_and_a_killed_instance_leaves_no_stale_lock()
     let killed = Instant::now();
     let _ = b.0.wait();
     drop(bob_b);
-    wait_online(a.addr(Transport::Tcp), 0, NETWORK_SEES).await;
+    wait_online(a.addr(Transport::Tcp), 0, LEASE_ENDS).await;
     let url = a_url.clone();
     let (bob_a, first) = blocking(move || Player::login(&url, Options::default(), "Bob")).await;
     assert_eq!(first.id, LoginSuccess::ID, "no stale lock {:?} after the kill", killed.elapsed());
-    assert!(killed.elapsed() < NETWORK_SEES);
+    assert!(killed.elapsed() < LEASE_ENDS);
     blocking(move || bob_a.chat("back")).await;
     a.shutdown().await;
 }
@@ -230,7 +266,7 @@ async fn without_redis_logins_go_on_and_a_restarted_redis_is_filled_again() {
     let b = Proxy::start(&cfg(())).await;
     let b_url = tcp_url(&b);
     let (carl, _) = blocking(move || Player::login(&b_url, Options::default(), "Carl")).await;
-    wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+    wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
     assert_eq!(a.metric("moonbridge_network_redis_up").await, Some(1.0));
     assert_eq!(a.metric("moonbridge_network_instances").await, Some(2.0));
 
@@ -238,26 +274,28 @@ async fn without_redis_logins_go_on_and_a_restarted_redis_is_filled_again() {
     let a_url = tcp_url(&a);
     let (dan, first) = blocking(move || Player::login(&a_url, Options::default(), "Dan")).await;
     assert_eq!(first.id, LoginSuccess::ID, "a login without Redis goes on");
-    wait_metric(&a, "moonbridge_network_redis_up", 0.0, NETWORK_SEES).await;
+    wait_metric(&a, "moonbridge_network_redis_up", 0.0, RENEWAL).await;
     assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "local state only: Dan");
     // Liveness is not Redis's to decide: /readyz stays ready.
     let ready = moonbridge_tests::raw_http(a.metrics.unwrap(), "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 
-    // Redis back, empty: within a renewal both instances wrote themselves and their players again.
+    // Redis back, empty: within one renewal both instances wrote themselves, their players and their claims
+    // again; within the next, each counts the other's.
     redis.restart().await;
-    let deadline = Instant::now() + Duration::from_secs(8);
+    let deadline = Instant::now() + RENEWAL;
     loop {
-        let keys = redis.command(&["ZCARD", "moonbridge:test:instances"]).await;
-        if keys.as_deref() == Some(":2")
-            && online(a.addr(Transport::Tcp)).await == 2
-            && online(b.addr(Transport::Tcp)).await == 2
-        {
+        let instances = redis.command(&["ZCARD", "moonbridge:test:instances"]).await;
+        let carl = redis.command(&["EXISTS", "moonbridge:test:name:carl"]).await;
+        let dan = redis.command(&["EXISTS", "moonbridge:test:name:dan"]).await;
+        if instances.as_deref() == Some(":2") && carl.as_deref() == Some(":1") && dan.as_deref() == Some(":1") {
             break;
         }
-        assert!(Instant::now() < deadline, "the network's state is not back: instances {keys:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(Instant::now() < deadline, "not written again: instances {instances:?}, claims {carl:?} {dan:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    wait_online(a.addr(Transport::Tcp), 2, RENEWAL).await;
+    wait_online(b.addr(Transport::Tcp), 2, RENEWAL).await;
     drop((carl, dan));
     a.shutdown().await;
     b.shutdown().await;
@@ -319,7 +357,8 @@ async fn resume_lands_on_other_instances_behind_a_balancer_without_affinity() {
         let (h, rt) = (std::sync::Arc::clone(&haproxy), rt.clone());
         let cut = move || rt.block_on(h.cut(group));
         let (sent, resumes) = blocking(move || player_through_cuts(&url, options, name, CUTS, cut)).await;
-        assert_eq!(resumes, CUTS as u64, "{name}: the client resumed after each cut");
+        // At least one resume per cut: on a loaded machine the client's 1.5 s dead-peer timeout may add one.
+        assert!((CUTS as u64..=CUTS as u64 + 2).contains(&resumes), "{name}: {resumes} resumes for {CUTS} cuts");
         sessions.push((name, sent));
     }
     // Each session's transcript at the backend: every chat once, in order (node-minecraft-protocol would also
@@ -404,7 +443,7 @@ async fn a_resume_at_another_instance_gets_4002_only_without_redis_or_without_it
 
     // Redis unreachable: A cannot tell where B is, so the resume is refused with 4002 (B lives on).
     redis.stop();
-    wait_metric(&a, "moonbridge_network_redis_up", 0.0, NETWORK_SEES).await;
+    wait_metric(&a, "moonbridge_network_redis_up", 0.0, RENEWAL).await;
     assert_eq!(moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
     assert_eq!(a.metric(refused).await, Some(1.0));
 
@@ -427,31 +466,15 @@ async fn a_resume_at_another_instance_gets_4002_only_without_redis_or_without_it
 /// Reads `players` (two sessions of one name) until one gets a Play Disconnect, within [`STEP`] (Keep Alives
 /// answered); then checks the other still plays (its chat echoed once). Returns which one ended and why.
 fn one_of_two_ends(players: [&Player; 2]) -> (usize, String) {
-    use moonbridge_protocol::FrameDecoder;
-    let mut decoders = [FrameDecoder::new(1 << 21), FrameDecoder::new(1 << 21)];
-    let mut buf = vec![0u8; 1 << 16];
     let deadline = Instant::now() + STEP;
-    // The next frame of player `i`, waiting at most `wait`.
-    let mut next = |i: usize, wait: Duration, decoders: &mut [FrameDecoder; 2]| -> Option<Frame> {
-        if let Some(f) = decoders[i].try_next_frame().unwrap() {
-            return Some(f);
-        }
-        match players[i].conn.recv(&mut buf, Some(wait)) {
-            Ok(n) => decoders[i].queue_slice(&buf[..n]),
-            // A session told to go while its login was completing may be closed before Play: a Play Disconnect
-            // stands in for it here (known gap: that player reads no reason).
-            Err(_) => {
-                let reason_json = json!({ "text": "closed before Play" }).to_string();
-                decoders[i] = FrameDecoder::new(1 << 21);
-                decoders[i].queue_slice(&PlayDisconnect { reason_json }.to_frame_bytes().unwrap());
-            }
-        }
-        decoders[i].try_next_frame().unwrap()
+    // The next frame of player `i`, waiting at most `wait`; a session that ends must say why first.
+    let next = |i: usize, wait: Duration| -> Option<Frame> {
+        players[i].try_next(wait).unwrap_or_else(|e| panic!("session {i} closed without a Play Disconnect: {e}"))
     };
     let ended = 'read: loop {
         assert!(Instant::now() < deadline, "neither session of the name ended");
         for (i, player) in players.iter().enumerate() {
-            while let Some(f) = next(i, Duration::from_millis(20), &mut decoders) {
+            while let Some(f) = next(i, Duration::from_millis(20)) {
                 match f.id {
                     KeepAlive::ID => {
                         let ka: KeepAlive = f.decode().unwrap();
@@ -469,7 +492,7 @@ fn one_of_two_ends(players: [&Player; 2]) -> (usize, String) {
     players[other].conn.end_tick().unwrap();
     loop {
         assert!(Instant::now() < deadline + STEP, "no echo for the session that stays");
-        if let Some(f) = next(other, Duration::from_millis(100), &mut decoders) {
+        if let Some(f) = next(other, Duration::from_millis(100)) {
             match f.id {
                 0x02 => {
                     assert_eq!(chat_message_text(&f).unwrap_or_default(), "echo:still here");
@@ -489,14 +512,16 @@ async fn two_logins_of_one_name_at_once_leave_exactly_one_playing() {
     let dir = TestDir::new("moonbridge-network-race").unwrap();
     let key = secret(&dir);
     let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
-    for (policy, name) in [("refuse_new", "RaceR"), ("kick_existing", "RaceK")] {
+    // Through two instances, then both through one.
+    let cases = [("refuse_new", "RaceR", false), ("kick_existing", "RaceK", false), ("kick_existing", "RaceS", true)];
+    for (policy, name, one_instance) in cases {
         let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
         let b = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, policy, None))).await;
         for p in [&a, &b] {
             wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
         }
-        // Both logins start together, one through each instance.
-        let (ua, ub) = (tcp_url(&a), tcp_url(&b));
+        // Both logins start together.
+        let (ua, ub) = (tcp_url(&a), tcp_url(if one_instance { &a } else { &b }));
         let (first_a, first_b) = tokio::join!(
             blocking(move || Player::login(&ua, Options::default(), name)),
             blocking(move || Player::login(&ub, Options::default(), name)),
@@ -518,21 +543,59 @@ async fn two_logins_of_one_name_at_once_leave_exactly_one_playing() {
             })
             .await;
             // One session of the name on the network.
-            wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+            wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
             drop(stays);
         } else {
             assert_eq!((fa.id, fb.id), (LoginSuccess::ID, LoginSuccess::ID), "both get in, one is then told to go");
             let (reason, both) = blocking(move || (one_of_two_ends([&pa, &pb]).1, (pa, pb))).await;
-            assert!(
-                reason.contains("You logged in from another location") || reason.contains("closed before Play"),
-                "{reason}"
-            );
-            wait_online(a.addr(Transport::Tcp), 1, NETWORK_SEES).await;
+            assert!(reason.contains("You logged in from another location"), "{reason}");
+            wait_online(a.addr(Transport::Tcp), 1, RENEWAL).await;
             drop(both);
         }
         a.shutdown().await;
         b.shutdown().await;
     }
+}
+
+/// Each renewal checks the claims of the instance's players: a player whose name another instance now holds
+/// (here written straight into Redis, as a login there would have while this claim was lost) is told to go
+/// within one renewal (2 s), with a vanilla server's message; a claim Redis lost is set again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_another_instance_holds_ends_the_session_within_one_renewal() {
+    let redis = Redis::start().await;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
+    let dir = TestDir::new("moonbridge-network-claims").unwrap();
+    let key = secret(&dir);
+    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
+    let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, "refuse_new", None))).await;
+    let url = tcp_url(&a);
+    let (eve, first) = blocking(move || Player::login(&url, Options::default(), "Eve")).await;
+    assert_eq!(first.id, LoginSuccess::ID);
+    let claim = "moonbridge:test:name:eve";
+    let held = redis.command(&["GET", claim]).await.expect("Eve's claim");
+    let (instance, nonce) = held.split_once(':').expect("<instance>:<nonce>");
+    assert_eq!((instance.len(), nonce.len()), (16, 16), "{held}");
+
+    // Redis loses the claim: the next renewal sets it again, to the same login's value.
+    assert_eq!(redis.command(&["DEL", claim]).await.as_deref(), Some(":1"));
+    let deadline = Instant::now() + RENEWAL;
+    while redis.command(&["GET", claim]).await != Some(held.clone()) {
+        assert!(Instant::now() < deadline, "the claim is not set again within one renewal");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Another instance holds it now: Eve is told to go within one renewal, and her entry leaves Redis.
+    assert_eq!(redis.command(&["SET", claim, "0123456789abcdef:0000000000000001"]).await.as_deref(), Some("+OK"));
+    let taken = Instant::now();
+    let (reason, eve) = blocking(move || (eve.disconnected(), eve)).await;
+    let waited = taken.elapsed();
+    assert!(reason.contains("You logged in from another location"), "{reason}");
+    assert!(waited < RENEWAL, "told to go after {waited:?}");
+    wait_online(a.addr(Transport::Tcp), 0, RENEWAL).await;
+    let kept = redis.command(&["GET", claim]).await;
+    assert_eq!(kept.as_deref(), Some("0123456789abcdef:0000000000000001"), "her release left the other's claim");
+    drop(eve);
+    a.shutdown().await;
 }
 
 /// Opens a carriage v2 WebSocket to `addr`, sends `resume <token> <received> <sent>` and reads until the

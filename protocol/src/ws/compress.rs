@@ -16,7 +16,8 @@
 //!   starts a new frame, which refers to nothing before it. [`Contexts`] does so after a keepalive tick period
 //!   without a compressed message, with a Binary message that carries the frame's end and no stream bytes (3
 //!   bytes: an empty last block, RFC 8878 §3.1.1.2), and frees the compression context; a receiver frees its
-//!   decompression context when a frame ends with a message. A receiver that never frees decodes the same bytes
+//!   decompression context when a frame ends with a message that carried no stream bytes (so a peer that ends
+//!   a frame with every message, which zstd allows, does not make it rebuild a context per message). A receiver that never frees decodes the same bytes
 //!   (a zstd stream may hold several frames, RFC 8878 §3), so peers without the rule interoperate.
 //! - **Bombs:** [`Decompressor`] inflates in pieces of at most the caller's room and counts each message's
 //!   output; past the limit it stops with [`CompressError::TooLarge`] (close 1009) having produced at most one
@@ -334,14 +335,17 @@ impl Contexts {
     }
 
     /// Ends the current received message; frees the decompression context when the sender's frame ended with
-    /// it.
-    pub fn end_message(&mut self) {
-        if let Some(i) = &mut self.inflate {
-            i.end_message();
-            if i.at_frame_end() {
-                self.inflate = None;
-            }
+    /// it and it carried no stream bytes (the quiet-spell end, [`Contexts::on_tick`]). Returns true when it
+    /// freed one.
+    pub fn end_message(&mut self) -> bool {
+        let Some(i) = &mut self.inflate else { return false };
+        let empty = i.message == 0;
+        i.end_message();
+        if empty && i.at_frame_end() {
+            self.inflate = None;
+            return true;
         }
+        false
     }
 
     /// Which contexts are held now: (compressing, decompressing).
@@ -511,6 +515,41 @@ mod tests {
         tx.compress(&tick, &mut again).unwrap();
         assert_eq!(again.len(), wire.len());
         assert_eq!(deliver(&mut rx, &mut plain, &again), tick);
+    }
+
+    /// A peer that ends a zstd frame with every message that carries bytes (allowed: a stream may hold many
+    /// frames) is decoded without the receiver freeing and rebuilding its context each time.
+    #[test]
+    fn frames_that_end_with_stream_bytes_keep_the_receivers_context() {
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        let tick: Vec<u8> = (0..600u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
+        for _ in 0..3 {
+            // One whole frame per message, as `ZSTD_compress` makes it.
+            let mut buf = vec![0u8; 4096];
+            let n = zstd_safe::compress(&mut buf[..], &tick, 1).unwrap();
+            rx.queue(&buf[..n]).unwrap();
+            let mut out = Vec::new();
+            while rx.has_output() {
+                rx.inflate(&mut out, 1 << 20, 1 << 20).unwrap();
+            }
+            assert!(!rx.end_message(), "a frame that ended with stream bytes is not a quiet spell");
+            assert_eq!((out, rx.held()), (tick.clone(), (false, true)));
+        }
+        // The quiet-spell end (an empty frame's worth of nothing) after them frees it.
+        let mut tx = Contexts::new(DEFAULT_LEVEL);
+        let mut wire = Vec::new();
+        tx.compress(&tick, &mut wire).unwrap();
+        let end = tx.on_tick().and_then(|_| tx.on_tick()).unwrap().expect("the frame's end");
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        for (message, freed) in [(wire, false), (end, true)] {
+            rx.queue(&message).unwrap();
+            let mut out = Vec::new();
+            while rx.has_output() {
+                rx.inflate(&mut out, 1 << 20, 1 << 20).unwrap();
+            }
+            assert_eq!(rx.end_message(), freed);
+        }
+        assert_eq!(rx.held(), (false, false));
     }
 
     /// Garbage is an error, not a panic.

@@ -145,15 +145,9 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                     if owner != net.id {
                         if let Some(peer) = net.peer_of(&owner) {
                             let how = Forwarded { secure, zstd: up.zstd, client: up.client };
-                            return match forward_resume(link, &control, peer, how, net).await {
-                                Ok(carried) => {
-                                    state.metrics.resume("forwarded");
-                                    Err(WsSetupError::Carried(carried))
-                                }
-                                Err(outcome) => {
-                                    state.metrics.resume(outcome);
-                                    Err(WsSetupError::Resume(outcome))
-                                }
+                            return match forward_resume(link, &control, peer, how, net, &state.metrics).await {
+                                Ok(carried) => Err(WsSetupError::Carried(carried)),
+                                Err(outcome) => Err(WsSetupError::Resume(outcome)),
                             };
                         }
                     }

@@ -60,33 +60,68 @@ pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this networ
 /// What a login may do about a name that is already playing.
 #[derive(Debug)]
 pub(crate) enum Admit {
-    /// Go on (nobody else had the name, or the older session was told to go), holding the name's claim in
-    /// Redis when Redis answered.
-    Go(Option<Claim>),
+    /// Go on (nobody else had the name, or the older session was told to go), holding the name's claim.
+    Go(Claim),
     /// Refuse the new login (`refuse_new`).
     Refuse,
 }
 
-/// A name claimed in Redis by a login ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
-/// this instance's id, expiring with the lease and renewed with it while the player plays. Dropped, it
-/// releases the name unless the player is in the player table (whose registration then owns the claim and
-/// releases it when the player leaves).
+/// A login's claim of its name ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
+/// `<instance id>:<nonce>` (16 hex digits each, one nonce per login), expiring with the lease and renewed with
+/// it while the player plays. The player's registration takes it over ([`Claim::take`]); dropped before that
+/// (the login did not get in), it queues its release. A release deletes the claim only while it still holds
+/// this login's value, so it never deletes a later login's claim.
 #[derive(Debug)]
 pub(crate) struct Claim {
     players: Arc<PlayerTable>,
     key: String,
+    value: Option<String>,
+}
+
+impl Claim {
+    /// The claim's value, for the player's registration, which releases it from then on.
+    pub(crate) fn take(mut self) -> Option<String> {
+        self.value.take()
+    }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        self.players.release_unless_registered(&self.key);
+        if let Some(value) = self.value.take() {
+            self.players.release(&self.key, value);
+        }
     }
 }
 
-/// Deletes a name's claim only when this instance holds it (`KEYS[1]` the claim, `ARGV[1]` this instance's
-/// id): a claim another instance has taken since stays.
+/// Deletes a name's claim only while it holds one login's value (`KEYS[1]` the claim, `ARGV[1]` the value): a
+/// claim another login has taken since stays.
 const RELEASE_CLAIM: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then this instance's id with a
+/// `:`, then the lease in milliseconds). A claim held by nobody (Redis lost it) or by this instance (by this
+/// login, or by an older login of the name here, which the player table has replaced) is set to its value
+/// with a new lease; a claim another instance holds is left alone. Returns, for each of those, its position
+/// in `KEYS` (1-based, as a string) and its holder.
+const RENEW_CLAIMS: &str = r"
+local mine = ARGV[#KEYS + 1]
+local lease = ARGV[#KEYS + 2]
+local lost = {}
+for i, key in ipairs(KEYS) do
+  local holder = redis.call('GET', key)
+  if holder == false or string.sub(holder, 1, #mine) == mine then
+    redis.call('SET', key, ARGV[i], 'PX', lease)
+  else
+    table.insert(lost, tostring(i))
+    table.insert(lost, holder)
+  end
+end
+return lost
+";
+
+/// Claims renewed by one [`RENEW_CLAIMS`] call at most: 1,000 (a larger table takes several calls in the
+/// pipeline, so Redis is never busy with one for long).
+const CLAIMS_PER_CALL: usize = 1000;
 
 /// This instance's place in the network.
 pub(crate) struct Network {
@@ -164,6 +199,47 @@ impl Network {
         format!("{}name:{lower}", self.prefix)
     }
 
+    /// Adds [`RENEW_CLAIMS`] calls for `claims` (lower-case name, claim value) to `pipe`, one per
+    /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`Network::lost_claims`]).
+    fn renew_claims<'a>(
+        &self,
+        pipe: &mut redis::Pipeline,
+        claims: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> usize {
+        let claims: Vec<(&str, &str)> = claims.into_iter().collect();
+        let mine = format!("{}:", self.id);
+        let mut calls = 0;
+        for chunk in claims.chunks(CLAIMS_PER_CALL) {
+            let eval = pipe.cmd("EVAL").arg(RENEW_CLAIMS).arg(chunk.len());
+            for (key, _) in chunk {
+                eval.arg(self.name_key(key));
+            }
+            for (_, value) in chunk {
+                eval.arg(*value);
+            }
+            eval.arg(&mine).arg(lease_ms());
+            calls += 1;
+        }
+        calls
+    }
+
+    /// Ends the local sessions whose claims another instance holds (the answers of [`Network::renew_claims`]
+    /// for `claims`, in order): a login there took the name while Redis had lost this one's claim, or while a
+    /// kick could not reach this instance.
+    fn lost_claims(&self, claims: &[(String, String)], answers: &[Vec<String>]) {
+        for (chunk, lost) in claims.chunks(CLAIMS_PER_CALL).zip(answers) {
+            for pair in lost.chunks_exact(2) {
+                let [i, holder] = pair else { continue };
+                let Ok(i) = i.parse::<usize>() else { continue };
+                let Some((key, value)) = i.checked_sub(1).and_then(|i| chunk.get(i)) else { continue };
+                if self.players.kick_claim(key, value, KICKED_ELSEWHERE) {
+                    let instance = holder.split(':').next().unwrap_or_default();
+                    info!(player = %key, %instance, "the name is claimed on another instance: ending this session");
+                }
+            }
+        }
+    }
+
     /// What the other instances dial to reach this one (`peer_address`, or found at start).
     pub(crate) fn advertised(&self) -> &str {
         &self.peer_address
@@ -193,37 +269,50 @@ impl Network {
             self.players.kick(name, KICKED_ELSEWHERE);
             self.metrics.duplicate("kicked_existing");
         }
-        let Some(mut con) = self.connection() else { return Admit::Go(None) };
         let lower = name.to_lowercase();
+        let value = format!("{}:{:016x}", self.id, rand_core::RngCore::next_u64(&mut rand_core::OsRng));
         let key = self.name_key(&lower);
+        // Held from here: whatever Redis answers (or not), the release names this login's value.
+        let claim = Claim { players: Arc::clone(&self.players), key: lower, value: Some(value.clone()) };
+        let Some(mut con) = self.connection() else { return Admit::Go(claim) };
         let mut set = redis::cmd("SET");
-        set.arg(&key).arg(&self.id).arg("PX").arg(lease_ms());
+        set.arg(&key).arg(&value).arg("PX").arg(lease_ms());
         match policy {
             DuplicateLogin::RefuseNew => set.arg("NX"),
             DuplicateLogin::KickExisting => set.arg("GET"),
         };
-        // refuse_new: "OK" when claimed, nil when held; kick_existing: the previous holder, or nil.
-        let answer: Option<String> = match tokio::time::timeout(REDIS_TIMEOUT, set.query_async(&mut con)).await {
-            Ok(Ok(a)) => a,
-            _ => return Admit::Go(None),
+        // refuse_new: "OK" when claimed, nil when held; kick_existing: the previous holder, or nil. Without an
+        // answer the login goes on with local state, and the next renewal settles the claim.
+        let Ok(Ok(answer)) = tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut con)).await
+        else {
+            return Admit::Go(claim);
         };
-        let claim = || Claim { players: Arc::clone(&self.players), key: lower };
         match (policy, answer) {
             (DuplicateLogin::RefuseNew, None) => {
                 // Held by another instance, or by a login of the same name here that is still under way.
+                let _ = claim.take();
                 self.metrics.duplicate("refused_new");
                 Admit::Refuse
             }
-            (DuplicateLogin::KickExisting, Some(holder)) if holder != self.id => {
-                self.metrics.duplicate("kicked_existing");
-                if let Some(peer) = self.peer_of(&holder) {
-                    if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
-                        warn!(instance = %holder, peer = %peer, "could not ask the instance holding {name} to end that session: {e}");
+            (DuplicateLogin::KickExisting, Some(holder)) => {
+                let instance = holder.split(':').next().unwrap_or_default();
+                if instance != self.id {
+                    self.metrics.duplicate("kicked_existing");
+                    match self.peer_of(instance) {
+                        Some(peer) => {
+                            if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
+                                warn!(%instance, %peer, "could not ask the instance holding {name} to end that session ({e}); it ends it at its next renewal");
+                            }
+                        }
+                        None => {
+                            warn!(%instance, "the instance holding {name} is not known here yet; it ends that session at its next renewal")
+                        }
                     }
                 }
-                Admit::Go(Some(claim()))
+                // One here: the player table replaces it at registration.
+                Admit::Go(claim)
             }
-            _ => Admit::Go(Some(claim())),
+            _ => Admit::Go(claim),
         }
     }
 
@@ -235,21 +324,30 @@ impl Network {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first renewal writes everything.
         let mut rewrite = true;
+        // Claims to release with the next rewrite: those of changes a rewrite replaced or Redis did not take.
+        let mut releases: Vec<(String, String)> = Vec::new();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    let changes = self.players.changes();
                     if rewrite || self.overflowed.load(Ordering::Relaxed) {
                         // The snapshot about to be written holds every change queued so far: none of them may
-                        // be applied after it (an older change would undo a newer one).
-                        while updates.try_recv().is_ok() {}
+                        // be applied after it (an older change would undo a newer one). Their releases are
+                        // kept: a release names one login's claim, so it is right whenever it is applied.
+                        while let Ok(update) = updates.try_recv() {
+                            releases.extend(release_of(update));
+                        }
                     }
                     // With no change in flight, Redis must hold exactly this instance's players.
                     let settled = updates.is_empty();
-                    let ok = self.renew(&mut rewrite, settled).await;
+                    let ok = self.renew(&mut rewrite, &mut releases, settled.then_some(changes)).await;
                     self.set_up(ok);
                 }
                 Some(update) = updates.recv() => {
-                    if !rewrite && !self.apply(update).await {
+                    if rewrite {
+                        releases.extend(release_of(update));
+                    } else if let Err(update) = self.apply(update).await {
+                        releases.extend(release_of(update));
                         rewrite = true;
                     }
                 }
@@ -258,8 +356,9 @@ impl Network {
         }
         if let Some(mut con) = self.connection() {
             let mut pipe = redis::pipe();
-            for (key, _) in self.players.records() {
-                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&key)).arg(&self.id).ignore();
+            let claims = self.players.records().into_iter().filter_map(|(key, _, claim)| Some((key, claim?)));
+            for (key, value) in releases.into_iter().chain(claims) {
+                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&key)).arg(value).ignore();
             }
             pipe.del(self.key(&format!("instance:{}", self.id))).ignore();
             pipe.del(self.players_key(&self.id)).ignore();
@@ -286,44 +385,47 @@ impl Network {
         }
     }
 
-    /// One player change (and its name's claim); false when Redis did not take it. A player whose name another
-    /// instance claimed meanwhile (a login there while this one was under way: `kick_existing`) is told to go.
-    async fn apply(&self, (key, record): Update) -> bool {
-        let Some(mut con) = self.connection() else { return false };
+    /// One player change and its name's claim; the change back when Redis did not take it. A player whose
+    /// name another instance holds (a login there while this one was under way: `kick_existing`) is told to go.
+    async fn apply(&self, update: Update) -> Result<(), Update> {
+        let Some(mut con) = self.connection() else { return Err(update) };
         let hash = self.players_key(&self.id);
-        let claim = self.name_key(&key);
         let mut pipe = redis::pipe();
-        let Some(json) = record.and_then(|r| serde_json::to_string(&r).ok()) else {
-            pipe.hdel(&hash, &key).ignore();
-            pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(&claim).arg(&self.id).ignore();
-            return matches!(tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await, Ok(Ok(())));
-        };
-        pipe.hset(&hash, &key, json).ignore().pexpire(&hash, lease_ms()).ignore();
-        // The login claimed the name; after Redis lost it, claim it again unless another has it.
-        pipe.cmd("SET").arg(&claim).arg(&self.id).arg("NX").arg("PX").arg(lease_ms()).ignore();
-        pipe.get(&claim);
-        let holder: (Option<String>,) = match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await {
-            Ok(Ok(h)) => h,
-            _ => return false,
-        };
-        if let (Some(holder),) = holder {
-            if holder != self.id && self.players.kick(&key, KICKED_ELSEWHERE) {
-                info!(player = %key, instance = %holder, "the name was claimed on another instance during this login: ending this session");
+        let (Some(record), Some(value)) = (&update.record, &update.claim) else {
+            if update.record.is_none() {
+                pipe.hdel(&hash, &update.key).ignore();
             }
-        }
-        true
+            if let Some(value) = &update.claim {
+                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&update.key)).arg(value).ignore();
+            }
+            return match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await {
+                Ok(Ok(())) => Ok(()),
+                _ => Err(update),
+            };
+        };
+        let Ok(json) = serde_json::to_string(record) else { return Ok(()) };
+        pipe.hset(&hash, &update.key, json).ignore().pexpire(&hash, lease_ms()).ignore();
+        self.renew_claims(&mut pipe, [(update.key.as_str(), value.as_str())]);
+        let lost: (Vec<String>,) = match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await {
+            Ok(Ok(l)) => l,
+            _ => return Err(update),
+        };
+        let claims = [(update.key.clone(), value.clone())];
+        self.lost_claims(&claims, &[lost.0]);
+        Ok(())
     }
 
     /// Connects when not yet connected; one renewal; the others read. False when Redis failed.
-    async fn renew(&self, rewrite: &mut bool, settled: bool) -> bool {
+    async fn renew(&self, rewrite: &mut bool, releases: &mut Vec<(String, String)>, settled: Option<u64>) -> bool {
         let con = match self.connection() {
             Some(c) => c,
             None => {
                 let cfg = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(REDIS_TIMEOUT))
                     .set_response_timeout(Some(REDIS_TIMEOUT))
-                    .set_number_of_retries(1)
-                    .set_max_delay(RENEW_EVERY);
+                    // No retry here: a renewal that fails drops the connection, and the next one (one renewal
+                    // period later) connects again.
+                    .set_number_of_retries(0);
                 match tokio::time::timeout(
                     REDIS_TIMEOUT * 2,
                     ConnectionManager::new_with_config(self.client.clone(), cfg),
@@ -342,54 +444,76 @@ impl Network {
                 }
             }
         };
-        let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, settled)).await;
+        let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, releases, settled)).await;
         let ok = matches!(result, Ok(Ok(())));
         self.metrics.lease(if ok { "renewed" } else { "missed" });
         if !ok {
-            // Whatever was lost meanwhile is written again at the next renewal that works.
+            // Whatever was lost meanwhile is written again at the next renewal that works, on a new connection:
+            // the connection manager would reconnect only after its next request failed as well, which would
+            // make the state come back one renewal later than it can.
             *rewrite = true;
+            *self.redis.lock().unwrap_or_else(PoisonError::into_inner) = None;
         }
         ok
     }
 
-    /// One renewal on `con`: the player hash written whole when `rewrite`, the instance's lease, the others
-    /// read. When `settled` (no player change in flight) and Redis holds another number of this instance's
-    /// players than it has, the hash is written whole again at once.
-    async fn renew_on(&self, mut con: ConnectionManager, rewrite: &mut bool, settled: bool) -> redis::RedisResult<()> {
+    /// One renewal on `con`: the player hash written whole when `rewrite` (with `releases` applied), the
+    /// instance's lease and this instance's claims renewed, the others read. With `settled` (no player change
+    /// in flight; the table's change count then), when no change happened during the round trip and Redis holds
+    /// another number of this instance's players than it has, the hash is written whole again at once.
+    async fn renew_on(
+        &self,
+        mut con: ConnectionManager,
+        rewrite: &mut bool,
+        releases: &mut Vec<(String, String)>,
+        settled: Option<u64>,
+    ) -> redis::RedisResult<()> {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let hash = self.players_key(&self.id);
+        let records = self.players.records();
         if std::mem::take(rewrite) || self.overflowed.swap(false, Ordering::Relaxed) {
-            let records = self.players.records();
             let mut pipe = redis::pipe();
             pipe.atomic().del(&hash).ignore();
-            for (key, record) in &records {
+            for (key, record, _) in &records {
                 if let Ok(json) = serde_json::to_string(record) {
                     pipe.hset(&hash, key, json).ignore();
                 }
-                pipe.cmd("SET").arg(self.name_key(key)).arg(&self.id).arg("NX").arg("PX").arg(lease_ms()).ignore();
             }
             pipe.pexpire(&hash, lease_ms()).ignore();
+            for (key, value) in releases.iter() {
+                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(key)).arg(value).ignore();
+            }
             if let Err(e) = pipe.query_async::<()>(&mut con).await {
                 *rewrite = true;
                 return Err(e);
             }
+            releases.clear();
         }
-        let me = serde_json::json!({ "peer": self.peer_address, "players": self.players.local_count() }).to_string();
+        let me = serde_json::json!({ "peer": self.peer_address, "players": records.len() }).to_string();
+        let claims: Vec<(String, String)> =
+            records.iter().filter_map(|(key, _, claim)| Some((key.clone(), claim.clone()?))).collect();
         let mut pipe = redis::pipe();
         pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, LEASE.as_millis() as u64).ignore();
         pipe.zadd(self.key("instances"), &self.id, now_ms).ignore();
         pipe.pexpire(self.key("instances"), PRUNE_AFTER.as_millis() as i64).ignore();
         pipe.pexpire(&hash, lease_ms()).ignore();
-        // The names this instance's players hold live as long as its lease.
-        for (key, _) in self.players.records() {
-            pipe.pexpire(self.name_key(&key), lease_ms()).ignore();
-        }
         pipe.hlen(&hash);
         pipe.zrange(self.key("instances"), 0, -1);
-        let (in_redis, ids): (usize, Vec<String>) = pipe.query_async(&mut con).await?;
-        if settled && in_redis != self.players.local_count() {
+        // The names this instance's players hold live as long as its lease; one another instance took is
+        // noticed here.
+        let calls = self.renew_claims(&mut pipe, claims.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut answers: Vec<redis::Value> = pipe.query_async(&mut con).await?;
+        let lost: Vec<Vec<String>> = answers
+            .drain(answers.len().saturating_sub(calls)..)
+            .map(|v| redis::from_redis_value(v).unwrap_or_default())
+            .collect();
+        let mut answers = answers.into_iter();
+        let in_redis: usize = answers.next().map_or(Ok(0), redis::from_redis_value)?;
+        let ids: Vec<String> = answers.next().map_or(Ok(Vec::new()), redis::from_redis_value)?;
+        self.lost_claims(&claims, &lost);
+        if settled.is_some_and(|c| c == self.players.changes()) && in_redis != records.len() {
             // Redis lost some of this instance's players (restarted empty or failed over between renewals, a
             // change not taken): write them all again at the next renewal.
             *rewrite = true;
@@ -423,12 +547,12 @@ impl Network {
             let _: () = redis::cmd("ZREM").arg(self.key("instances")).arg(&gone).query_async(&mut con).await?;
         }
         self.metrics.instances.set(peers.len() as i64 + 1);
-        self.metrics.players.set((names.len() + self.players.local_count()) as i64);
+        self.metrics.players.set((names.len() + records.len()) as i64);
         self.players.set_others(names);
         *self.peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
         if *rewrite {
             // Once: the snapshot is written whole, and the comparison is not repeated.
-            return Box::pin(self.renew_on(con, rewrite, false)).await;
+            return Box::pin(self.renew_on(con, rewrite, releases, None)).await;
         }
         Ok(())
     }
@@ -457,6 +581,14 @@ pub(crate) fn route_to_redis(redis_url: &str, port: u16) -> Result<String, Netwo
     socket.connect(target).map_err(|e| fail(format!("no route to {target}: {e}")))?;
     let local = socket.local_addr().map_err(|e| fail(e.to_string()))?;
     Ok(std::net::SocketAddr::new(local.ip(), port).to_string())
+}
+
+/// The claim a change gives back, if any: a player who left, or a login that did not get in.
+fn release_of(update: Update) -> Option<(String, String)> {
+    match update {
+        Update { key, record: None, claim: Some(value) } => Some((key, value)),
+        _ => None,
+    }
 }
 
 fn lease_ms() -> i64 {

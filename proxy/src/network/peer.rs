@@ -199,13 +199,15 @@ impl Carried {
 
 /// Carries the resume `control` (whose token names instance `owner`, reached at `peer`) to that instance:
 /// opens the instance link and returns the copy to run ([`Carried`]), or closes the player with 4002 and
-/// returns the refusal's outcome when the owner cannot be reached (as when the owner is gone).
+/// returns the refusal's outcome when the owner cannot be reached (as when the owner is gone). Either outcome
+/// is counted in `moonbridge_resumes_total` (`resumes`) before the player hears of it.
 pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut player: WsLink<S>,
     control: &Control,
     peer: String,
     how: Forwarded,
     net: &Arc<Network>,
+    resumes: &crate::metrics::Metrics,
 ) -> Result<Carried, &'static str> {
     let request = Request::Resume { secure: how.secure, zstd: how.zstd, client: how.client, control: control.encode() };
     let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
@@ -228,10 +230,12 @@ pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 's
         Err(e) => {
             info!(client = %how.client, peer = %peer, "resume for another instance: {e}");
             let refusal = Refusal::OTHER_INSTANCE;
+            resumes.resume(refusal.outcome);
             player.close(CLOSE_RESUME_OTHER_INSTANCE, refusal.reason).await;
             return Err(refusal.outcome);
         }
     };
+    resumes.resume("forwarded");
     let stall = player.write_stall();
     let (stream, leftover) = player.into_raw();
     let net = Arc::clone(net);

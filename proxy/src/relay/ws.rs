@@ -279,8 +279,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 }
                 () = pipe.shutdown.cancelled() => {
                     inject_shutdown(self, &mut pipe.down, pipe.shutdown).await;
-                    let code = if v2.is_some() { CLOSE_SERVICE_RESTART } else { carriage::CLOSE_GOING_AWAY };
-                    self.close(code, "proxy shutting down").await;
+                    // A kick (a duplicate login) ends the session for good: a normal close, nothing to resume.
+                    let (code, reason) = match pipe.shutdown.kicked() {
+                        Some(_) => (moonbridge_protocol::ws::CLOSE_NORMAL, "kicked"),
+                        None if v2.is_some() => (CLOSE_SERVICE_RESTART, "proxy shutting down"),
+                        None => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
+                    };
+                    self.close(code, reason).await;
                     return StretchEnd::End(RelayEnd::Shutdown);
                 }
             }

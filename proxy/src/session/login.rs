@@ -22,7 +22,7 @@ use crate::backend::Identity;
 use crate::config::AuthMode;
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
-use crate::network::{Admit, ALREADY_PLAYING};
+use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
 use crate::players::{Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
@@ -121,12 +121,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     // `[network]`: one session per name on the whole network (`duplicate_login`). The name's claim is held for
     // the session (released when the player leaves, or at once when the login does not get in).
-    let mut _claim = None;
+    let mut claim = None;
     if let Some(net) = state.network() {
         let name = verified.as_ref().map_or(login.name.as_str(), |p| p.name.as_str());
         let admit = net.admit(name).await;
-        if let Admit::Go(claim) = admit {
-            _claim = claim;
+        if let Admit::Go(c) = admit {
+            // Boxed: it is held across the backend's login and would otherwise size every session task.
+            claim = Some(Box::new(c));
         } else {
             login_disconnect(s.player, ALREADY_PLAYING, encryptor(&mut cipher), Finish::Normal).await;
             summary.reason =
@@ -274,8 +275,17 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     });
     let mut registration = None;
     let mut board = None;
+    // In a network with `kick_existing`, a second login of a name here ends the first (without a network, two
+    // sessions of one name stay, as before: the backends decide).
+    let replaced = state
+        .network()
+        .filter(|n| n.config.duplicate_login == crate::config::DuplicateLogin::KickExisting)
+        .map(|_| KICKED_ELSEWHERE);
     let follow = if !logged_in || !transfer::applies(&live, backend) {
-        registration = seen.map(|seen| state.players.register(seen, None, Some(Arc::clone(&stop))));
+        registration = seen.map(|seen| {
+            let claim = claim.take().and_then(|c| c.take());
+            state.players.register(seen, None, Some(Arc::clone(&stop)), claim, replaced)
+        });
         drop(identity);
         let mut scanner = FrameScanner::new();
         if logged_in && scanner.scan(&first).is_ok() {
@@ -298,7 +308,10 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             identity: *identity,
             metrics: Arc::clone(&state.metrics),
             backend: backend.clone(),
-            registration: seen.map(|seen| state.players.register(seen, Some(tx), Some(Arc::clone(&stop)))),
+            registration: seen.map(|seen| {
+                let claim = claim.take().and_then(|c| c.take());
+                state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), claim, replaced)
+            }),
         });
         match watch.scan(&first, 0) {
             Ok(Verdict::Pass) => Follow::Watch(Box::new(Watching::new(watch, Some(ticket), fallback, Some(rx)))),

@@ -95,12 +95,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 },
                 Ok(Some(Event::MessageEnd)) => {
-                    if let Some(z) = self.zstd.as_mut() {
-                        let held = z.ctx.held().1;
-                        z.ctx.end_message();
-                        if held && !z.ctx.held().1 {
-                            self.counters.zstd_freed.inc();
-                        }
+                    if self.zstd.as_mut().is_some_and(|z| z.ctx.end_message()) {
+                        self.counters.zstd_freed.inc();
                     }
                     self.messages_in += 1;
                     self.counters.messages_in.inc();
