@@ -82,11 +82,49 @@ pub(crate) struct Record {
 pub(crate) struct Update {
     /// The lower-case name.
     pub(crate) key: String,
-    /// The player's record, or `None` when the player left (or a login that claimed the name did not get in).
-    pub(crate) record: Option<Record>,
-    /// The login's claim of the name in Redis (`<instance id>:<nonce>`, `crate::network::Claim`): renewed
-    /// with the record, released (only while it still holds this value) when the player left.
+    pub(crate) change: Change,
+    /// The login's claim of the name in Redis (`crate::network::Claim`): renewed with the record, released
+    /// (only while it still holds this value) when the player left or the login did not get in.
     pub(crate) claim: Option<String>,
+}
+
+/// What happened to a name of this instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// The player plays (joined, or moved to another backend): its record.
+    Plays(Record),
+    /// The player left: its record goes, and its claim is released.
+    Left,
+    /// A login that claimed the name did not get in: only its claim is released (a player of that name here
+    /// stays recorded).
+    NotIn,
+}
+
+/// What [`PlayerTable::register`] does when a session of the same name is registered already (two logins of
+/// one name at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Duplicate {
+    /// The new session replaces the older one in the table; the older plays on (outside a network: the
+    /// backends decide).
+    Replace,
+    /// One of the two stays and the other is told to go with `reason`: the later login (`kick_existing`) or
+    /// the earlier (`refuse_new`), by their claims ([`claim_order`]), as the network's renewal decides between
+    /// two instances; by the order of registration when a claim is missing.
+    Keep {
+        /// Keep the later login (`kick_existing`), or the earlier (`refuse_new`).
+        later: bool,
+        /// Plain text for the session that goes.
+        reason: &'static str,
+    },
+}
+
+/// How two claims of one name compare (`<instance>:<nonce>:<login ms>`): by login time, then by the whole
+/// value, so every instance (and the `RENEW_CLAIMS` script in Redis) orders them alike. A value without a
+/// time counts as the earliest.
+pub(crate) fn claim_order(claim: &str) -> (u64, &str) {
+    let mut fields = claim.splitn(3, ':');
+    let born = fields.nth(2).and_then(|t| t.parse().ok()).unwrap_or(0);
+    (born, claim)
 }
 
 /// Where the table queues its changes in a network (bounded; an overflow asks for a full rewrite instead).
@@ -161,28 +199,45 @@ impl PlayerTable {
     }
 
     /// Adds a player on backend `server`; `commands` when the session takes [`Command`]s; `stop` to be
-    /// kickable; `claim`, in a network, the login's claim of the name (see [`Update::claim`]). A session
-    /// already registered under the same name (two logins of one name at once) is replaced, and told to go
-    /// with `replaced` (plain text) when given, as a server tells the older of two sessions.
+    /// kickable; `claim`, in a network, the login's claim of the name (see [`Update::claim`]); `duplicate`
+    /// decides between this session and one already registered under the same name.
     pub(crate) fn register(
         self: &Arc<Self>,
         seen: Seen,
         commands: Option<mpsc::Sender<Command>>,
         stop: Option<Arc<Stop>>,
         claim: Option<String>,
-        replaced: Option<&str>,
+        duplicate: Duplicate,
     ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key = seen.name.to_lowercase();
         let Seen { name, uuid, address, server } = seen;
-        let entry = Entry { id, name, uuid, address, server, commands, stop, claim };
         // Queued under the table's lock, so the network sees the changes in the table's order.
         let mut table = self.lock();
-        self.changed(&key, Some(entry.record()), entry.claim.clone());
+        if let (Duplicate::Keep { later, reason }, Some(older)) = (duplicate, table.get(&key)) {
+            let new_is_later = match (&claim, &older.claim) {
+                (Some(new), Some(old)) => claim_order(new) > claim_order(old),
+                _ => true,
+            };
+            if new_is_later != later {
+                // This one goes, and is not in the table: its end changes nothing there.
+                self.changed(&key, Change::NotIn, claim);
+                drop(table);
+                if let Some(stop) = stop {
+                    stop.kick(reason);
+                }
+                return Registration { table: Arc::clone(self), key, id };
+            }
+        }
+        let entry = Entry { id, name, uuid, address, server, commands, stop, claim };
+        self.changed(&key, Change::Plays(entry.record()), entry.claim.clone());
         let older = table.insert(key.clone(), entry);
         drop(table);
-        if let (Some(stop), Some(reason)) = (older.and_then(|e| e.stop), replaced) {
-            stop.kick(reason);
+        if let (Some(older), Duplicate::Keep { reason, .. }) = (older, duplicate) {
+            // Its claim is not released: the name is this one's now.
+            if let Some(stop) = older.stop {
+                stop.kick(reason);
+            }
         }
         Registration { table: Arc::clone(self), key, id }
     }
@@ -195,10 +250,10 @@ impl PlayerTable {
     /// Queues a change for the network (nothing outside a network). Called with the table locked, so the
     /// queue's order is the table's. A change that does not fit the queue asks for a full rewrite (its claim's
     /// release, if any, is lost: that claim expires with its lease instead).
-    fn changed(&self, key: &str, record: Option<Record>, claim: Option<String>) {
+    fn changed(&self, key: &str, change: Change, claim: Option<String>) {
         self.changes.fetch_add(1, Ordering::Relaxed);
         if let Some(u) = self.updates.get() {
-            if u.tx.try_send(Update { key: key.to_string(), record, claim }).is_err() {
+            if u.tx.try_send(Update { key: key.to_string(), change, claim }).is_err() {
                 u.overflowed.store(true, Ordering::Relaxed);
             }
         }
@@ -213,7 +268,7 @@ impl PlayerTable {
     /// the name and did not get in.
     pub(crate) fn release(&self, key: &str, claim: String) {
         let _table = self.lock();
-        self.changed(key, None, Some(claim));
+        self.changed(key, Change::NotIn, Some(claim));
     }
 
     /// This instance's players as the network records them, by lower-case name, with their claims.
@@ -315,7 +370,7 @@ impl Registration {
         let mut table = self.table.lock();
         if let Some(e) = table.get_mut(&self.key).filter(|e| e.id == self.id) {
             e.server = server.to_string();
-            self.table.changed(&self.key, Some(e.record()), e.claim.clone());
+            self.table.changed(&self.key, Change::Plays(e.record()), e.claim.clone());
         }
     }
 
@@ -330,7 +385,7 @@ impl Drop for Registration {
         let mut table = self.table.lock();
         if table.get(&self.key).is_some_and(|e| e.id == self.id) {
             let claim = table.remove(&self.key).and_then(|e| e.claim);
-            self.table.changed(&self.key, None, claim);
+            self.table.changed(&self.key, Change::Left, claim);
         }
     }
 }
@@ -352,8 +407,8 @@ mod tests {
     fn counts_lists_and_commands_follow_registrations() {
         let table = Arc::new(PlayerTable::default());
         let (tx, mut rx) = mpsc::channel(COMMAND_QUEUE);
-        let a = table.register(seen("Alex", "lobby"), Some(tx), None, None, None);
-        let b = table.register(seen("Steve", "survival"), None, None, None, None);
+        let a = table.register(seen("Alex", "lobby"), Some(tx), None, None, Duplicate::Replace);
+        let b = table.register(seen("Steve", "survival"), None, None, None, Duplicate::Replace);
         assert_eq!((table.count(None), table.count(Some("lobby")), table.count(Some("x"))), (2, 1, 0));
         assert_eq!(table.names(None), ["Alex", "Steve"]);
         assert_eq!(table.find("alex").map(|s| s.server), Some("lobby".into()));
@@ -366,7 +421,7 @@ mod tests {
         assert_eq!(table.names(Some("survival")), ["Alex", "Steve"]);
         assert_eq!(table.servers(), ["survival"]);
         // A second session under the same name replaces the first; the first's end does not remove it.
-        let again = table.register(seen("alex", "lobby"), None, None, None, None);
+        let again = table.register(seen("alex", "lobby"), None, None, None, Duplicate::Replace);
         drop(a);
         assert_eq!(table.find("Alex").map(|s| s.server), Some("lobby".into()));
         drop((again, b));
@@ -377,7 +432,7 @@ mod tests {
     fn a_full_queue_drops_commands() {
         let table = Arc::new(PlayerTable::default());
         let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
-        let _a = table.register(seen("A", "s"), Some(tx), None, None, None);
+        let _a = table.register(seen("A", "s"), Some(tx), None, None, Duplicate::Replace);
         let sent = (0..COMMAND_QUEUE + 5).filter(|_| table.send("A", Command::Chat(String::new()))).count();
         assert_eq!(sent, COMMAND_QUEUE);
         assert_eq!(table.send_all(&Command::Chat(String::new())), 0);
@@ -391,11 +446,12 @@ mod tests {
         table.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
         let shutdown = CancellationToken::new();
         let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
-        let a = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), None);
-        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)), None, None);
+        let a =
+            table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), Duplicate::Replace);
+        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)), None, Duplicate::Replace);
         let alex = |server: &str| Record { name: "Alex".into(), uuid: format!("{:032x}", 4), server: server.into() };
-        let update = |record: Option<Record>| Update { key: "alex".into(), record, claim: Some("i:1".into()) };
-        assert_eq!(rx.try_recv().ok(), Some(update(Some(alex("lobby")))));
+        let update = |change: Change| Update { key: "alex".into(), change, claim: Some("i:1".into()) };
+        assert_eq!(rx.try_recv().ok(), Some(update(Change::Plays(alex("lobby")))));
         assert_eq!(rx.try_recv().map(|u| (u.key, u.claim)).ok(), Some(("steve".into(), None)));
         assert_eq!(table.changes(), 2);
         assert!(!table.kick_claim("alex", "i:2", "x"), "another login's claim");
@@ -409,41 +465,54 @@ mod tests {
         assert!(!overflowed.load(Ordering::Relaxed));
         drop(b);
         assert!(overflowed.load(Ordering::Relaxed));
-        assert_eq!(rx.try_recv().ok(), Some(update(Some(alex("survival")))));
+        assert_eq!(rx.try_recv().ok(), Some(update(Change::Plays(alex("survival")))));
         // The player left: the release names the claim it held.
-        assert_eq!(rx.try_recv().ok(), Some(update(None)));
+        assert_eq!(rx.try_recv().ok(), Some(update(Change::Left)));
         assert_eq!(table.changes(), 5, "the change that did not fit is counted too");
         // Shutdown stops every session, without a kick reason.
         shutdown.cancel();
         assert!(two.token.is_cancelled() && two.kicked().is_none());
     }
 
+    /// Two sessions of one name here: the policy keeps the later or the earlier login by their claims' times,
+    /// whatever order they register in (as the network's renewal decides between instances).
     #[test]
-    fn a_second_login_of_a_name_here_replaces_and_kicks_the_first() {
+    fn two_logins_of_a_name_here_leave_the_one_the_policy_keeps() {
+        let kick_existing = Duplicate::Keep { later: true, reason: "elsewhere" };
+        let refuse_new = Duplicate::Keep { later: false, reason: "already" };
+        let (t1, t2, t3) = ("a:01:1700000000001", "a:02:1700000000002", "b:03:1700000000003");
         let table = Arc::new(PlayerTable::default());
         let shutdown = CancellationToken::new();
-        let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
-        let first = table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), None);
-        let second =
-            table.register(seen("ALEX", "lobby"), None, Some(Arc::clone(&two)), Some("i:2".into()), Some("gone"));
-        assert_eq!((one.kicked(), two.kicked()), (Some("gone"), None));
-        assert_eq!(
-            table.records().into_iter().map(|(k, _, c)| (k, c)).collect::<Vec<_>>(),
-            [("alex".into(), Some("i:2".into()))]
-        );
-        // The first session's end leaves the second in place; only the current claim kicks.
-        drop(first);
-        assert!(!table.kick_claim("alex", "i:1", "x"));
-        assert!(table.kick_claim("alex", "i:2", "other"));
-        assert_eq!(two.kicked(), Some("other"));
+        let stops: Vec<Arc<Stop>> = (0..4).map(|_| Stop::child_of(&shutdown)).collect();
+        let register = |i: usize, claim: &str, duplicate| {
+            table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&stops[i])), Some(claim.into()), duplicate)
+        };
+        let claims = || table.records().into_iter().map(|(_, _, c)| c.unwrap_or_default()).collect::<Vec<_>>();
+        // kick_existing, in login order: the later login stays, the earlier is told to go.
+        let first = register(0, t2, kick_existing);
+        let second = register(1, t3, kick_existing);
+        assert_eq!((stops[0].kicked(), stops[1].kicked(), claims()), (Some("elsewhere"), None, vec![t3.to_string()]));
+        // A login that began earlier but registers last goes itself.
+        let late = register(2, t1, kick_existing);
+        assert_eq!((stops[2].kicked(), stops[1].kicked(), claims()), (Some("elsewhere"), None, vec![t3.to_string()]));
+        // refuse_new: a later login goes, the earlier stays.
+        let refused = register(3, "c:04:1700000000004", refuse_new);
+        assert_eq!((stops[3].kicked(), claims()), (Some("already"), vec![t3.to_string()]));
+        // Ends of sessions not in the table leave it alone; only the current claim kicks.
+        drop((first, late, refused));
+        assert_eq!(claims(), [t3]);
+        assert!(!table.kick_claim("alex", t2, "x"));
+        assert!(table.kick_claim("alex", t3, "other"));
+        assert_eq!(stops[1].kicked(), Some("other"));
         drop(second);
         assert_eq!(table.local_count(), 0);
+        assert_eq!(claim_order("a:b"), (0, "a:b"), "a value without a time is the earliest");
     }
 
     #[test]
     fn the_network_counts_and_lists_join_the_local_ones() {
         let table = Arc::new(PlayerTable::default());
-        let _a = table.register(seen("Alex", "lobby"), None, None, None, None);
+        let _a = table.register(seen("Alex", "lobby"), None, None, None, Duplicate::Replace);
         table.set_others(vec![("Zed".into(), "lobby".into()), ("Bo".into(), "survival".into())]);
         assert_eq!((table.count(None), table.count(Some("lobby")), table.local_count()), (3, 2, 1));
         assert_eq!(table.names(None), ["Alex", "Bo", "Zed"]);

@@ -477,9 +477,10 @@ fn one_of_two_ends(players: [&Player; 2]) -> (usize, String) {
             while let Some(f) = next(i, Duration::from_millis(20)) {
                 match f.id {
                     KeepAlive::ID => {
+                        // A session told to go may be closed already: its Disconnect is read next.
                         let ka: KeepAlive = f.decode().unwrap();
-                        player.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
-                        player.conn.end_tick().unwrap();
+                        let _ = player.conn.send(&ka.to_frame_bytes().unwrap());
+                        let _ = player.conn.end_tick();
                     }
                     PlayDisconnect::ID => break 'read (i, f.decode::<PlayDisconnect>().unwrap().reason_json),
                     _ => {}
@@ -488,8 +489,8 @@ fn one_of_two_ends(players: [&Player; 2]) -> (usize, String) {
         }
     };
     let other = 1 - ended.0;
-    players[other].conn.send(&chat_frame("still here")).unwrap();
-    players[other].conn.end_tick().unwrap();
+    players[other].conn.send(&chat_frame("still here")).expect("the session that stays is open");
+    players[other].conn.end_tick().expect("the session that stays is open");
     loop {
         assert!(Instant::now() < deadline + STEP, "no echo for the session that stays");
         if let Some(f) = next(other, Duration::from_millis(100)) {
@@ -557,45 +558,80 @@ async fn two_logins_of_one_name_at_once_leave_exactly_one_playing() {
     }
 }
 
-/// Each renewal checks the claims of the instance's players: a player whose name another instance now holds
-/// (here written straight into Redis, as a login there would have while this claim was lost) is told to go
-/// within one renewal (2 s), with a vanilla server's message; a claim Redis lost is set again.
+/// Each renewal checks the claims of the instance's players (here changed straight in Redis, as Redis losing a
+/// claim, or a login elsewhere while it was lost, would change them): a claim Redis lost is set again; one
+/// another login holds is set back when this login wins by `duplicate_login` (`kick_existing`: the later
+/// login, `refuse_new`: the earlier), and otherwise this session is told to go, with that policy's message,
+/// within one renewal (2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_another_instance_holds_ends_the_session_within_one_renewal() {
+async fn a_claim_another_login_holds_is_settled_by_the_policy_within_one_renewal() {
     let redis = Redis::start().await;
     let (_node, backend) = node_backend(json!({ "burstCount": 0 })).await;
     let dir = TestDir::new("moonbridge-network-claims").unwrap();
     let key = secret(&dir);
-    let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
-    let a = Proxy::start(&format!("{}{metrics}", instance_config(backend, &redis, &key, "refuse_new", None))).await;
-    let url = tcp_url(&a);
-    let (eve, first) = blocking(move || Player::login(&url, Options::default(), "Eve")).await;
-    assert_eq!(first.id, LoginSuccess::ID);
-    let claim = "moonbridge:test:name:eve";
-    let held = redis.command(&["GET", claim]).await.expect("Eve's claim");
-    let (instance, nonce) = held.split_once(':').expect("<instance>:<nonce>");
-    assert_eq!((instance.len(), nonce.len()), (16, 16), "{held}");
-
-    // Redis loses the claim: the next renewal sets it again, to the same login's value.
-    assert_eq!(redis.command(&["DEL", claim]).await.as_deref(), Some(":1"));
-    let deadline = Instant::now() + RENEWAL;
-    while redis.command(&["GET", claim]).await != Some(held.clone()) {
-        assert!(Instant::now() < deadline, "the claim is not set again within one renewal");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for (policy, name, message) in [
+        ("kick_existing", "Eve", "You logged in from another location"),
+        ("refuse_new", "Fay", "You are already playing on this network"),
+    ] {
+        let a = Proxy::start(&instance_config(backend, &redis, &key, policy, None)).await;
+        let url = tcp_url(&a);
+        let (player, first) = blocking(move || Player::login(&url, Options::default(), name)).await;
+        assert_eq!(first.id, LoginSuccess::ID);
+        let claim = format!("moonbridge:test:name:{}", name.to_lowercase());
+        // Claimed at the login, or at the first renewal when the login came before the instance reached Redis.
+        let deadline = Instant::now() + RENEWAL;
+        let held = loop {
+            if let Some(held) = redis.command(&["GET", &claim]).await {
+                break held;
+            }
+            assert!(Instant::now() < deadline, "{policy}: no claim");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let fields: Vec<&str> = held.split(':').collect();
+        let [instance, nonce, born] = fields[..] else { panic!("not <instance>:<nonce>:<login ms>: {held}") };
+        assert_eq!((instance.len(), nonce.len()), (16, 16), "{held}");
+        let born: u64 = born.parse().expect("a login time in ms");
+        let (earlier, later) = (
+            format!("0123456789abcdef:0000000000000001:{}", born - 1),
+            format!("0123456789abcdef:0000000000000002:{}", born + 1),
+        );
+        let (loser, winner) = if policy == "kick_existing" { (earlier, later) } else { (later, earlier) };
+        let set_back = |what: &'static str| {
+            let (redis, claim, held) = (&redis, claim.clone(), held.clone());
+            async move {
+                let deadline = Instant::now() + RENEWAL;
+                while redis.command(&["GET", &claim]).await.as_deref() != Some(held.as_str()) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{policy}: the claim is not set back within one renewal after {what}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        // Redis loses the claim: set again, to the same login's value.
+        assert_eq!(redis.command(&["DEL", &claim]).await.as_deref(), Some(":1"));
+        set_back("a loss").await;
+        // A login this one wins against: set back, and the player plays on.
+        assert_eq!(redis.command(&["SET", &claim, &loser]).await.as_deref(), Some("+OK"));
+        set_back("a losing login").await;
+        let player = blocking(move || {
+            player.chat("still mine");
+            player
+        })
+        .await;
+        // A login that wins against this one: the player is told to go; her release leaves the winner's claim.
+        assert_eq!(redis.command(&["SET", &claim, &winner]).await.as_deref(), Some("+OK"));
+        let taken = Instant::now();
+        let (reason, player) = blocking(move || (player.disconnected(), player)).await;
+        let waited = taken.elapsed();
+        assert!(reason.contains(message), "{policy}: {reason}");
+        assert!(waited < RENEWAL, "{policy}: told to go after {waited:?}");
+        wait_online(a.addr(Transport::Tcp), 0, RENEWAL).await;
+        assert_eq!(redis.command(&["GET", &claim]).await, Some(winner), "{policy}: the winner's claim stays");
+        drop(player);
+        a.shutdown().await;
     }
-
-    // Another instance holds it now: Eve is told to go within one renewal, and her entry leaves Redis.
-    assert_eq!(redis.command(&["SET", claim, "0123456789abcdef:0000000000000001"]).await.as_deref(), Some("+OK"));
-    let taken = Instant::now();
-    let (reason, eve) = blocking(move || (eve.disconnected(), eve)).await;
-    let waited = taken.elapsed();
-    assert!(reason.contains("You logged in from another location"), "{reason}");
-    assert!(waited < RENEWAL, "told to go after {waited:?}");
-    wait_online(a.addr(Transport::Tcp), 0, RENEWAL).await;
-    let kept = redis.command(&["GET", claim]).await;
-    assert_eq!(kept.as_deref(), Some("0123456789abcdef:0000000000000001"), "her release left the other's claim");
-    drop(eve);
-    a.shutdown().await;
 }
 
 /// Opens a carriage v2 WebSocket to `addr`, sends `resume <token> <received> <sent>` and reads until the

@@ -142,6 +142,9 @@ pub(crate) enum Request {
     Kick {
         /// The player's name (any case).
         name: String,
+        /// The claim the session to end holds (`<instance>:<nonce>:<login ms>`): a later login of the name
+        /// there, which holds another, stays.
+        claim: String,
         /// Plain text for the player's disconnect screen.
         reason: String,
     },
@@ -259,11 +262,18 @@ pub(crate) async fn dial(peer: &str) -> Result<TcpStream, LinkError> {
     Ok(stream)
 }
 
-/// Asks instance `peer` to end player `name`'s session with `reason`; whether it had the player.
-pub(crate) async fn kick(peer: &str, secret: &Secret, name: &str, reason: &str) -> Result<bool, LinkError> {
+/// Asks instance `peer` to end the session of player `name` that holds `claim`, with `reason`; whether it had
+/// that session.
+pub(crate) async fn kick(
+    peer: &str,
+    secret: &Secret,
+    name: &str,
+    claim: &str,
+    reason: &str,
+) -> Result<bool, LinkError> {
     tokio::time::timeout(AUTH_TIMEOUT, async {
         let mut stream = dial(peer).await?;
-        let request = Request::Kick { name: name.to_string(), reason: reason.to_string() };
+        let request = Request::Kick { name: name.to_string(), claim: claim.to_string(), reason: reason.to_string() };
         let opened = open(&mut stream, secret, &[], &request).await?;
         let answer: KickAnswer = read_answer(&mut stream, secret, &opened).await?;
         Ok(answer.kicked)
@@ -382,7 +392,7 @@ mod tests {
     async fn both_ends_prove_the_secret_and_the_request_arrives() {
         let (mut a, mut b) = tokio::io::duplex(4096);
         let secret = Secret::new(&[7u8; 32]);
-        let request = Request::Kick { name: "Alex".into(), reason: "bye".into() };
+        let request = Request::Kick { name: "Alex".into(), claim: "a:b:1".into(), reason: "bye".into() };
         let (opened, accepted) =
             tokio::join!(open(&mut a, &secret, b"bind", &request), accept(&mut b, &secret, b"bind"));
         let opened = opened.unwrap();
@@ -455,7 +465,7 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(4096);
         a.write_all(b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").await.unwrap();
         assert!(matches!(accept(&mut b, &secret, &[]).await, Err(LinkError::BadMagic)));
-        let json = br#"{"op":"kick","name":"a","reason":"b","extra":1}"#;
+        let json = br#"{"op":"kick","name":"a","claim":"c","reason":"b","extra":1}"#;
         assert!(serde_json::from_slice::<Request>(json).is_err(), "unknown fields are refused");
         let resume = Request::Resume {
             secure: true,

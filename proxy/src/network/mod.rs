@@ -34,7 +34,7 @@ use tracing::{info, warn};
 
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
-use crate::players::{PlayerTable, Record, Update, Updates};
+use crate::players::{Change, PlayerTable, Record, Update, Updates};
 
 /// How long an instance's and its players' entries live without a renewal: 10 seconds.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
@@ -67,8 +67,8 @@ pub(crate) enum Admit {
 }
 
 /// A login's claim of its name ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
-/// `<instance id>:<nonce>` (16 hex digits each, one nonce per login), expiring with the lease and renewed with
-/// it while the player plays. The player's registration takes it over ([`Claim::take`]); dropped before that
+/// `<instance id>:<nonce>:<login time>` (16 hex digits each, one nonce per login; the time in milliseconds
+/// since the Unix epoch), expiring with the lease and renewed with it while the player plays. The player's registration takes it over ([`Claim::take`]); dropped before that
 /// (the login did not get in), it queues its release. A release deletes the claim only while it still holds
 /// this login's value, so it never deletes a later login's claim.
 #[derive(Debug)]
@@ -98,19 +98,34 @@ impl Drop for Claim {
 const RELEASE_CLAIM: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
-/// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then this instance's id with a
-/// `:`, then the lease in milliseconds). A claim held by nobody (Redis lost it) or by this instance (by this
-/// login, or by an older login of the name here, which the player table has replaced) is set to its value
-/// with a new lease; a claim another instance holds is left alone. Returns, for each of those, its position
-/// in `KEYS` (1-based, as a string) and its holder.
+/// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then `older` or `newer`, then the
+/// lease in milliseconds). A claim that holds its value or nothing (Redis lost it) is set with a new lease.
+/// Held by another login (one that got in while Redis had lost this claim, or whose kick did not arrive), the
+/// `duplicate_login` policy decides by the logins' times (the values' last field; ties by value): `older`
+/// (`refuse_new`) keeps the earlier login, `newer` (`kick_existing`) the later one. The claim is set when this
+/// login wins; otherwise it is left to the holder. Returns, for each claim this instance lost, its position in
+/// `KEYS` (1-based, as a string) and its holder; the holder's instance ends its own session when it loses.
 const RENEW_CLAIMS: &str = r"
-local mine = ARGV[#KEYS + 1]
+local keep = ARGV[#KEYS + 1]
 local lease = ARGV[#KEYS + 2]
+local function born(v)
+  return tonumber(string.match(v, '^[^:]*:[^:]*:(%d+)$') or '0') or 0
+end
 local lost = {}
 for i, key in ipairs(KEYS) do
+  local mine = ARGV[i]
   local holder = redis.call('GET', key)
-  if holder == false or string.sub(holder, 1, #mine) == mine then
-    redis.call('SET', key, ARGV[i], 'PX', lease)
+  local wins = holder == false or holder == mine
+  if not wins then
+    local a, b = born(mine), born(holder)
+    if keep == 'older' then
+      wins = a < b or (a == b and mine < holder)
+    else
+      wins = a > b or (a == b and mine > holder)
+    end
+  end
+  if wins then
+    redis.call('SET', key, mine, 'PX', lease)
   else
     table.insert(lost, tostring(i))
     table.insert(lost, holder)
@@ -207,7 +222,10 @@ impl Network {
         claims: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> usize {
         let claims: Vec<(&str, &str)> = claims.into_iter().collect();
-        let mine = format!("{}:", self.id);
+        let keep = match self.config.duplicate_login {
+            DuplicateLogin::RefuseNew => "older",
+            DuplicateLogin::KickExisting => "newer",
+        };
         let mut calls = 0;
         for chunk in claims.chunks(CLAIMS_PER_CALL) {
             let eval = pipe.cmd("EVAL").arg(RENEW_CLAIMS).arg(chunk.len());
@@ -217,24 +235,36 @@ impl Network {
             for (_, value) in chunk {
                 eval.arg(*value);
             }
-            eval.arg(&mine).arg(lease_ms());
+            eval.arg(keep).arg(lease_ms());
             calls += 1;
         }
         calls
     }
 
-    /// Ends the local sessions whose claims another instance holds (the answers of [`Network::renew_claims`]
-    /// for `claims`, in order): a login there took the name while Redis had lost this one's claim, or while a
-    /// kick could not reach this instance.
-    fn lost_claims(&self, claims: &[(String, String)], answers: &[Vec<String>]) {
-        for (chunk, lost) in claims.chunks(CLAIMS_PER_CALL).zip(answers) {
+    /// Ends the local sessions whose claims another login won (the answers of [`Network::renew_claims`] for
+    /// `claims`, in order): a login elsewhere took the name while Redis had lost this one's claim, or while a
+    /// kick could not reach this instance. The player reads what `duplicate_login` tells the session that
+    /// goes.
+    fn lost_claims(&self, claims: &[(String, String)], answers: Vec<redis::Value>) {
+        let reason = match self.config.duplicate_login {
+            DuplicateLogin::RefuseNew => ALREADY_PLAYING,
+            DuplicateLogin::KickExisting => KICKED_ELSEWHERE,
+        };
+        for (chunk, answer) in claims.chunks(CLAIMS_PER_CALL).zip(answers) {
+            let lost: Vec<String> = match redis::from_redis_value(answer) {
+                Ok(l) => l,
+                Err(e) => {
+                    warn!("unexpected answer from Redis to a claims renewal: {e}");
+                    continue;
+                }
+            };
             for pair in lost.chunks_exact(2) {
                 let [i, holder] = pair else { continue };
                 let Ok(i) = i.parse::<usize>() else { continue };
                 let Some((key, value)) = i.checked_sub(1).and_then(|i| chunk.get(i)) else { continue };
-                if self.players.kick_claim(key, value, KICKED_ELSEWHERE) {
+                if self.players.kick_claim(key, value, reason) {
                     let instance = holder.split(':').next().unwrap_or_default();
-                    info!(player = %key, %instance, "the name is claimed on another instance: ending this session");
+                    info!(player = %key, %instance, "another login holds the name: ending this session");
                 }
             }
         }
@@ -270,7 +300,7 @@ impl Network {
             self.metrics.duplicate("kicked_existing");
         }
         let lower = name.to_lowercase();
-        let value = format!("{}:{:016x}", self.id, rand_core::RngCore::next_u64(&mut rand_core::OsRng));
+        let value = format!("{}:{:016x}:{}", self.id, rand_core::RngCore::next_u64(&mut rand_core::OsRng), now_ms());
         let key = self.name_key(&lower);
         // Held from here: whatever Redis answers (or not), the release names this login's value.
         let claim = Claim { players: Arc::clone(&self.players), key: lower, value: Some(value.clone()) };
@@ -300,7 +330,7 @@ impl Network {
                     self.metrics.duplicate("kicked_existing");
                     match self.peer_of(instance) {
                         Some(peer) => {
-                            if let Err(e) = link::kick(&peer, &self.secret, name, KICKED_ELSEWHERE).await {
+                            if let Err(e) = link::kick(&peer, &self.secret, name, &holder, KICKED_ELSEWHERE).await {
                                 warn!(%instance, %peer, "could not ask the instance holding {name} to end that session ({e}); it ends it at its next renewal");
                             }
                         }
@@ -324,19 +354,29 @@ impl Network {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first renewal writes everything.
         let mut rewrite = true;
-        // Claims to release with the next rewrite: those of changes a rewrite replaced or Redis did not take.
+        // Claims to release with the next rewrite: those of changes a rewrite replaced or Redis did not take (at
+        // most UPDATE_QUEUE, the newest).
         let mut releases: Vec<(String, String)> = Vec::new();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     let changes = self.players.changes();
-                    if rewrite || self.overflowed.load(Ordering::Relaxed) {
+                    // A change that did not fit the queue asks for a rewrite (taken here only, where the queue is
+                    // drained).
+                    if self.overflowed.swap(false, Ordering::Relaxed) {
+                        rewrite = true;
+                    }
+                    if rewrite {
                         // The snapshot about to be written holds every change queued so far: none of them may
                         // be applied after it (an older change would undo a newer one). Their releases are
                         // kept: a release names one login's claim, so it is right whenever it is applied.
                         while let Ok(update) = updates.try_recv() {
                             releases.extend(release_of(update));
                         }
+                    }
+                    // Bounded: a claim not released lives at most one lease after its last renewal anyway.
+                    if releases.len() > UPDATE_QUEUE {
+                        releases.drain(..releases.len() - UPDATE_QUEUE);
                     }
                     // With no change in flight, Redis must hold exactly this instance's players.
                     let settled = updates.is_empty();
@@ -386,32 +426,37 @@ impl Network {
     }
 
     /// One player change and its name's claim; the change back when Redis did not take it. A player whose
-    /// name another instance holds (a login there while this one was under way: `kick_existing`) is told to go.
+    /// claim another login won (`RENEW_CLAIMS`) is told to go.
     async fn apply(&self, update: Update) -> Result<(), Update> {
         let Some(mut con) = self.connection() else { return Err(update) };
         let hash = self.players_key(&self.id);
         let mut pipe = redis::pipe();
-        let (Some(record), Some(value)) = (&update.record, &update.claim) else {
-            if update.record.is_none() {
-                pipe.hdel(&hash, &update.key).ignore();
+        let mut calls = 0;
+        match (&update.change, &update.claim) {
+            (Change::Plays(record), claim) => {
+                if let Ok(json) = serde_json::to_string(record) {
+                    pipe.hset(&hash, &update.key, json).ignore().pexpire(&hash, lease_ms()).ignore();
+                }
+                if let Some(value) = claim {
+                    calls = self.renew_claims(&mut pipe, [(update.key.as_str(), value.as_str())]);
+                }
             }
-            if let Some(value) = &update.claim {
-                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&update.key)).arg(value).ignore();
+            (Change::Left | Change::NotIn, claim) => {
+                if update.change == Change::Left {
+                    pipe.hdel(&hash, &update.key).ignore();
+                }
+                if let Some(value) = claim {
+                    pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&update.key)).arg(value).ignore();
+                }
             }
-            return match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await {
-                Ok(Ok(())) => Ok(()),
-                _ => Err(update),
-            };
-        };
-        let Ok(json) = serde_json::to_string(record) else { return Ok(()) };
-        pipe.hset(&hash, &update.key, json).ignore().pexpire(&hash, lease_ms()).ignore();
-        self.renew_claims(&mut pipe, [(update.key.as_str(), value.as_str())]);
-        let lost: (Vec<String>,) = match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await {
-            Ok(Ok(l)) => l,
+        }
+        let answers: Vec<redis::Value> = match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async(&mut con)).await {
+            Ok(Ok(a)) => a,
             _ => return Err(update),
         };
-        let claims = [(update.key.clone(), value.clone())];
-        self.lost_claims(&claims, &[lost.0]);
+        if let (Some(value), true) = (&update.claim, calls > 0) {
+            self.lost_claims(&[(update.key.clone(), value.clone())], answers);
+        }
         Ok(())
     }
 
@@ -468,12 +513,10 @@ impl Network {
         releases: &mut Vec<(String, String)>,
         settled: Option<u64>,
     ) -> redis::RedisResult<()> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now_ms = now_ms();
         let hash = self.players_key(&self.id);
         let records = self.players.records();
-        if std::mem::take(rewrite) || self.overflowed.swap(false, Ordering::Relaxed) {
+        if std::mem::take(rewrite) {
             let mut pipe = redis::pipe();
             pipe.atomic().del(&hash).ignore();
             for (key, record, _) in &records {
@@ -505,14 +548,11 @@ impl Network {
         // noticed here.
         let calls = self.renew_claims(&mut pipe, claims.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let mut answers: Vec<redis::Value> = pipe.query_async(&mut con).await?;
-        let lost: Vec<Vec<String>> = answers
-            .drain(answers.len().saturating_sub(calls)..)
-            .map(|v| redis::from_redis_value(v).unwrap_or_default())
-            .collect();
+        let lost: Vec<redis::Value> = answers.drain(answers.len().saturating_sub(calls)..).collect();
         let mut answers = answers.into_iter();
         let in_redis: usize = answers.next().map_or(Ok(0), redis::from_redis_value)?;
         let ids: Vec<String> = answers.next().map_or(Ok(Vec::new()), redis::from_redis_value)?;
-        self.lost_claims(&claims, &lost);
+        self.lost_claims(&claims, lost);
         if settled.is_some_and(|c| c == self.players.changes()) && in_redis != records.len() {
             // Redis lost some of this instance's players (restarted empty or failed over between renewals, a
             // change not taken): write them all again at the next renewal.
@@ -586,9 +626,16 @@ pub(crate) fn route_to_redis(redis_url: &str, port: u16) -> Result<String, Netwo
 /// The claim a change gives back, if any: a player who left, or a login that did not get in.
 fn release_of(update: Update) -> Option<(String, String)> {
     match update {
-        Update { key, record: None, claim: Some(value) } => Some((key, value)),
+        Update { key, change: Change::Left | Change::NotIn, claim: Some(value) } => Some((key, value)),
         _ => None,
     }
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock before it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn lease_ms() -> i64 {

@@ -128,8 +128,8 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     net: &Network,
 ) -> Result<(), LinkError> {
     match request {
-        Request::Kick { name, reason } => {
-            let kicked = state.players.kick(&name, &reason);
+        Request::Kick { name, claim, reason } => {
+            let kicked = state.players.kick_claim(&name.to_lowercase(), &claim, &reason);
             info!(player = %name, kicked, via = %peer, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
             link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }).await
         }

@@ -19,11 +19,11 @@ use tracing::warn;
 use super::online::{authenticate, encryptor};
 use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Identity;
-use crate::config::AuthMode;
+use crate::config::{AuthMode, DuplicateLogin};
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
-use crate::players::{Seen, Stop, COMMAND_QUEUE};
+use crate::players::{Duplicate, Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
 use crate::relay::resume::ResumeStart;
 use crate::relay::{BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
@@ -275,16 +275,10 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     });
     let mut registration = None;
     let mut board = None;
-    // In a network with `kick_existing`, a second login of a name here ends the first (without a network, two
-    // sessions of one name stay, as before: the backends decide).
-    let replaced = state
-        .network()
-        .filter(|n| n.config.duplicate_login == crate::config::DuplicateLogin::KickExisting)
-        .map(|_| KICKED_ELSEWHERE);
     let follow = if !logged_in || !transfer::applies(&live, backend) {
         registration = seen.map(|seen| {
             let claim = claim.take().and_then(|c| c.take());
-            state.players.register(seen, None, Some(Arc::clone(&stop)), claim, replaced)
+            state.players.register(seen, None, Some(Arc::clone(&stop)), claim, duplicate(&state))
         });
         drop(identity);
         let mut scanner = FrameScanner::new();
@@ -310,7 +304,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             backend: backend.clone(),
             registration: seen.map(|seen| {
                 let claim = claim.take().and_then(|c| c.take());
-                state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), claim, replaced)
+                state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), claim, duplicate(&state))
             }),
         });
         match watch.scan(&first, 0) {
@@ -366,4 +360,14 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         summary.backend = Some(visited.join(","));
     }
     summary
+}
+
+/// What the player table does with two sessions of one name registered here at once: in a network,
+/// `duplicate_login` decides; without one, both stay, as before (the backends decide).
+fn duplicate(state: &crate::state::ProxyState) -> Duplicate {
+    match state.network().map(|n| n.config.duplicate_login) {
+        None => Duplicate::Replace,
+        Some(DuplicateLogin::KickExisting) => Duplicate::Keep { later: true, reason: KICKED_ELSEWHERE },
+        Some(DuplicateLogin::RefuseNew) => Duplicate::Keep { later: false, reason: ALREADY_PLAYING },
+    }
 }
