@@ -72,7 +72,7 @@ step "network soak: 3 instances on Redis, 60 client-library players (ws, wss) be
 target/release/session-bench soak --instances 3 --players 60 --seconds 40 --fault-every 5 \
   --proxy-bin target/release/moonbridge
 
-step "capacity: 300 idle and 60 active wss players, p99 tick round trip under 50 ms (session-bench capacity)"
+step "capacity: 300 idle and 60 active wss players on the client library's carriage (v2 + zstd), p99 tick round trip under 50 ms (session-bench capacity)"
 target/release/session-bench capacity --idle 300 --active 60 --seconds 5 --connect-rate 300 \
   --proxy-bin target/release/moonbridge
 

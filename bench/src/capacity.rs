@@ -3,7 +3,11 @@
 //! Thousands of `wss://` players are driven from this one process as async tasks (tokio-tungstenite over
 //! tokio-rustls, no thread per player), through one or more `moonbridge` processes, to a backend in a child
 //! process (`session-bench capacity-backend`), so that each of the three processes has its own file limit and
-//! its own CPU account:
+//! its own CPU account. The players speak the carriage the client library speaks by default
+//! (`--carriage v2.zstd`: carriage v2 with zstd, docs/carriage.md), or `v2` or `v1`. On v2 a player
+//! acknowledges what it received as the client library does (every 64 KiB, and at each of the backend's Keep
+//! Alive, every 2 s, when the count moved) and on `v2.zstd` compresses each message with one zstd context per
+//! direction (`moonbridge_protocol::ws::compress::Contexts`, the client library's own code).
 //!
 //! - **idle** players log in (offline mode: Handshake, Login Start, then Login Success and Join Game from the
 //!   backend), then send nothing but the answers to the backend's Keep Alive (one every 2 s, as a 1.7.10
@@ -61,6 +65,111 @@ pub enum Load {
     Modded,
     /// One S3F plugin message of 64 bytes per tick.
     Light,
+    /// The modded mix with honest bytes (`session-bench --profile forge`): gzipped NBT, mod channel messages,
+    /// deflated chunks, as 1.7.10 Forge builds them.
+    Forge,
+}
+
+impl Load {
+    /// The tick answers' templates (`--load light` answers one packet of its own).
+    fn templates(self) -> Vec<Vec<workload::Spec>> {
+        match self {
+            Self::Forge => workload::forge_templates(),
+            Self::Modded | Self::Light => workload::templates(),
+        }
+    }
+}
+
+/// The WebSocket carriage the players speak (docs/carriage.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+pub enum Carriage {
+    /// `moonbridge.v1`: plain Binary messages (what a WebSocket bridge speaks).
+    #[value(name = "v1")]
+    #[serde(rename = "v1")]
+    V1,
+    /// `moonbridge.v2`: resumable, acknowledged, not compressed (the client library with `compress: false`).
+    #[value(name = "v2")]
+    #[serde(rename = "v2")]
+    V2,
+    /// `moonbridge.v2.zstd`: carriage v2 with zstd (the client library's defaults).
+    #[value(name = "v2.zstd")]
+    #[serde(rename = "v2.zstd")]
+    V2Zstd,
+}
+
+impl Carriage {
+    /// The subprotocol offered.
+    fn subprotocol(self) -> &'static str {
+        match self {
+            Self::V1 => "moonbridge.v1",
+            Self::V2 => "moonbridge.v2",
+            Self::V2Zstd => moonbridge_protocol::ws::compress::SUBPROTOCOL_V2_ZSTD,
+        }
+    }
+}
+
+/// A player's side of the carriage: wraps stream bytes into Binary payloads and back, and says when to
+/// acknowledge (v2).
+struct Carrier {
+    v2: bool,
+    zstd: Option<moonbridge_protocol::ws::compress::Contexts>,
+    /// Stream bytes received, and acknowledged, so far.
+    received: u64,
+    acked: u64,
+    inflated: Vec<u8>,
+}
+
+/// Acknowledge after this many stream bytes (the client library's rule).
+const ACK_EVERY: u64 = 64 * 1024;
+/// The most stream bytes one received message may inflate to (the client library's limit: 1 MiB).
+const MAX_INFLATED: usize = 1 << 20;
+
+impl Carrier {
+    fn new(carriage: Carriage) -> Self {
+        let zstd = (carriage == Carriage::V2Zstd).then(|| {
+            moonbridge_protocol::ws::compress::Contexts::new(moonbridge_protocol::ws::compress::DEFAULT_LEVEL)
+        });
+        Self { v2: carriage != Carriage::V1, zstd, received: 0, acked: 0, inflated: Vec::new() }
+    }
+
+    /// The Binary payload that carries `stream`.
+    fn wrap(&mut self, stream: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        let Some(z) = self.zstd.as_mut() else { return Ok(stream) };
+        let mut out = Vec::with_capacity(stream.len() / 2 + 16);
+        z.compress(&stream, &mut out)?;
+        Ok(out)
+    }
+
+    /// The stream bytes a received Binary payload carries, queued into `dec`.
+    fn unwrap_into(&mut self, payload: &[u8], dec: &mut FrameDecoder) -> anyhow::Result<()> {
+        let n = match self.zstd.as_mut() {
+            None => {
+                dec.queue_slice(payload);
+                payload.len()
+            }
+            Some(z) => {
+                self.inflated.clear();
+                z.queue(payload)?;
+                while z.has_output() {
+                    z.inflate(&mut self.inflated, MAX_INFLATED, MAX_INFLATED)?;
+                }
+                z.end_message();
+                dec.queue_slice(&self.inflated);
+                self.inflated.len()
+            }
+        };
+        self.received += n as u64;
+        Ok(())
+    }
+
+    /// The `ack` to send now, if any: every [`ACK_EVERY`] bytes, or on `tick` when the count moved (v2).
+    fn ack(&mut self, tick: bool) -> Option<String> {
+        let due = self.received - self.acked >= ACK_EVERY || (tick && self.received > self.acked);
+        (self.v2 && due).then(|| {
+            self.acked = self.received;
+            format!("ack {}", self.received)
+        })
+    }
 }
 
 /// `session-bench capacity`: see the module documentation.
@@ -81,6 +190,9 @@ pub struct CapacityArgs {
     /// What the backend answers a tick with.
     #[arg(long, value_enum, default_value = "modded")]
     pub load: Load,
+    /// The WebSocket carriage the players speak (default: the client library's).
+    #[arg(long, value_enum, default_value = "v2.zstd")]
+    pub carriage: Carriage,
     /// Seconds measured once every player is in play (after 5 s of warm-up).
     #[arg(long, default_value_t = 30)]
     pub seconds: u64,
@@ -136,7 +248,7 @@ pub fn backend_main(load: Load) -> anyhow::Result<()> {
     rt.block_on(async move {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         println!("listening {}", listener.local_addr()?);
-        let templates = Arc::new(workload::templates());
+        let templates = Arc::new(load.templates());
         loop {
             let s = match listener.accept().await {
                 Ok((s, _)) => s,
@@ -203,7 +315,7 @@ async fn backend_session(mut s: TcpStream, load: Load, templates: &[Vec<workload
                         0x03 => {
                             let seq = tick.take().context("C03 without its tick's C17")?;
                             match load {
-                                Load::Modded => {
+                                Load::Modded | Load::Forge => {
                                     workload::encode_tick_answer(templates, seq, &mut out);
                                 }
                                 Load::Light => {
@@ -256,17 +368,32 @@ struct Shared {
 
 type Wss = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
 
-/// Connects over wss and logs in; returns the stream once Join Game has arrived, with what followed it.
-async fn join(port: u16, name: &str, tls: &tokio_rustls::TlsConnector, dec: &mut FrameDecoder) -> anyhow::Result<Wss> {
+/// Connects over wss with `carrier`'s carriage and logs in; returns the stream once Join Game has arrived, with
+/// what followed it in `dec`.
+async fn join(
+    port: u16,
+    name: &str,
+    tls: &tokio_rustls::TlsConnector,
+    carriage: Carriage,
+    carrier: &mut Carrier,
+    dec: &mut FrameDecoder,
+) -> anyhow::Result<Wss> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
     tcp.set_nodelay(true)?;
     let io = tls.connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp).await?;
-    let (mut ws, _) = tokio_tungstenite::client_async(format!("wss://localhost:{port}/mc"), io).await?;
-    ws.send(Message::Binary(workload::login_hello("localhost", name)?.into())).await?;
+    let mut request = format!("wss://localhost:{port}/mc").into_client_request()?;
+    request.headers_mut().insert("Sec-WebSocket-Protocol", carriage.subprotocol().parse()?);
+    let (mut ws, response) = tokio_tungstenite::client_async(request, io).await?;
+    let selected = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
+    if selected != Some(carriage.subprotocol()) {
+        bail!("offered {}, the proxy selected {selected:?}", carriage.subprotocol());
+    }
+    ws.send(Message::Binary(carrier.wrap(workload::login_hello("localhost", name)?)?.into())).await?;
     let mut seen = 0;
     while seen < 2 {
         match ws.next().await {
-            Some(Ok(Message::Binary(b))) => dec.queue_slice(&b),
+            Some(Ok(Message::Binary(b))) => carrier.unwrap_into(&b, dec)?,
             Some(Ok(Message::Close(c))) => bail!("closed during the login: {c:?}"),
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e.into()),
@@ -292,7 +419,7 @@ async fn player(
     active: bool,
     start: tokio::time::Instant,
     gate: Arc<tokio::sync::Semaphore>,
-    tls: tokio_rustls::TlsConnector,
+    (tls, carriage): (tokio_rustls::TlsConnector, Carriage),
     answers: Arc<Vec<usize>>,
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -300,10 +427,12 @@ async fn player(
     tokio::time::sleep_until(start).await;
     let name = format!("cap{i:05}");
     let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+    let mut carrier = Carrier::new(carriage);
     let joined = {
         let Ok(_permit) = gate.acquire().await else { return };
+        let joining = join(port, &name, &tls, carriage, &mut carrier, &mut dec);
         tokio::select! {
-            r = tokio::time::timeout(Duration::from_secs(30), join(port, &name, &tls, &mut dec)) => r,
+            r = tokio::time::timeout(Duration::from_secs(30), joining) => r,
             () = stop.cancelled() => return,
         }
     };
@@ -355,7 +484,10 @@ async fn player(
                 if in_flight.len() >= MAX_IN_FLIGHT {
                     break Some(format!("{MAX_IN_FLIGHT} ticks without an answer"));
                 }
-                let msg = workload::encode_client_tick(seq).concat();
+                let msg = match carrier.wrap(workload::encode_client_tick(seq).concat()) {
+                    Ok(m) => m,
+                    Err(e) => break Some(format!("compress: {e}")),
+                };
                 let frames = answers.get(seq as usize % answers.len().max(1)).copied().unwrap_or(1);
                 in_flight.push_back((frames, due, measuring));
                 seq = seq.wrapping_add(1);
@@ -365,7 +497,11 @@ async fn player(
             }
             m = ws.next() => {
                 match m {
-                    Some(Ok(Message::Binary(b))) => dec.queue_slice(&b),
+                    Some(Ok(Message::Binary(b))) => {
+                        if let Err(e) = carrier.unwrap_into(&b, &mut dec) {
+                            break Some(format!("bad message from the proxy: {e}"));
+                        }
+                    }
                     Some(Ok(Message::Close(c))) => break Some(format!("closed: {c:?}")),
                     Some(Ok(_)) => continue,
                     Some(Err(e)) => break Some(format!("{e}")),
@@ -373,6 +509,7 @@ async fn player(
                 }
                 out.clear();
                 let mut fault = None;
+                let mut keep_alive = false;
                 loop {
                     let f = match dec.try_next_frame() {
                         Ok(Some(f)) => f,
@@ -386,6 +523,7 @@ async fn player(
                         if let Ok(k) = f.decode::<KeepAlive>() {
                             let _ = encode_frame(&mut out, KeepAlive::ID, &k.id.to_be_bytes());
                         }
+                        keep_alive = true;
                         continue;
                     }
                     if let Some(front) = in_flight.front_mut() {
@@ -403,8 +541,17 @@ async fn player(
                 if let Some(f) = fault {
                     break Some(f);
                 }
+                if let Some(ack) = carrier.ack(keep_alive) {
+                    if let Err(e) = ws.send(Message::Text(ack.into())).await {
+                        break Some(format!("send: {e}"));
+                    }
+                }
                 if !out.is_empty() {
-                    if let Err(e) = ws.send(Message::Binary(std::mem::take(&mut out).into())).await {
+                    let msg = match carrier.wrap(std::mem::take(&mut out)) {
+                        Ok(m) => m,
+                        Err(e) => break Some(format!("compress: {e}")),
+                    };
+                    if let Err(e) = ws.send(Message::Binary(msg.into())).await {
                         break Some(format!("send: {e}"));
                     }
                 }
@@ -469,6 +616,7 @@ struct Report {
     idle: usize,
     active: usize,
     load: Load,
+    carriage: Carriage,
     proxies: usize,
     seconds: u64,
     /// From the first connect to the last Join Game.
@@ -567,6 +715,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let load_name = match args.load {
         Load::Modded => "modded",
         Load::Light => "light",
+        Load::Forge => "forge",
     };
     let mut backend = std::process::Command::new(std::env::current_exe()?)
         .args(["capacity-backend", "--load", load_name])
@@ -635,9 +784,14 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let tcp_mem0 = kernel_tcp_kib();
     if !args.json {
         println!(
-            "# capacity: {} idle and {} active ({:?}) wss players through {} proxy process(es), backend at \
+            "# capacity: {} idle and {} active ({:?}) wss players ({}) through {} proxy process(es), backend at \
              {backend_addr}, joining at {}/s",
-            args.idle, args.active, args.load, args.proxies, args.connect_rate
+            args.idle,
+            args.active,
+            args.load,
+            args.carriage.subprotocol(),
+            args.proxies,
+            args.connect_rate
         );
     }
 
@@ -650,7 +804,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let gate = Arc::new(tokio::sync::Semaphore::new(JOINING_AT_ONCE));
     let tls = tls_connector(&cert.ca)?;
     let answers = Arc::new(match args.load {
-        Load::Modded => workload::templates().iter().map(Vec::len).collect(),
+        Load::Modded | Load::Forge => args.load.templates().iter().map(Vec::len).collect(),
         Load::Light => vec![1],
     });
     let began = Instant::now();
@@ -664,7 +818,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
             i >= args.idle,
             start,
             Arc::clone(&gate),
-            tls.clone(),
+            (tls.clone(), args.carriage),
             Arc::clone(&answers),
             Arc::clone(&shared),
             stop.clone(),
@@ -748,6 +902,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         idle: args.idle,
         active: args.active,
         load: args.load,
+        carriage: args.carriage,
         proxies: n,
         seconds: args.seconds,
         join_seconds,

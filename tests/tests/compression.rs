@@ -203,10 +203,11 @@ async fn next_binary(ws: &mut Ws) -> Vec<u8> {
     }
 }
 
-/// The quiet-spell rule (docs/carriage.md, "Quiet spells") against a raw player that keeps one context per
-/// direction, as a peer without the rule does: after a quiet keepalive tick the proxy ends its zstd frame with
-/// a 3-byte message of no stream bytes, and what it sends next (a new frame) decodes with the same context; a
-/// player that ends its own frame has its next message (a new frame) decoded byte for byte.
+/// The quiet-spell rule (docs/carriage.md, "Quiet spells", "Small messages while quiet") against a raw player
+/// that keeps one context per direction, as a peer without the rule does: a small message while the proxy
+/// holds no context comes as a stored frame; after a large one and a quiet keepalive tick the proxy ends its
+/// zstd frame with a 3-byte message of no stream bytes, and what it sends next (a new frame) decodes with the
+/// same context; a player that ends its own frame has its next message (a new frame) decoded byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new_one() {
     let backend = login_backend().await;
@@ -214,8 +215,21 @@ async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new
     let mut player = Player::connect(p.addr(Transport::Ws)).await;
     player.send(&hs_ls()).await;
     let login = moonbridge_tests::login_success("Steve");
-    player.receive(login.len()).await;
-    assert_eq!(player.received, login);
+    // Login Success is under 256 bytes: a stored frame (9 bytes more), made without a context.
+    let first = next_binary(&mut player.ws).await;
+    assert_eq!((first.len(), &first[..4]), (login.len() + 9, &[0x28, 0xb5, 0x2f, 0xfd][..]));
+    let mut out = Vec::new();
+    player.inflate.queue(&first);
+    while player.inflate.has_output() {
+        player.inflate.inflate(&mut out, 1 << 20, 1 << 24).unwrap();
+    }
+    player.inflate.end_message();
+    assert_eq!(out, login);
+    player.received = out;
+    // A large message makes the proxy's context.
+    let big: Vec<u8> = (0..5000u32).flat_map(|i| (i % 53).to_le_bytes()).collect();
+    backend.send(0, &big).await;
+    player.receive(login.len() + big.len()).await;
 
     // Quiet: within two v2 keepalive ticks (2 s each) the proxy's frame end arrives, with no stream bytes.
     let end = next_binary(&mut player.ws).await;
@@ -231,8 +245,9 @@ async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new
     // The proxy's next message is a new frame, decoded by the same context.
     let later: Vec<u8> = (0..5000u32).flat_map(|i| (i % 61).to_le_bytes()).collect();
     backend.send(0, &later).await;
-    player.receive(login.len() + later.len()).await;
-    assert_eq!(&player.received[login.len()..], &later[..]);
+    let before = player.received.len();
+    player.receive(before + later.len()).await;
+    assert_eq!(&player.received[before..], &later[..]);
 
     // The player ends its frame, then sends a new one: the backend gets every byte once, in order.
     let mut fin = Vec::new();
@@ -245,26 +260,31 @@ async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new
     p.shutdown().await;
 }
 
-/// The client library keeps the same rule: idle after its login, it ends its zstd frame (the proxy counts a
-/// message from the player that carries no bytes) and reads the proxy's frame end (a message that carries no
-/// bytes); then both directions start new frames byte for byte.
+/// The client library keeps the same rule: after a large first tick it goes quiet and ends its zstd frame (the
+/// proxy counts a message from the player that carries no bytes), and it reads the proxy's frame end after a
+/// large message (a message that carries no bytes); then both directions start new frames byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_library_ends_its_zstd_frame_when_quiet() {
     let backend = login_backend().await;
     let p = ws_proxy(backend.addr, "[metrics]\nbind = \"127.0.0.1:0\"\n").await;
     let url = format!("ws://{}/mc", p.addr(Transport::Ws));
+    // The first tick: the login and 900 more bytes, over the 255 bytes a stored frame takes.
+    let first_tick = [hs_ls(), vec![7u8; 900]].concat();
+    let tick = first_tick.clone();
     let conn = tokio::task::spawn_blocking(move || {
         let conn = moonbridge_client::Connection::connect(&url, moonbridge_client::Options::default()).unwrap();
-        conn.send(&hs_ls()).unwrap();
+        conn.send(&tick).unwrap();
         conn.end_tick().unwrap();
         conn
     })
     .await
     .unwrap();
-    backend.wait_received(0, hs_ls().len(), STEP).await;
+    backend.wait_received(0, first_tick.len(), STEP).await;
+    let big: Vec<u8> = (0..5000u32).flat_map(|i| (i % 31).to_le_bytes()).collect();
+    backend.send(0, &big).await;
     let from_player = "moonbridge_ws_messages_total{direction=\"from_player\"}";
     let deadline = std::time::Instant::now() + STEP;
-    // One message with the login, then one with the client's frame end.
+    // One message with the first tick, then one with the client's frame end.
     while p.metric(from_player).await != Some(2.0) {
         assert!(
             std::time::Instant::now() < deadline,
@@ -273,12 +293,12 @@ async fn the_client_library_ends_its_zstd_frame_when_quiet() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let login = moonbridge_tests::login_success("Steve");
+    let login = [moonbridge_tests::login_success("Steve"), big].concat();
     let (conn, stats) = tokio::task::spawn_blocking(move || {
         let deadline = std::time::Instant::now() + STEP;
-        // The login's bytes, then the proxy's frame end (a message with no bytes).
-        while conn.stats().messages_in < 2 {
-            assert!(std::time::Instant::now() < deadline, "no frame end from the proxy");
+        // The login (a stored frame), the large message, then the proxy's frame end (a message with no bytes).
+        while conn.stats().messages_in < 3 {
+            assert!(std::time::Instant::now() < deadline, "no frame end from the proxy: {:?}", conn.stats());
             std::thread::sleep(Duration::from_millis(50));
         }
         let stats = conn.stats();
@@ -289,8 +309,8 @@ async fn the_client_library_ends_its_zstd_frame_when_quiet() {
     .await
     .unwrap();
     assert_eq!(stats.bytes_in, login.len() as u64, "the frame end carries no bytes");
-    let got = backend.wait_received(0, hs_ls().len() + 900, STEP).await;
-    assert_eq!(&got[hs_ls().len()..], &[7u8; 900][..]);
+    let got = backend.wait_received(0, first_tick.len() + 900, STEP).await;
+    assert_eq!(&got[first_tick.len()..], &[7u8; 900][..]);
     let later: Vec<u8> = (0..4000u32).flat_map(|i| (i % 29).to_le_bytes()).collect();
     backend.send(0, &later).await;
     let expected = [login.clone(), later].concat();

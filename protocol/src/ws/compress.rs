@@ -19,6 +19,13 @@
 //!   decompression context when a frame ends with a message that carried no stream bytes (so a peer that ends
 //!   a frame with every message, which zstd allows, does not make it rebuild a context per message). A receiver that never frees decodes the same bytes
 //!   (a zstd stream may hold several frames, RFC 8878 §3), so peers without the rule interoperate.
+//! - **Small messages while quiet:** a message of at most [`STORED_MAX`] stream bytes sent while the direction
+//!   holds no compression context goes as a *stored frame* (RFC 8878 §3.1.1: a single-segment frame with one
+//!   Raw block; [`STORED_OVERHEAD`] bytes more than the message), made without a context; only a larger message
+//!   makes one, and only a larger message counts as activity for the quiet-spell rule. A receiver that holds no
+//!   decompression context reads a stored frame without making one. So a player who only answers Keep Alive
+//!   holds no zstd memory at either end. Any zstd decoder reads a stored frame, so peers without this rule
+//!   interoperate.
 //! - **Bombs:** [`Decompressor`] inflates in pieces of at most the caller's room and counts each message's
 //!   output; past the limit it stops with [`CompressError::TooLarge`] (close 1009) having produced at most one
 //!   piece beyond it, whatever the message's ratio.
@@ -35,6 +42,66 @@ pub const WINDOW_LOG: u32 = 15;
 
 /// The compression level both ends use unless configured (zstd level 1, its fastest regular level).
 pub const DEFAULT_LEVEL: i32 = 1;
+
+/// The largest message, in stream bytes, that a direction without a compression context sends as a stored
+/// frame instead of making a context: 255 (the frame's content size then takes one byte).
+pub const STORED_MAX: usize = 255;
+/// What a stored frame adds to its message: the magic number (4 bytes), the frame header descriptor (1), the
+/// content size (1) and the block header (3).
+pub const STORED_OVERHEAD: usize = 9;
+/// zstd's frame magic number, little-endian (RFC 8878 §3.1.1).
+const FRAME_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
+/// The frame header descriptor of a stored frame: single segment, a 1-byte content size, no checksum, no
+/// dictionary (RFC 8878 §3.1.1.1.1).
+const STORED_DESCRIPTOR: u8 = 0x20;
+
+/// Appends `input` (at most [`STORED_MAX`] bytes) to `out` as a stored frame.
+fn stored_frame(input: &[u8], out: &mut Vec<u8>) {
+    let n = input.len().min(STORED_MAX);
+    out.reserve(STORED_OVERHEAD + n);
+    out.extend_from_slice(&FRAME_MAGIC);
+    out.push(STORED_DESCRIPTOR);
+    out.push(n as u8);
+    // Block header (RFC 8878 §3.1.1.2): Last_Block 1, Block_Type 0 (Raw), Block_Size n, 3 bytes little-endian.
+    let header = 1u32 | ((n as u32) << 3);
+    out.extend_from_slice(&header.to_le_bytes()[..3]);
+    out.extend_from_slice(input.get(..n).unwrap_or_default());
+}
+
+/// What received bytes are, as far as a stored frame goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    /// They start like a stored frame; more bytes are needed to know it whole.
+    Partial,
+    /// A stored frame of this many bytes (header included) starts them.
+    Frame(usize),
+    /// Not a stored frame: a decompression context must read them.
+    Other,
+}
+
+/// Looks at the start of `bytes` for a stored frame as [`stored_frame`] makes it.
+fn stored(bytes: &[u8]) -> Stored {
+    let mut header = [0u8; STORED_OVERHEAD];
+    let seen = bytes.len().min(STORED_OVERHEAD);
+    for (h, b) in header.iter_mut().zip(bytes) {
+        *h = *b;
+    }
+    let known = FRAME_MAGIC.iter().chain(&[STORED_DESCRIPTOR]);
+    if header.iter().zip(known).take(seen).any(|(a, b)| a != b) {
+        return Stored::Other;
+    }
+    if seen < STORED_OVERHEAD {
+        return Stored::Partial;
+    }
+    let content = usize::from(header[5]);
+    let block = u32::from_le_bytes([header[6], header[7], header[8], 0]);
+    let (last, raw, size) = (block & 1 == 1, (block >> 1) & 3 == 0, (block >> 3) as usize);
+    if last && raw && size == content {
+        Stored::Frame(STORED_OVERHEAD + content)
+    } else {
+        Stored::Other
+    }
+}
 
 /// The piece of output one [`Decompressor::inflate`] step makes room for (64 KiB).
 const PIECE: usize = 64 * 1024;
@@ -261,18 +328,22 @@ pub struct Contexts {
     level: i32,
     deflate: Option<Compressor>,
     inflate: Option<Decompressor>,
-    /// A message was compressed since the last tick.
+    /// A message larger than [`STORED_MAX`] was compressed since the last tick.
     sent_since_tick: bool,
+    /// Received bytes of a stored frame not yet whole, while no decompression context is held (at most
+    /// [`STORED_OVERHEAD`] + [`STORED_MAX`] bytes: past that, a context takes them).
+    stash: Vec<u8>,
 }
 
 impl Contexts {
     /// No context yet; compression at `level` once one is made.
     pub fn new(level: i32) -> Self {
-        Self { level, deflate: None, inflate: None, sent_since_tick: false }
+        Self { level, deflate: None, inflate: None, sent_since_tick: false, stash: Vec::new() }
     }
 
-    /// Compresses one message's stream bytes into `out` (see [`Compressor::compress`]), making the compression
-    /// context first when there is none (a new frame).
+    /// Compresses one message's stream bytes into `out` (see [`Compressor::compress`]). Without a compression
+    /// context, a message of at most [`STORED_MAX`] bytes goes as a stored frame and a larger one makes the
+    /// context first (a new frame).
     ///
     /// # Errors
     /// [`CompressError::NoMemory`] or [`CompressError::Zstd`]: the stream cannot go on.
@@ -281,17 +352,25 @@ impl Contexts {
             // Nothing to send: no context is made for it.
             return Ok(());
         }
+        let small = input.len() <= STORED_MAX;
         let deflate = match &mut self.deflate {
             Some(d) => d,
+            None if small => {
+                stored_frame(input, out);
+                return Ok(());
+            }
             None => self.deflate.insert(Compressor::new(self.level)?),
         };
-        self.sent_since_tick = true;
+        if !small {
+            self.sent_since_tick = true;
+        }
         deflate.compress(input, out)
     }
 
-    /// At a keepalive tick: when a compression context is held and no message was compressed since the last
-    /// tick, ends its frame and frees it, and returns the payload of the Binary message to send (the frame's
-    /// end, no stream bytes); else `None`. So a direction is freed after one to two tick periods of quiet.
+    /// At a keepalive tick: when a compression context is held and no message larger than [`STORED_MAX`] was
+    /// compressed since the last tick, ends its frame and frees it, and returns the payload of the Binary
+    /// message to send (the frame's end, no stream bytes); else `None`. So a direction is freed after one to two
+    /// tick periods without a large message.
     ///
     /// # Errors
     /// [`CompressError::Zstd`] when the library fails (the stream cannot go on).
@@ -305,33 +384,60 @@ impl Contexts {
         Ok(Some(end))
     }
 
-    /// Queues payload bytes of the current received message, making the decompression context first when
-    /// there is none.
+    /// Queues payload bytes of the current received message. Without a decompression context, a stored frame
+    /// is kept aside and read without one; anything else makes the context first.
     ///
     /// # Errors
     /// [`CompressError::NoMemory`] or [`CompressError::Zstd`].
     pub fn queue(&mut self, input: &[u8]) -> Result<(), CompressError> {
-        match &mut self.inflate {
-            Some(i) => i.queue(input),
-            None => self.inflate.insert(Decompressor::new()?).queue(input),
+        if let Some(i) = &mut self.inflate {
+            i.queue(input);
+            return Ok(());
         }
-        Ok(())
+        self.stash.extend_from_slice(input);
+        match stored(&self.stash) {
+            Stored::Partial => Ok(()),
+            Stored::Frame(n) if self.stash.len() <= n => Ok(()),
+            // Not a stored frame, or more than one frame: a context reads them.
+            _ => {
+                let mut d = Decompressor::new()?;
+                d.queue(&self.stash);
+                self.stash = Vec::new();
+                self.inflate = Some(d);
+                Ok(())
+            }
+        }
     }
 
-    /// See [`Decompressor::has_output`]; false without a context.
+    /// The whole stored frame kept aside, when there is one.
+    fn stored_ready(&self) -> bool {
+        matches!(stored(&self.stash), Stored::Frame(n) if self.stash.len() == n)
+    }
+
+    /// See [`Decompressor::has_output`]; also true while a whole stored frame is kept aside.
     pub fn has_output(&self) -> bool {
-        self.inflate.as_ref().is_some_and(Decompressor::has_output)
+        self.inflate.as_ref().is_some_and(Decompressor::has_output) || self.stored_ready()
     }
 
-    /// See [`Decompressor::inflate`]; 0 without a context.
+    /// See [`Decompressor::inflate`]; a stored frame kept aside is copied out whole. 0 when there is nothing.
     ///
     /// # Errors
     /// As [`Decompressor::inflate`].
     pub fn inflate(&mut self, out: &mut Vec<u8>, room: usize, max: usize) -> Result<usize, CompressError> {
-        match &mut self.inflate {
-            Some(i) => i.inflate(out, room, max),
-            None => Ok(0),
+        if let Some(i) = &mut self.inflate {
+            return i.inflate(out, room, max);
         }
+        if !self.stored_ready() {
+            return Ok(0);
+        }
+        let content = self.stash.get(STORED_OVERHEAD..).unwrap_or_default();
+        if content.len() > max {
+            return Err(CompressError::TooLarge { max });
+        }
+        out.extend_from_slice(content);
+        let n = content.len();
+        self.stash.clear();
+        Ok(n)
     }
 
     /// Ends the current received message; frees the decompression context when the sender's frame ended with
@@ -355,7 +461,9 @@ impl Contexts {
 
     /// The memory of the contexts held, in bytes.
     pub fn memory(&self) -> usize {
-        self.deflate.as_ref().map_or(0, Compressor::memory) + self.inflate.as_ref().map_or(0, Decompressor::memory)
+        self.deflate.as_ref().map_or(0, Compressor::memory)
+            + self.inflate.as_ref().map_or(0, Decompressor::memory)
+            + self.stash.capacity()
     }
 }
 
@@ -478,6 +586,19 @@ mod tests {
         assert_eq!(&out[..], &data[..]);
     }
 
+    /// Delivers one message to `rx` and returns its stream bytes; checks that `plain` (one context kept for
+    /// the whole stream, as a peer without the quiet-spell rules keeps it) reads the same.
+    fn deliver(rx: &mut Contexts, plain: &mut Decompressor, wire: &[u8]) -> Vec<u8> {
+        rx.queue(wire).unwrap();
+        let mut out = Vec::new();
+        while rx.has_output() {
+            rx.inflate(&mut out, 1 << 20, 1 << 20).unwrap();
+        }
+        rx.end_message();
+        assert_eq!(inflate_all(plain, wire, 1 << 20).unwrap(), out, "a peer without the rule reads the same");
+        out
+    }
+
     /// The quiet-spell rule: a tick after a compressed message keeps the context; the next quiet tick ends the
     /// frame (3 bytes, no stream bytes) and frees it; the receiver frees its own at that frame end, and the next
     /// message is a new frame both ends decode from nothing. A receiver that keeps its context (a peer without
@@ -488,16 +609,6 @@ mod tests {
         let mut rx = Contexts::new(DEFAULT_LEVEL);
         let mut plain = Decompressor::new().unwrap();
         let tick: Vec<u8> = (0..600u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
-        let deliver = |rx: &mut Contexts, plain: &mut Decompressor, wire: &[u8]| {
-            rx.queue(wire).unwrap();
-            let mut out = Vec::new();
-            while rx.has_output() {
-                rx.inflate(&mut out, 1 << 20, 1 << 20).unwrap();
-            }
-            rx.end_message();
-            assert_eq!(inflate_all(plain, wire, 1 << 20).unwrap(), out, "a peer without the rule reads the same");
-            out
-        };
         assert_eq!((tx.held(), tx.memory()), ((false, false), 0), "nothing before the first message");
         let mut wire = Vec::new();
         tx.compress(&tick, &mut wire).unwrap();
@@ -550,6 +661,96 @@ mod tests {
             assert_eq!(rx.end_message(), freed);
         }
         assert_eq!(rx.held(), (false, false));
+    }
+
+    /// A direction without a context sends a small message as a stored frame, which any zstd decoder reads
+    /// and a receiver without a context reads without making one; a larger message makes the contexts, and a
+    /// tick with only small messages since the last ends the frame and frees them again.
+    #[test]
+    fn small_messages_while_quiet_go_as_stored_frames_without_contexts() {
+        let mut tx = Contexts::new(DEFAULT_LEVEL);
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        let mut plain = Decompressor::new().unwrap();
+        // A Keep Alive frame (length 5, id 0, an int).
+        let keep_alive = [5u8, 0, 0, 0, 0x12, 0x34];
+        let mut wire = Vec::new();
+        tx.compress(&keep_alive, &mut wire).unwrap();
+        assert_eq!(wire.len(), keep_alive.len() + STORED_OVERHEAD);
+        assert_eq!(wire[..6], [0x28, 0xb5, 0x2f, 0xfd, 0x20, 6], "magic, descriptor, content size");
+        assert_eq!(deliver(&mut rx, &mut plain, &wire), keep_alive);
+        let biggest = vec![7u8; STORED_MAX];
+        let mut wire = Vec::new();
+        tx.compress(&biggest, &mut wire).unwrap();
+        assert_eq!(wire.len(), STORED_MAX + STORED_OVERHEAD);
+        assert_eq!(deliver(&mut rx, &mut plain, &wire), biggest);
+        assert_eq!((tx.held(), rx.held(), tx.on_tick().unwrap()), ((false, false), (false, false), None));
+        // One byte more makes both contexts.
+        let tick: Vec<u8> = (0..600u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
+        let mut wire = Vec::new();
+        tx.compress(&tick, &mut wire).unwrap();
+        assert_eq!(deliver(&mut rx, &mut plain, &wire), tick);
+        assert_eq!((tx.held(), rx.held()), ((true, false), (false, true)));
+        assert_eq!(tx.on_tick().unwrap(), None, "a large message since the last tick");
+        // Small messages while the context is held go through it, and do not keep it.
+        let mut wire = Vec::new();
+        tx.compress(&keep_alive, &mut wire).unwrap();
+        assert_eq!(deliver(&mut rx, &mut plain, &wire), keep_alive);
+        let end = tx.on_tick().unwrap().expect("only small messages since the last tick: the frame ends");
+        assert!(deliver(&mut rx, &mut plain, &end).is_empty());
+        assert_eq!((tx.held(), rx.held()), ((false, false), (false, false)));
+        let mut wire = Vec::new();
+        tx.compress(&keep_alive, &mut wire).unwrap();
+        assert_eq!(wire.len(), keep_alive.len() + STORED_OVERHEAD, "stored again");
+        assert_eq!(deliver(&mut rx, &mut plain, &wire), keep_alive);
+        assert_eq!((tx.held(), rx.held()), ((false, false), (false, false)));
+    }
+
+    /// A stored frame split across pieces, and across messages, is read whole; two frames in one message, or
+    /// bytes that only begin like a stored frame, go to a context (which refuses garbage); a stored frame over
+    /// the message limit is refused.
+    #[test]
+    fn stored_frames_split_anywhere_and_look_alikes() {
+        let mut frame = Vec::new();
+        stored_frame(b"hello", &mut frame);
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        let (last, head) = frame.split_last().unwrap();
+        for b in head {
+            rx.queue(&[*b]).unwrap();
+            assert!(!rx.has_output());
+        }
+        assert!(!rx.end_message(), "a message that ended inside the frame");
+        rx.queue(&[*last]).unwrap();
+        let mut out = Vec::new();
+        assert!(rx.has_output());
+        assert_eq!(rx.inflate(&mut out, 1, 1 << 20), Ok(5));
+        assert_eq!((out.as_slice(), rx.has_output(), rx.held()), (&b"hello"[..], false, (false, false)));
+
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        rx.queue(&[frame.clone(), frame.clone()].concat()).unwrap();
+        assert_eq!(rx.held(), (false, true), "two frames: a context reads them");
+        let mut out = Vec::new();
+        while rx.has_output() {
+            rx.inflate(&mut out, 1 << 20, 1 << 20).unwrap();
+        }
+        assert_eq!(out, b"hellohello");
+
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        rx.queue(&frame).unwrap();
+        assert_eq!(rx.inflate(&mut Vec::new(), 1 << 20, 4), Err(CompressError::TooLarge { max: 4 }));
+
+        // The magic and descriptor, then a block header of the reserved type.
+        let bad = [&FRAME_MAGIC[..], &[STORED_DESCRIPTOR, 5, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5]].concat();
+        let mut rx = Contexts::new(DEFAULT_LEVEL);
+        rx.queue(&bad).unwrap();
+        assert_eq!(rx.held(), (false, true));
+        let mut out = Vec::new();
+        let mut refused = false;
+        while rx.has_output() && !refused {
+            refused = rx.inflate(&mut out, 1 << 20, 1 << 20).is_err();
+        }
+        assert!(refused && out.is_empty());
+        assert_eq!(stored(&[0x28, 0xb5]), Stored::Partial);
+        assert_eq!(stored(b"not zstd"), Stored::Other);
     }
 
     /// Garbage is an error, not a panic.
