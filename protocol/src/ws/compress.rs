@@ -14,18 +14,20 @@
 //!   and its bytes still join the window.
 //! - **Quiet spells:** a sender may end its zstd frame at the end of a message (`ZSTD_e_end`); its next message
 //!   starts a new frame, which refers to nothing before it. [`Contexts`] does so after a keepalive tick period
-//!   without a compressed message, with a Binary message that carries the frame's end and no stream bytes (3
-//!   bytes: an empty last block, RFC 8878 §3.1.1.2), and frees the compression context; a receiver frees its
-//!   decompression context when a frame ends with a message that carried no stream bytes (so a peer that ends
-//!   a frame with every message, which zstd allows, does not make it rebuild a context per message). A receiver that never frees decodes the same bytes
-//!   (a zstd stream may hold several frames, RFC 8878 §3), so peers without the rule interoperate.
+//!   without a message over [`STORED_MAX`] bytes, with a Binary message that carries the frame's end and no
+//!   stream bytes (3 bytes: an empty last block, RFC 8878 §3.1.1.2), and frees the compression context; a
+//!   receiver frees its decompression context when a frame ends with a message that carried no stream bytes
+//!   (so a peer that ends a frame with every message, which zstd allows, does not make it rebuild a context per
+//!   message). A receiver that never frees decodes the same bytes (a zstd stream may hold several frames,
+//!   RFC 8878 §3), so peers without the rule interoperate.
 //! - **Small messages while quiet:** a message of at most [`STORED_MAX`] stream bytes sent while the direction
 //!   holds no compression context goes as a *stored frame* (RFC 8878 §3.1.1: a single-segment frame with one
 //!   Raw block; [`STORED_OVERHEAD`] bytes more than the message), made without a context; only a larger message
 //!   makes one, and only a larger message counts as activity for the quiet-spell rule. A receiver that holds no
-//!   decompression context reads a stored frame without making one. So a player who only answers Keep Alive
-//!   holds no zstd memory at either end. Any zstd decoder reads a stored frame, so peers without this rule
-//!   interoperate.
+//!   decompression context reads bytes that are exactly one stored frame without making one (anything else,
+//!   two frames in one message included, makes one). So a player who only answers Keep Alive holds no zstd
+//!   memory at either end when both ends keep this rule. Any zstd decoder reads a stored frame, so peers
+//!   without the rule interoperate (and keep their one context).
 //! - **Bombs:** [`Decompressor`] inflates in pieces of at most the caller's room and counts each message's
 //!   output; past the limit it stops with [`CompressError::TooLarge`] (close 1009) having produced at most one
 //!   piece beyond it, whatever the message's ratio.
@@ -333,12 +335,15 @@ pub struct Contexts {
     /// Received bytes of a stored frame not yet whole, while no decompression context is held (at most
     /// [`STORED_OVERHEAD`] + [`STORED_MAX`] bytes: past that, a context takes them).
     stash: Vec<u8>,
+    /// Stream bytes the current message's stored frames gave, so the message limit counts them with what a
+    /// context made in the same message gives.
+    stored_in_message: usize,
 }
 
 impl Contexts {
     /// No context yet; compression at `level` once one is made.
     pub fn new(level: i32) -> Self {
-        Self { level, deflate: None, inflate: None, sent_since_tick: false, stash: Vec::new() }
+        Self { level, deflate: None, inflate: None, sent_since_tick: false, stash: Vec::new(), stored_in_message: 0 }
     }
 
     /// Compresses one message's stream bytes into `out` (see [`Compressor::compress`]). Without a compression
@@ -394,19 +399,35 @@ impl Contexts {
             i.queue(input);
             return Ok(());
         }
-        self.stash.extend_from_slice(input);
-        match stored(&self.stash) {
-            Stored::Partial => Ok(()),
-            Stored::Frame(n) if self.stash.len() <= n => Ok(()),
-            // Not a stored frame, or more than one frame: a context reads them.
+        // Kept aside only while it may be one stored frame (the usual large message is not copied first).
+        let whole = if self.stash.is_empty() { stored(input) } else { Stored::Partial };
+        let aside = match whole {
+            Stored::Other => false,
+            Stored::Frame(n) if input.len() > n => false,
             _ => {
-                let mut d = Decompressor::new()?;
-                d.queue(&self.stash);
-                self.stash = Vec::new();
-                self.inflate = Some(d);
-                Ok(())
+                self.stash.extend_from_slice(input);
+                match stored(&self.stash) {
+                    Stored::Partial => true,
+                    Stored::Frame(n) => self.stash.len() <= n,
+                    Stored::Other => false,
+                }
             }
+        };
+        if aside {
+            return Ok(());
         }
+        // Not a stored frame, or more than one frame: a context reads them, counting what this message's stored
+        // frames gave towards its limit.
+        let mut d = Decompressor::new()?;
+        if self.stash.is_empty() {
+            d.queue(input);
+        } else {
+            d.queue(&self.stash);
+            self.stash = Vec::new();
+        }
+        d.message = self.stored_in_message;
+        self.inflate = Some(d);
+        Ok(())
     }
 
     /// The whole stored frame kept aside, when there is one.
@@ -419,10 +440,11 @@ impl Contexts {
         self.inflate.as_ref().is_some_and(Decompressor::has_output) || self.stored_ready()
     }
 
-    /// See [`Decompressor::inflate`]; a stored frame kept aside is copied out whole. 0 when there is nothing.
+    /// See [`Decompressor::inflate`]; a stored frame kept aside is copied out whole (at most [`STORED_MAX`]
+    /// bytes, whatever `room`). 0 when there is nothing.
     ///
     /// # Errors
-    /// As [`Decompressor::inflate`].
+    /// As [`Decompressor::inflate`]; the limit `max` counts every stream byte of the message, stored or not.
     pub fn inflate(&mut self, out: &mut Vec<u8>, room: usize, max: usize) -> Result<usize, CompressError> {
         if let Some(i) = &mut self.inflate {
             return i.inflate(out, room, max);
@@ -431,11 +453,12 @@ impl Contexts {
             return Ok(0);
         }
         let content = self.stash.get(STORED_OVERHEAD..).unwrap_or_default();
-        if content.len() > max {
+        let n = content.len();
+        if self.stored_in_message + n > max {
             return Err(CompressError::TooLarge { max });
         }
         out.extend_from_slice(content);
-        let n = content.len();
+        self.stored_in_message += n;
         self.stash.clear();
         Ok(n)
     }
@@ -444,6 +467,7 @@ impl Contexts {
     /// it and it carried no stream bytes (the quiet-spell end, [`Contexts::on_tick`]). Returns true when it
     /// freed one.
     pub fn end_message(&mut self) -> bool {
+        self.stored_in_message = 0;
         let Some(i) = &mut self.inflate else { return false };
         let empty = i.message == 0;
         i.end_message();
@@ -737,6 +761,23 @@ mod tests {
         let mut rx = Contexts::new(DEFAULT_LEVEL);
         rx.queue(&frame).unwrap();
         assert_eq!(rx.inflate(&mut Vec::new(), 1 << 20, 4), Err(CompressError::TooLarge { max: 4 }));
+
+        // One message: a stored frame (5 bytes), then a compressed frame of 5 more: the limit counts all 10.
+        let mut compressed = Vec::new();
+        Compressor::new(DEFAULT_LEVEL).unwrap().compress(b"world", &mut compressed).unwrap();
+        for (max, ok) in [(10, true), (9, false)] {
+            let mut rx = Contexts::new(DEFAULT_LEVEL);
+            rx.queue(&frame).unwrap();
+            let mut out = Vec::new();
+            assert_eq!(rx.inflate(&mut out, 1 << 20, max), Ok(5));
+            rx.queue(&compressed).unwrap();
+            let mut result = Ok(0);
+            while rx.has_output() && result.is_ok() {
+                result = rx.inflate(&mut out, 1 << 20, max);
+            }
+            assert_eq!(result.is_ok(), ok, "max {max}: {result:?}");
+            rx.end_message();
+        }
 
         // The magic and descriptor, then a block header of the reserved type.
         let bad = [&FRAME_MAGIC[..], &[STORED_DESCRIPTOR, 5, 0xff, 0xff, 0xff, 1, 2, 3, 4, 5]].concat();
