@@ -214,6 +214,12 @@ impl Network {
         format!("{}name:{lower}", self.prefix)
     }
 
+    /// Adds the release of login claim `value` of name `key` (lower case) to `pipe` ([`RELEASE_CLAIM`]: only
+    /// while the claim still holds that value).
+    fn release_claim(&self, pipe: &mut redis::Pipeline, key: &str, value: &str) {
+        pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(key)).arg(value).ignore();
+    }
+
     /// Adds [`RENEW_CLAIMS`] calls for `claims` (lower-case name, claim value) to `pipe`, one per
     /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`Network::lost_claims`]).
     fn renew_claims<'a>(
@@ -398,7 +404,7 @@ impl Network {
             let mut pipe = redis::pipe();
             let claims = self.players.records().into_iter().filter_map(|(key, _, claim)| Some((key, claim?)));
             for (key, value) in releases.into_iter().chain(claims) {
-                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&key)).arg(value).ignore();
+                self.release_claim(&mut pipe, &key, &value);
             }
             pipe.del(self.key(&format!("instance:{}", self.id))).ignore();
             pipe.del(self.players_key(&self.id)).ignore();
@@ -446,7 +452,7 @@ impl Network {
                     pipe.hdel(&hash, &update.key).ignore();
                 }
                 if let Some(value) = claim {
-                    pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(&update.key)).arg(value).ignore();
+                    self.release_claim(&mut pipe, &update.key, value);
                 }
             }
         }
@@ -526,7 +532,7 @@ impl Network {
             }
             pipe.pexpire(&hash, lease_ms()).ignore();
             for (key, value) in releases.iter() {
-                pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(key)).arg(value).ignore();
+                self.release_claim(&mut pipe, key, value);
             }
             if let Err(e) = pipe.query_async::<()>(&mut con).await {
                 *rewrite = true;
