@@ -1,9 +1,11 @@
 //! `session-bench capacity`: how many players one proxy holds.
 //!
-//! Thousands of `wss://` players are driven from this one process as async tasks (tokio-tungstenite over
-//! tokio-rustls, no thread per player), through one or more `moonbridge` processes, to a backend in a child
-//! process (`session-bench capacity-backend`), so that each of the three processes has its own file limit and
-//! its own CPU account. The players speak the carriage the client library speaks by default
+//! Thousands of players are driven from this one process as async tasks (`--transport wss`: tokio-tungstenite
+//! over tokio-rustls, the default; `ws`; or `tcp`, Minecraft frames as they are; no thread per player), through
+//! one or more `moonbridge` processes, to a backend in a child process (`session-bench capacity-backend`), so
+//! that each of the three processes has its own file limit and its own CPU account. With `--peer`, the same
+//! players then run again through a peer instead (HAProxy on tcp, websocat on ws, or the floor relay of
+//! bench/src/floor.rs), and the report ends with moonbridge's proxy CPU per tick against the peer's. The players speak the carriage the client library speaks by default
 //! (`--carriage v2.zstd`: carriage v2 with zstd, docs/carriage.md), or `v2` or `v1`. On v2 a player
 //! acknowledges what it received every 64 KiB and, standing in for the client library's keepalive tick, at each
 //! of the backend's Keep Alive (every 2 s) when the count moved; on `v2.zstd` it compresses each message with
@@ -56,6 +58,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics;
 use moonbridge_test_certs::free_port;
 
+use crate::peers::{PeerArg, TransportArg};
 use crate::soak::{tls_connector, Child, Failures};
 use crate::workload;
 
@@ -178,7 +181,7 @@ impl Carrier {
 #[derive(Parser, Debug)]
 #[command(
     name = "session-bench capacity",
-    about = "How many idle and active wss players one proxy holds (players are async tasks of this process)",
+    about = "How many idle and active players one proxy holds (players are async tasks of this process)",
     after_help = "The file limit: every player needs one file descriptor here, one in the backend process and two \
                   in the proxy (player and backend sockets). See docs/operations.md, \"Many players\"."
 )]
@@ -213,7 +216,18 @@ pub struct CapacityArgs {
     /// The run fails when the p99 tick round trip is over this, in milliseconds.
     #[arg(long, default_value_t = 50)]
     pub p99_limit_ms: u64,
-    /// Print one JSON object instead of text.
+    /// The players' transport: `wss`, `ws`, or `tcp` (Minecraft frames as they are; no carriage).
+    #[arg(long, value_enum, default_value = "wss")]
+    pub transport: TransportArg,
+    /// Then the same players again through a peer instead of moonbridge, in the same run: `haproxy` (tcp),
+    /// `websocat` (ws) or `floor` (tcp or ws; `session-bench floor-relay`). On ws the peers speak plain
+    /// WebSocket, so `--carriage v1` is needed; one proxy process.
+    #[arg(long, value_enum)]
+    pub peer: Option<PeerArg>,
+    /// The peer's program (default: found on PATH; the floor is this program).
+    #[arg(long)]
+    pub peer_bin: Option<PathBuf>,
+    /// Print one JSON object per run (moonbridge, then the peer) instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -368,38 +382,124 @@ struct Shared {
     failures: Failures<20>,
 }
 
-type Wss = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<TcpStream>>;
+/// A byte stream a WebSocket runs over (TCP, or TLS over TCP).
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
-/// Connects over wss with `carrier`'s carriage and logs in; returns the stream once Join Game has arrived, with
-/// what followed it in `dec`.
+/// A player's connection: plain TCP (Minecraft frames as they are) or a WebSocket (`ws` or `wss`).
+enum Link {
+    Tcp(TcpStream, Vec<u8>),
+    Ws(Box<tokio_tungstenite::WebSocketStream<Box<dyn Io>>>),
+}
+
+/// What a player receives.
+enum Incoming {
+    /// Stream bytes (TCP) or a Binary message's payload.
+    Data(bytes::Bytes),
+    /// The peer closed (the WebSocket Close, or the end of the TCP stream).
+    Closed(String),
+    /// Anything else (Ping, Pong, Text): nothing to do.
+    Other,
+}
+
+impl Link {
+    async fn send_binary(&mut self, b: Vec<u8>) -> anyhow::Result<()> {
+        match self {
+            Self::Tcp(s, _) => s.write_all(&b).await?,
+            Self::Ws(ws) => ws.send(Message::Binary(b.into())).await?,
+        }
+        Ok(())
+    }
+
+    /// A Text message (carriage v2's `ack`); TCP players never send one.
+    async fn send_text(&mut self, t: String) -> anyhow::Result<()> {
+        if let Self::Ws(ws) = self {
+            ws.send(Message::Text(t.into())).await?;
+        }
+        Ok(())
+    }
+
+    /// The next thing received (cancel-safe); an error when the connection failed.
+    async fn next(&mut self) -> anyhow::Result<Incoming> {
+        match self {
+            Self::Tcp(s, buf) => {
+                buf.resize(64 * 1024, 0);
+                let n = s.read(buf).await?;
+                Ok(match n {
+                    0 => Incoming::Closed("the connection ended".into()),
+                    n => Incoming::Data(bytes::Bytes::copy_from_slice(buf.get(..n).unwrap_or_default())),
+                })
+            }
+            Self::Ws(ws) => Ok(match ws.next().await {
+                Some(Ok(Message::Binary(b))) => Incoming::Data(b),
+                Some(Ok(Message::Close(c))) => Incoming::Closed(format!("closed: {c:?}")),
+                Some(Ok(_)) => Incoming::Other,
+                Some(Err(e)) => return Err(e.into()),
+                None => Incoming::Closed("the connection ended".into()),
+            }),
+        }
+    }
+
+    async fn close(&mut self) {
+        match self {
+            Self::Tcp(s, _) => {
+                let _ = s.shutdown().await;
+            }
+            Self::Ws(ws) => {
+                let _ = ws.as_mut().close(None).await;
+            }
+        }
+    }
+}
+
+/// How a player reaches its proxy: the transport, the TLS connector for `wss`, and the subprotocol offered
+/// (none to a plain WebSocket bridge).
+#[derive(Clone)]
+struct Reach {
+    transport: TransportArg,
+    tls: tokio_rustls::TlsConnector,
+    offer: Option<&'static str>,
+}
+
+/// Connects with `reach`, then logs in with `carrier`'s carriage; returns the link once Join Game has arrived,
+/// with what followed it in `dec`.
 async fn join(
     port: u16,
     name: &str,
-    tls: &tokio_rustls::TlsConnector,
-    carriage: Carriage,
+    reach: &Reach,
     carrier: &mut Carrier,
     dec: &mut FrameDecoder,
-) -> anyhow::Result<Wss> {
+) -> anyhow::Result<Link> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
     tcp.set_nodelay(true)?;
-    let io = tls.connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp).await?;
-    let mut request = format!("wss://localhost:{port}/mc").into_client_request()?;
-    request.headers_mut().insert("Sec-WebSocket-Protocol", carriage.subprotocol().parse()?);
-    let (mut ws, response) = tokio_tungstenite::client_async(request, io).await?;
-    let selected = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
-    if selected != Some(carriage.subprotocol()) {
-        bail!("offered {}, the proxy selected {selected:?}", carriage.subprotocol());
-    }
-    ws.send(Message::Binary(carrier.wrap(workload::login_hello("localhost", name)?)?.into())).await?;
+    let mut link = match reach.transport {
+        TransportArg::Tcp => Link::Tcp(tcp, Vec::new()),
+        TransportArg::Ws | TransportArg::Wss => {
+            let (io, scheme): (Box<dyn Io>, _) = if reach.transport == TransportArg::Wss {
+                (Box::new(reach.tls.connect(rustls::pki_types::ServerName::try_from("localhost")?, tcp).await?), "wss")
+            } else {
+                (Box::new(tcp), "ws")
+            };
+            let mut request = format!("{scheme}://localhost:{port}/mc").into_client_request()?;
+            if let Some(offer) = reach.offer {
+                request.headers_mut().insert("Sec-WebSocket-Protocol", offer.parse()?);
+            }
+            let (ws, response) = tokio_tungstenite::client_async(request, io).await?;
+            let selected = response.headers().get("Sec-WebSocket-Protocol").and_then(|v| v.to_str().ok());
+            if selected != reach.offer {
+                bail!("offered {:?}, the proxy selected {selected:?}", reach.offer);
+            }
+            Link::Ws(Box::new(ws))
+        }
+    };
+    link.send_binary(carrier.wrap(workload::login_hello("localhost", name)?)?).await?;
     let mut seen = 0;
     while seen < 2 {
-        match ws.next().await {
-            Some(Ok(Message::Binary(b))) => carrier.unwrap_into(&b, dec)?,
-            Some(Ok(Message::Close(c))) => bail!("closed during the login: {c:?}"),
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(e.into()),
-            None => bail!("the connection ended during the login"),
+        match link.next().await? {
+            Incoming::Data(b) => carrier.unwrap_into(&b, dec)?,
+            Incoming::Closed(why) => bail!("closed during the login: {why}"),
+            Incoming::Other => continue,
         }
         while seen < 2 {
             let Some(f) = dec.try_next_frame()? else { break };
@@ -410,7 +510,7 @@ async fn join(
             }
         }
     }
-    Ok(ws)
+    Ok(link)
 }
 
 /// One player: joins at `start`, then plays (or idles) until `stop`.
@@ -421,7 +521,7 @@ async fn player(
     active: bool,
     start: tokio::time::Instant,
     gate: Arc<tokio::sync::Semaphore>,
-    (tls, carriage): (tokio_rustls::TlsConnector, Carriage),
+    (reach, carriage): (Reach, Carriage),
     answers: Arc<Vec<usize>>,
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -432,14 +532,14 @@ async fn player(
     let mut carrier = Carrier::new(carriage);
     let joined = {
         let Ok(_permit) = gate.acquire().await else { return };
-        let joining = join(port, &name, &tls, carriage, &mut carrier, &mut dec);
+        let joining = join(port, &name, &reach, &mut carrier, &mut dec);
         tokio::select! {
             r = tokio::time::timeout(Duration::from_secs(30), joining) => r,
             () = stop.cancelled() => return,
         }
     };
-    let mut ws = match joined {
-        Ok(Ok(ws)) => ws,
+    let mut link = match joined {
+        Ok(Ok(link)) => link,
         Ok(Err(e)) => {
             shared.failed_to_join.fetch_add(1, Ordering::Relaxed);
             shared.failures.push(format!("{name} could not join: {e:#}"));
@@ -493,21 +593,20 @@ async fn player(
                 let frames = answers.get(seq as usize % answers.len().max(1)).copied().unwrap_or(1);
                 in_flight.push_back((frames, due, measuring));
                 seq = seq.wrapping_add(1);
-                if let Err(e) = ws.send(Message::Binary(msg.into())).await {
+                if let Err(e) = link.send_binary(msg).await {
                     break Some(format!("send: {e}"));
                 }
             }
-            m = ws.next() => {
+            m = link.next() => {
                 match m {
-                    Some(Ok(Message::Binary(b))) => {
+                    Ok(Incoming::Data(b)) => {
                         if let Err(e) = carrier.unwrap_into(&b, &mut dec) {
                             break Some(format!("bad message from the proxy: {e}"));
                         }
                     }
-                    Some(Ok(Message::Close(c))) => break Some(format!("closed: {c:?}")),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => break Some(format!("{e}")),
-                    None => break Some("the connection ended".into()),
+                    Ok(Incoming::Closed(why)) => break Some(why),
+                    Ok(Incoming::Other) => continue,
+                    Err(e) => break Some(format!("{e:#}")),
                 }
                 out.clear();
                 let mut fault = None;
@@ -544,7 +643,7 @@ async fn player(
                     break Some(f);
                 }
                 if let Some(ack) = carrier.ack(keep_alive) {
-                    if let Err(e) = ws.send(Message::Text(ack.into())).await {
+                    if let Err(e) = link.send_text(ack).await {
                         break Some(format!("send: {e}"));
                     }
                 }
@@ -553,7 +652,7 @@ async fn player(
                         Ok(m) => m,
                         Err(e) => break Some(format!("compress: {e}")),
                     };
-                    if let Err(e) = ws.send(Message::Binary(msg.into())).await {
+                    if let Err(e) = link.send_binary(msg).await {
                         break Some(format!("send: {e}"));
                     }
                 }
@@ -574,7 +673,7 @@ async fn player(
         shared.dropped.fetch_add(1, Ordering::Relaxed);
         shared.failures.push(format!("{name} ({}) lost its connection: {why}", if active { "active" } else { "idle" }));
     } else {
-        let _ = tokio::time::timeout(Duration::from_secs(2), ws.close(None)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), link.close()).await;
     }
     shared.ticks_sent.fetch_add(sent, Ordering::Relaxed);
     shared.ticks_answered.fetch_add(answered, Ordering::Relaxed);
@@ -615,10 +714,14 @@ struct ProxyReport {
 /// What `session-bench capacity` reports.
 #[derive(Debug, serde::Serialize)]
 struct Report {
+    /// What the players went through: `moonbridge` or the peer's name.
+    via: &'static str,
+    transport: TransportArg,
     idle: usize,
     active: usize,
     load: Load,
-    carriage: Carriage,
+    /// The WebSocket carriage (none on tcp).
+    carriage: Option<Carriage>,
     proxies: usize,
     seconds: u64,
     /// From the first connect to the last Join Game.
@@ -646,6 +749,8 @@ struct Report {
     /// players joined, per player in play, in KiB.
     kernel_tcp_kib_per_player: f64,
     proxy_cpu_cores: f64,
+    /// Proxy CPU per tick answered while measuring, in microseconds (the idle players' Keep Alive included).
+    proxy_cpu_us_per_tick: f64,
     load_generator_cpu_cores: f64,
     backend_cpu_cores: f64,
     failures: Vec<String>,
@@ -683,6 +788,34 @@ fn cpu_seconds(pids: &[u32], ticks_per_s: u64) -> Vec<f64> {
 }
 
 async fn run(args: CapacityArgs) -> anyhow::Result<()> {
+    if let Some(peer) = args.peer {
+        peer.check(args.transport)?;
+        if args.transport == TransportArg::Ws && args.carriage != Carriage::V1 {
+            bail!("--peer {} speaks plain WebSocket: run it with --carriage v1", peer.name());
+        }
+        if args.proxies != 1 {
+            bail!("--peer runs with one proxy process (--proxies 1)");
+        }
+    }
+    let ours = run_once(&args, None).await?;
+    let Some(peer) = args.peer else { return Ok(()) };
+    let theirs = run_once(&args, Some(peer)).await?;
+    let ratio = ours.proxy_cpu_us_per_tick / theirs.proxy_cpu_us_per_tick;
+    if args.json {
+        println!("{}", serde_json::json!({ "moonbridge_vs": peer.name(), "proxy_cpu_per_tick_ratio": ratio }));
+    } else {
+        println!(
+            "# proxy CPU per tick: moonbridge {:.1} µs, {} {:.1} µs: {ratio:.2}×",
+            ours.proxy_cpu_us_per_tick,
+            peer.name(),
+            theirs.proxy_cpu_us_per_tick
+        );
+    }
+    Ok(())
+}
+
+/// One run of every player through moonbridge, or through `peer`; fails as [`main`] says.
+async fn run_once(args: &CapacityArgs, peer: Option<PeerArg>) -> anyhow::Result<Report> {
     let players = args.idle + args.active;
     if players == 0 || args.proxies == 0 || args.connect_rate == 0 {
         bail!("--idle plus --active, --proxies and --connect-rate must be at least 1");
@@ -735,11 +868,29 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     .await??;
     let backend_addr = first.trim().strip_prefix("listening ").context("the backend did not start")?.to_owned();
 
-    // The proxies.
+    // The proxies (or the peer).
     let mut proxies = Vec::new();
     let mut ports = Vec::new();
+    let listener = match args.transport {
+        TransportArg::Tcp => "transport = \"tcp\"".to_owned(),
+        TransportArg::Ws => "transport = \"ws\"".to_owned(),
+        TransportArg::Wss => {
+            format!("transport = \"wss\"\ntls_cert = \"{}\"\ntls_key = \"{}\"", cert.cert.display(), cert.key.display())
+        }
+    };
     for p in 0..args.proxies {
         let port = free_port()?;
+        let log = dir.join(format!("proxy-{p}.log"));
+        if let Some(peer) = peer {
+            let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let mut command =
+                peer.command(args.peer_bin.as_deref(), listen, backend_addr.parse()?, args.transport, dir.path())?;
+            let child = command.stderr(std::fs::File::create(&log)?).spawn().context(peer.missing())?;
+            proxies.push(Child(child));
+            wait_listening(port, p, &log).await?;
+            ports.push(port);
+            continue;
+        }
         let runtime = if args.proxy_workers > 0 {
             format!("[runtime]\nworkers = {}\n", args.proxy_workers)
         } else {
@@ -749,12 +900,10 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         std::fs::write(
             &config,
             format!(
-                "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\n\
+                "[[listener]]\n{listener}\nbind = \"127.0.0.1:{port}\"\n\n\
                  [[backend]]\nname = \"capacity\"\naddress = \"{backend_addr}\"\n\n[auth]\nmode = \"offline\"\n\n\
                  [limits]\nmax_connections = {}\n\n[rate_limits]\nconnections_per_second = 0\nlogins_per_minute = 0\n\n\
                  {runtime}",
-                cert.cert.display(),
-                cert.key.display(),
                 per_proxy + 100,
             ),
         )?;
@@ -764,20 +913,11 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
             // Handshake timeouts are logged at debug (rate-limited), so a failed join can be explained.
             .env("RUST_LOG", "warn,moonbridge_proxy::listen=info,moonbridge_proxy::session::serve=debug")
             .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("proxy-{p}.log")))?)
+            .stderr(std::fs::File::create(&log)?)
             .spawn()
             .with_context(|| format!("cannot start {}", args.proxy_bin.display()))?;
         proxies.push(Child(child));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            if Instant::now() > deadline {
-                bail!(
-                    "proxy {p} did not listen within 20 s (its log: {})",
-                    dir.join(format!("proxy-{p}.log")).display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(port, p, &log).await?;
         ports.push(port);
     }
     let proxy_pids: Vec<u32> = proxies.iter().map(|c| c.0.id()).collect();
@@ -786,13 +926,15 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     let tcp_mem0 = kernel_tcp_kib();
     if !args.json {
         println!(
-            "# capacity: {} idle and {} active ({:?}) wss players ({}) through {} proxy process(es), backend at \
+            "# capacity: {} idle and {} active ({:?}) {:?} players ({}) through {} {} process(es), backend at \
              {backend_addr}, joining at {}/s",
             args.idle,
             args.active,
             args.load,
-            args.carriage.subprotocol(),
+            args.transport,
+            if args.transport == TransportArg::Tcp { "no carriage" } else { args.carriage.subprotocol() },
             args.proxies,
+            peer.map_or("moonbridge", PeerArg::name),
             args.connect_rate
         );
     }
@@ -804,7 +946,16 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     });
     let stop = CancellationToken::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(JOINING_AT_ONCE));
-    let tls = tls_connector(&cert.ca)?;
+    let reach = Reach {
+        transport: args.transport,
+        tls: tls_connector(&cert.ca)?,
+        offer: match (args.transport, peer) {
+            (TransportArg::Tcp, _) | (_, Some(_)) => None,
+            _ => Some(args.carriage.subprotocol()),
+        },
+    };
+    // TCP players speak no carriage.
+    let carriage = if args.transport == TransportArg::Tcp { Carriage::V1 } else { args.carriage };
     let answers = Arc::new(match args.load {
         Load::Modded | Load::Forge => args.load.templates().iter().map(Vec::len).collect(),
         Load::Light => vec![1],
@@ -820,7 +971,7 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
             i >= args.idle,
             start,
             Arc::clone(&gate),
-            (tls.clone(), args.carriage),
+            (reach.clone(), carriage),
             Arc::clone(&answers),
             Arc::clone(&shared),
             stop.clone(),
@@ -900,11 +1051,15 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
     rtt.sort_unstable();
     late.sort_unstable();
     let n = args.proxies;
+    let ticks_answered = shared.ticks_answered.load(Ordering::Relaxed);
+    let proxy_cores: f64 = cores[..n].iter().sum();
     let report = Report {
+        via: peer.map_or("moonbridge", PeerArg::name),
+        transport: args.transport,
         idle: args.idle,
         active: args.active,
         load: args.load,
-        carriage: args.carriage,
+        carriage: (args.transport != TransportArg::Tcp).then_some(args.carriage),
         proxies: n,
         seconds: args.seconds,
         join_seconds,
@@ -921,7 +1076,8 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         rtt_ms_max: rtt.last().map_or(0.0, |&m| f64::from(m) / 1000.0),
         timer_late_ms_p99: percentile_ms(&late, 99.0),
         kernel_tcp_kib_per_player: tcp_mem1.saturating_sub(tcp_mem0) as f64 / (in_play.max(1) as f64),
-        proxy_cpu_cores: cores[..n].iter().sum(),
+        proxy_cpu_cores: proxy_cores,
+        proxy_cpu_us_per_tick: proxy_cores * wall * 1e6 / ticks_answered.max(1) as f64,
         load_generator_cpu_cores: cores[n],
         backend_cpu_cores: cores[n + 1],
         proxy,
@@ -970,6 +1126,20 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         }
         bail!("capacity run failed:\n  {}", problems.join("\n  "));
     }
+    Ok(report)
+}
+
+/// Waits until something listens on `port` (proxy number `p`, logging to `log`), for at most 20 s.
+async fn wait_listening(port: u16, p: usize, log: &std::path::Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        if Instant::now() > deadline {
+            let said = std::fs::read_to_string(log).unwrap_or_default();
+            let said: Vec<&str> = said.lines().take(10).collect();
+            bail!("proxy {p} did not listen within 20 s; its log ({}) begins:\n{}", log.display(), said.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     Ok(())
 }
 
@@ -999,8 +1169,14 @@ fn print_report(r: &Report) {
         );
     }
     println!(
-        "CPU (cores): proxies {:.2}, load generator {:.2}, backend {:.2}; kernel TCP buffers {:.1} KiB per player",
-        r.proxy_cpu_cores, r.load_generator_cpu_cores, r.backend_cpu_cores, r.kernel_tcp_kib_per_player
+        "CPU (cores): {} {:.2} ({:.1} µs per tick), load generator {:.2}, backend {:.2}; kernel TCP buffers {:.1} \
+         KiB per player",
+        r.via,
+        r.proxy_cpu_cores,
+        r.proxy_cpu_us_per_tick,
+        r.load_generator_cpu_cores,
+        r.backend_cpu_cores,
+        r.kernel_tcp_kib_per_player
     );
     for f in &r.failures {
         println!("failure: {f}");

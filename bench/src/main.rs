@@ -9,9 +9,11 @@
 mod backend;
 mod capacity;
 mod client;
+mod floor;
 mod forge;
 mod metrics;
 mod network;
+mod peers;
 mod sessions;
 mod soak;
 mod soak_network;
@@ -30,6 +32,7 @@ use moonbridge_test_certs::{free_port, ChildLog, KeyType, TestCert};
 
 use crate::backend::Profile;
 use crate::client::{run_client, ClientSpec, Sync};
+use crate::peers::{PeerArg, TransportArg};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum ProfileArg {
@@ -41,21 +44,6 @@ enum ProfileArg {
     /// The forge profile with only the mod channel messages (S3F) of each tick: what compression does to
     /// mod-channel traffic apart from the gzipped NBT and deflated chunks it travels with.
     ForgeChannels,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum TransportArg {
-    Tcp,
-    Ws,
-    Wss,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum PeerArg {
-    /// HAProxy in TCP mode (transport tcp).
-    Haproxy,
-    /// websocat as a WebSocket-to-TCP bridge (transport ws).
-    Websocat,
 }
 
 /// What the benchmark measures.
@@ -334,33 +322,17 @@ fn runtime_toml(mode: Option<RuntimeArg>, workers: usize, zstd_level: Option<i32
     t
 }
 
-fn spawn_peer(peer: PeerArg, bin: Option<&Path>, backend: SocketAddr, dir: &Path) -> anyhow::Result<Spawned> {
+fn spawn_peer(
+    peer: PeerArg,
+    bin: Option<&Path>,
+    backend: SocketAddr,
+    dir: &Path,
+    transport: TransportArg,
+) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let child = match peer {
-        PeerArg::Haproxy => {
-            let cfg = dir.join("haproxy.cfg");
-            std::fs::write(
-                &cfg,
-                format!(
-                    "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  timeout server 1h\n\
-                     frontend mc\n  bind {addr}\n  default_backend bench\nbackend bench\n  server b {backend}\n"
-                ),
-            )?;
-            ChildLog::spawn_echoing(
-                Command::new(bin.unwrap_or(Path::new("haproxy"))).args(["-db", "-f"]).arg(&cfg).stdout(Stdio::null()),
-                "[haproxy] ",
-            )
-            .context("cannot start haproxy (bench/peers.sh installs it)")?
-        }
-        PeerArg::Websocat => ChildLog::spawn_echoing(
-            Command::new(bin.unwrap_or(Path::new("websocat")))
-                .args(["--binary", "-E", &format!("ws-l:{addr}"), &format!("tcp:{backend}")])
-                .stdout(Stdio::null()),
-            "[websocat] ",
-        )
-        .context("cannot start websocat (bench/peers.sh installs it)")?,
-    };
+    let mut command = peer.command(bin, addr, backend, transport, dir)?;
+    let child = ChildLog::spawn_echoing(&mut command, &format!("[{}] ", peer.name())).context(peer.missing())?;
     let s = Spawned { child, addr, metrics: None };
     wait_for_port(addr, "the peer")?;
     Ok(s)
@@ -668,6 +640,9 @@ fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "capacity") {
         return capacity::main(capacity::CapacityArgs::parse_from(std::env::args_os().skip(1)));
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "floor-relay") {
+        return floor::main(&floor::FloorArgs::parse_from(std::env::args_os().skip(1)));
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "capacity-backend") {
         let args = capacity::BackendArgs::parse_from(std::env::args_os().skip(1));
         return capacity::backend_main(args.load);
@@ -831,18 +806,12 @@ fn main() -> anyhow::Result<()> {
                 _keep_network.push((redis, instances, owner, linked));
             }
             if let Some(peer) = args.peer {
-                let want = match peer {
-                    PeerArg::Haproxy => TransportArg::Tcp,
-                    PeerArg::Websocat => TransportArg::Ws,
-                };
-                if want != args.transport {
-                    bail!("--peer {peer:?} runs with --transport {want:?}");
-                }
-                let p = spawn_peer(peer, args.peer_bin.as_deref(), backend_addr, &dir)?;
+                peer.check(args.transport)?;
+                let p = spawn_peer(peer, args.peer_bin.as_deref(), backend_addr, &dir, args.transport)?;
                 let mut o = options.clone();
                 o.subprotocol = false; // plain bridges do not echo moonbridge.v1
                 variants.push(Variant {
-                    name: format!("{peer:?}").to_lowercase(),
+                    name: peer.name().into(),
                     switches: 0,
                     url: scheme(args.transport, p.addr),
                     options: o,

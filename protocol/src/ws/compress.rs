@@ -10,7 +10,7 @@
 //! - **Window:** [`WINDOW_LOG`] (32 KiB). The receiver refuses a stream that asks for more
 //!   (`ZSTD_d_windowLogMax`), so a peer cannot make it allocate a larger window.
 //! - **Incompressible data** (1.7.10's deflated chunks, gzipped NBT) is not re-encoded: zstd stores any block
-//!   that would not shrink as a Raw block (RFC 8878 §3.1.1.2.2), 3 bytes of header per block of up to 32 KiB,
+//!   that would not shrink as a Raw block (RFC 8878 §3.1.1.2.2), 3 bytes of header per block of up to 8 KiB,
 //!   and its bytes still join the window.
 //! - **Quiet spells:** a sender may end its zstd frame at the end of a message (`ZSTD_e_end`); its next message
 //!   starts a new frame, which refers to nothing before it. [`Contexts`] does so after a keepalive tick period
@@ -37,10 +37,23 @@ use zstd_safe::{CCtx, CParameter, DCtx, DParameter, InBuffer, OutBuffer};
 /// The subprotocol of carriage v2 with per-message zstd compression; offered ahead of `moonbridge.v2`.
 pub const SUBPROTOCOL_V2_ZSTD: &str = "moonbridge.v2.zstd";
 
-/// Base-2 logarithm of the zstd window both directions use: 15, a 32 KiB window (and 32 KiB blocks). Measured
-/// per connection: about 305 KiB for a compressor and 223 KiB for a decompressor in use, against 953 and 607 KiB
-/// with a 128 KiB window, for 4–11% more bytes on realistic traffic (docs/benchmarks.md, "Compression").
+/// Base-2 logarithm of the zstd window both directions use: 15, a 32 KiB window. Measured per connection: about
+/// 119 KiB for a compressor (with [`HASH_LOG`] and [`BLOCK_MAX`]) and 223 KiB for a decompressor in use,
+/// against 953 and 607 KiB with a 128 KiB window, for 4–11% more bytes on realistic traffic (docs/benchmarks.md,
+/// "Compression").
 pub const WINDOW_LOG: u32 = 15;
+
+/// Base-2 logarithm of the sender's hash table (`ZSTD_c_hashLog`): 12, 4,096 entries of 4 bytes (16 KiB). zstd
+/// level 1 would take 13 (32 KiB); a tick is a few KiB, so the smaller table finds nearly the same matches and
+/// stays in cache. A sender-side choice: the stream format does not carry it.
+pub const HASH_LOG: u32 = 12;
+
+/// The largest block the sender makes (`ZSTD_c_maxBlockSize`), in bytes: 8 KiB. zstd sizes its per-block
+/// buffers (sequences, literals, the output staging buffer) by the block size, which would otherwise be the
+/// window (32 KiB). With [`HASH_LOG`] this makes a compressor about 119 KiB instead of 305 KiB and 22–25% faster
+/// per tick, for 3–5% more bytes (docs/benchmarks.md, "Smaller compression contexts"). A sender-side choice:
+/// any decoder reads blocks up to the window size.
+pub const BLOCK_MAX: usize = 8 * 1024;
 
 /// The compression level both ends use unless configured (zstd level 1, its fastest regular level).
 pub const DEFAULT_LEVEL: i32 = 1;
@@ -142,16 +155,21 @@ impl std::fmt::Debug for Compressor {
 }
 
 impl Compressor {
-    /// A context at `level` (zstd levels: negative are faster, 1–19 stronger) with a [`WINDOW_LOG`] window and
-    /// no checksum (the WebSocket carries the bytes intact).
+    /// A context at `level` (zstd levels: negative are faster, 1–19 stronger) with a [`WINDOW_LOG`] window, a
+    /// [`HASH_LOG`] hash table, blocks of at most [`BLOCK_MAX`] bytes and no checksum (the WebSocket carries the
+    /// bytes intact). Levels from 3 on add a chain table of their own size (level 3: about 375 KiB in all).
     ///
     /// # Errors
     /// [`CompressError::NoMemory`], or [`CompressError::Zstd`] for a level zstd does not take.
     pub fn new(level: i32) -> Result<Self, CompressError> {
         let mut ctx = CCtx::try_create().ok_or(CompressError::NoMemory)?;
-        for p in
-            [CParameter::CompressionLevel(level), CParameter::WindowLog(WINDOW_LOG), CParameter::ChecksumFlag(false)]
-        {
+        for p in [
+            CParameter::CompressionLevel(level),
+            CParameter::WindowLog(WINDOW_LOG),
+            CParameter::HashLog(HASH_LOG),
+            CParameter::MaxBlockSize(BLOCK_MAX as u32),
+            CParameter::ChecksumFlag(false),
+        ] {
             ctx.set_parameter(p).map_err(zstd_error)?;
         }
         Ok(Self { ctx })
@@ -320,7 +338,7 @@ impl Decompressor {
 
 /// Both directions of a `moonbridge.v2.zstd` connection, with the quiet-spell rule (module documentation):
 /// each context is made on first use and freed when its direction goes quiet, so an idle connection holds
-/// none of their memory (about 305 KiB compressing and 223 KiB decompressing while in use).
+/// none of their memory (about 119 KiB compressing and 223 KiB decompressing while in use).
 ///
 /// Receiving: [`Contexts::queue`] each piece of a message's payload, [`Contexts::inflate`] while
 /// [`Contexts::has_output`], then [`Contexts::end_message`]. Sending: [`Contexts::compress`] each message;
@@ -541,19 +559,34 @@ mod tests {
             .collect();
         let mut wire = Vec::new();
         c.compress(&noise, &mut wire).unwrap();
-        // Frame header (up to 6 bytes here) and 3 bytes per block of up to 32 KiB.
-        let blocks = noise.len().div_ceil(1 << WINDOW_LOG);
+        // Frame header (up to 6 bytes here) and 3 bytes per block of up to BLOCK_MAX bytes.
+        let blocks = noise.len().div_ceil(BLOCK_MAX);
         assert!(wire.len() <= noise.len() + 6 + 3 * blocks, "{} for {}", wire.len(), noise.len());
         assert_eq!(inflate_all(&mut d, &wire, 1 << 20).unwrap(), noise);
     }
 
-    /// A message of about 8 kB that inflates to 64 MiB stops at the limit with little output made.
+    /// The sender's context stays small after real use: zstd sized its buffers by [`BLOCK_MAX`] and its hash
+    /// table by [`HASH_LOG`], not by the window (about 305 KiB with level 1's own parameters).
+    #[test]
+    fn a_compressor_in_use_holds_about_119_kib() {
+        let mut c = Compressor::new(DEFAULT_LEVEL).unwrap();
+        let text: Vec<u8> = (0..300_000u32).flat_map(|i| format!("IC2:machine{} ", i % 977).into_bytes()).collect();
+        let mut wire = Vec::new();
+        for tick in text.chunks(4_700) {
+            c.compress(tick, &mut wire).unwrap();
+        }
+        let kib = c.memory() / 1024;
+        assert!((100..=128).contains(&kib), "compressor: {kib} KiB");
+    }
+
+    /// A message of about 32 kB (4 bytes per 8 KiB block of zeros) that inflates to 64 MiB stops at the limit with
+    /// little output made.
     #[test]
     fn a_decompression_bomb_stops_at_the_limit() {
         let mut c = Compressor::new(3).unwrap();
         let mut wire = Vec::new();
         c.compress(&vec![0u8; 64 << 20], &mut wire).unwrap();
-        assert!(wire.len() < 16_384, "{}", wire.len());
+        assert!(wire.len() < 40_000, "a ratio over 1,600: {}", wire.len());
         let mut d = Decompressor::new().unwrap();
         d.queue(&wire);
         let mut out = Vec::new();

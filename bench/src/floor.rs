@@ -1,0 +1,203 @@
+//! `session-bench floor-relay`: the floor a relay process reaches on this machine, run beside moonbridge as
+//! `--peer floor` (issue 32, item 5). It does the least any relay must do and nothing else:
+//!
+//! - two threads per player connection, blocking `read` and `write_all` on `std::net` sockets (`TCP_NODELAY`
+//!   on both), a 64 KiB buffer per direction;
+//! - `--transport tcp`: bytes copied as read, each read written at once;
+//! - `--transport ws`: the RFC 6455 opening handshake (`Sec-WebSocket-Accept` from the key, no subprotocol,
+//!   so the client speaks carriage v1), then each backend read leaves as one Binary frame (header written in
+//!   front of the read in the same buffer: one `write` per read, no copy), and each client frame's payload is
+//!   unmasked in place and written to the backend, one `write` per frame. A Close ends the connection; Ping,
+//!   Pong and Text are skipped.
+//!
+//! No Minecraft parsing, no limits beyond a 16 MiB frame and an 8 KiB handshake, no metrics, no shutdown: it
+//! exists to be measured against.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+
+use anyhow::Context;
+use moonbridge_protocol::ws::frame::{encode_header, MAX_SERVER_HEADER, OP_BINARY};
+
+/// `session-bench floor-relay` arguments.
+#[derive(clap::Parser, Debug)]
+pub struct FloorArgs {
+    /// `tcp` or `ws` (the client's side; the backend is always plain TCP).
+    #[arg(long, value_parser = ["tcp", "ws"])]
+    pub transport: String,
+    /// Where players connect.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// The Minecraft backend.
+    #[arg(long)]
+    pub backend: SocketAddr,
+}
+
+/// Bytes one read takes (either direction).
+const BUFFER: usize = 64 * 1024;
+/// The largest client frame payload taken, in bytes.
+const MAX_FRAME: usize = 16 << 20;
+/// The largest opening handshake taken, in bytes.
+const MAX_HANDSHAKE: usize = 8 * 1024;
+
+/// Serves until killed (the benchmark kills it when its run ends).
+pub fn main(args: &FloorArgs) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
+    let ws = args.transport == "ws";
+    for player in listener.incoming() {
+        let Ok(player) = player else { continue };
+        let backend = args.backend;
+        std::thread::spawn(move || {
+            match serve(player, backend, ws) {
+                // A connection ended by either side (the benchmark's port probe and its last close included).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+                    ) => {}
+                Err(e) => eprintln!("floor-relay: {e}"),
+                Ok(()) => {}
+            }
+        });
+    }
+    Ok(())
+}
+
+fn serve(mut player: TcpStream, backend: SocketAddr, ws: bool) -> io::Result<()> {
+    player.set_nodelay(true)?;
+    let mut ahead = Vec::new();
+    if ws {
+        ahead = handshake(&mut player)?;
+    }
+    let server = TcpStream::connect(backend)?;
+    server.set_nodelay(true)?;
+    let (player_out, server_in) = (player.try_clone()?, server.try_clone()?);
+    let down =
+        std::thread::spawn(move || if ws { down_ws(server_in, player_out) } else { copy(server_in, player_out) });
+    let up = if ws { up_ws(player, server, ahead) } else { copy(player, server) };
+    let down = down.join().unwrap_or_else(|_| Err(io::Error::other("the down thread panicked")));
+    up.and(down)
+}
+
+/// Copies `from` to `to` read by read; at the end, shuts `to`'s write side.
+fn copy(mut from: TcpStream, mut to: TcpStream) -> io::Result<()> {
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            return to.shutdown(Shutdown::Write);
+        }
+        to.write_all(buf.get(..n).unwrap_or_default())?;
+    }
+}
+
+/// Reads the client's opening handshake and answers 101; returns the bytes read past it.
+fn handshake(player: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    let end = loop {
+        if let Some(at) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        if req.len() > MAX_HANDSHAKE {
+            return Err(io::Error::other("handshake too long"));
+        }
+        let n = player.read(&mut buf)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        req.extend_from_slice(buf.get(..n).unwrap_or_default());
+    };
+    let head = String::from_utf8_lossy(req.get(..end).unwrap_or_default()).into_owned();
+    let key = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.trim().eq_ignore_ascii_case("sec-websocket-key")))
+        .map(|(_, v)| v.trim().to_owned())
+        .ok_or_else(|| io::Error::other("no Sec-WebSocket-Key"))?;
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    player.write_all(
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\n\r\n"
+        )
+        .as_bytes(),
+    )?;
+    Ok(req.split_off(end))
+}
+
+/// Backend → player: each read leaves as one Binary frame, its header written into the room kept in front.
+fn down_ws(mut server: TcpStream, mut player: TcpStream) -> io::Result<()> {
+    let mut buf = vec![0u8; MAX_SERVER_HEADER + BUFFER];
+    loop {
+        let n = server.read(buf.get_mut(MAX_SERVER_HEADER..).unwrap_or_default())?;
+        if n == 0 {
+            // Close 1000, then the TCP close.
+            player.write_all(&[0x88, 0x02, 0x03, 0xe8])?;
+            return player.shutdown(Shutdown::Write);
+        }
+        let (h, hn) = encode_header(OP_BINARY, n);
+        let start = MAX_SERVER_HEADER - hn;
+        if let (Some(dst), Some(src)) = (buf.get_mut(start..MAX_SERVER_HEADER), h.get(..hn)) {
+            dst.copy_from_slice(src);
+        }
+        player.write_all(buf.get(start..MAX_SERVER_HEADER + n).unwrap_or_default())?;
+    }
+}
+
+/// Player → backend: each masked frame's payload, unmasked in place, written whole.
+fn up_ws(mut player: TcpStream, mut server: TcpStream, mut buf: Vec<u8>) -> io::Result<()> {
+    let mut read = vec![0u8; BUFFER];
+    loop {
+        // Every whole frame buffered.
+        while let Some((opcode, start, len)) = frame_at(&buf)? {
+            let end = start + len;
+            if let Some(key) = buf.get(start - 4..start).and_then(|k| <[u8; 4]>::try_from(k).ok()) {
+                for (i, b) in buf.get_mut(start..end).unwrap_or_default().iter_mut().enumerate() {
+                    *b ^= key[i % 4];
+                }
+            }
+            match opcode {
+                0x0 | 0x2 => server.write_all(buf.get(start..end).unwrap_or_default())?,
+                0x8 => {
+                    player.write_all(&[0x88, 0x02, 0x03, 0xe8])?;
+                    let _ = player.shutdown(Shutdown::Write);
+                    return server.shutdown(Shutdown::Write);
+                }
+                _ => {}
+            }
+            buf.drain(..end);
+        }
+        let n = player.read(&mut read)?;
+        if n == 0 {
+            return server.shutdown(Shutdown::Write);
+        }
+        buf.extend_from_slice(read.get(..n).unwrap_or_default());
+    }
+}
+
+/// The first buffered frame when it is whole: opcode, where its payload starts (after the 4-byte mask key) and
+/// its length (RFC 6455 §5.2). A client frame must be masked.
+fn frame_at(buf: &[u8]) -> io::Result<Option<(u8, usize, usize)>> {
+    let (Some(&b0), Some(&b1)) = (buf.first(), buf.get(1)) else { return Ok(None) };
+    if b1 & 0x80 == 0 {
+        return Err(io::Error::other("unmasked client frame"));
+    }
+    let (len, at) = match b1 & 0x7f {
+        126 => match buf.get(2..4) {
+            Some(l) => (usize::from(u16::from_be_bytes(l.try_into().unwrap_or_default())), 4),
+            None => return Ok(None),
+        },
+        127 => match buf.get(2..10) {
+            Some(l) => {
+                (usize::try_from(u64::from_be_bytes(l.try_into().unwrap_or_default())).unwrap_or(usize::MAX), 10)
+            }
+            None => return Ok(None),
+        },
+        short => (usize::from(short), 2),
+    };
+    if len > MAX_FRAME {
+        return Err(io::Error::other("frame over 16 MiB"));
+    }
+    let start = at + 4;
+    Ok((buf.len() >= start + len).then_some((b0 & 0x0f, start, len)))
+}
