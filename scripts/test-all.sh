@@ -9,7 +9,8 @@
 #   5. every fuzz target for a bounded time from its committed seeds (scripts/fuzz.sh: nightly and cargo-fuzz),
 #   6. a 60-second soak: players over ws, wss and tcp with injected faults (session-bench soak, release build),
 #      a 40-second soak of three instances on Redis whose players' connections are cut every 5 s and resume on
-#      another instance (session-bench soak --instances 3), and a short capacity run: idle and active wss players as async tasks (session-bench capacity),
+#      another instance (session-bench soak --instances 3), a short capacity run: idle and active wss players as async tasks (session-bench capacity),
+#      and the same players on tcp and ws through moonbridge and then through HAProxy and the floor relay (--peer),
 #   7. the Java shim's release jar (java-shim/build.sh release: the native library cross-built for all five
 #      platforms and checked as built, which fails when one is missing or does not link), its JUnit tests in a
 #      real JVM on the release Linux library, and the release DLL in a Windows JVM under Wine.
@@ -75,6 +76,12 @@ target/release/session-bench soak --instances 3 --players 60 --seconds 40 --faul
 step "capacity: 300 idle and 60 active wss players on the client library's carriage (v2 + zstd), p99 tick round trip under 50 ms (session-bench capacity)"
 target/release/session-bench capacity --idle 300 --active 60 --seconds 5 --connect-rate 300 \
   --proxy-bin target/release/moonbridge
+
+step "capacity beside peers: 200 idle and 40 active players through moonbridge, then HAProxy (tcp), then the floor relay (ws) (session-bench capacity --peer)"
+target/release/session-bench capacity --idle 200 --active 40 --seconds 5 --connect-rate 300 --transport tcp \
+  --peer haproxy --proxy-bin target/release/moonbridge
+target/release/session-bench capacity --idle 200 --active 40 --seconds 5 --connect-rate 300 --transport ws \
+  --carriage v1 --peer floor --proxy-bin target/release/moonbridge
 
 step "Java shim: the release jar (five natives), JUnit tests (Surefire) and jar tests (Failsafe, Wine included)"
 java-shim/build.sh release verify \

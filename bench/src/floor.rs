@@ -201,3 +201,48 @@ fn frame_at(buf: &[u8]) -> io::Result<Option<(u8, usize, usize)>> {
     let start = at + 4;
     Ok((buf.len() >= start + len).then_some((b0 & 0x0f, start, len)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A masked client frame (RFC 6455 §5.2) with `len` payload bytes, header and mask key included.
+    fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x80 | opcode];
+        match payload.len() {
+            n if n < 126 => f.push(0x80 | n as u8),
+            n if n <= 0xffff => {
+                f.push(0x80 | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        let key = [1, 2, 3, 4];
+        f.extend_from_slice(&key);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        f
+    }
+
+    #[test]
+    fn frames_are_found_whole_at_every_length_form() {
+        for len in [0, 125, 126, 65_535, 65_536] {
+            let f = masked(0x2, &vec![7u8; len]);
+            let at = f.len() - len;
+            assert_eq!(frame_at(&f).unwrap(), Some((0x2, at, len)), "payload of {len}");
+            // One byte short: not yet.
+            assert_eq!(frame_at(&f[..f.len() - 1]).unwrap(), None, "payload of {len}, one byte short");
+        }
+        assert_eq!(frame_at(&[0x82]).unwrap(), None);
+    }
+
+    #[test]
+    fn an_unmasked_or_oversized_frame_is_refused() {
+        assert!(frame_at(&[0x82, 0x01, 0x00]).is_err(), "unmasked");
+        let mut big = vec![0x82, 0x80 | 127];
+        big.extend_from_slice(&((MAX_FRAME as u64) + 1).to_be_bytes());
+        assert!(frame_at(&big).is_err(), "over 16 MiB");
+    }
+}
