@@ -227,7 +227,8 @@ pub struct CapacityArgs {
     /// The peer's program (default: found on PATH; the floor is this program).
     #[arg(long)]
     pub peer_bin: Option<PathBuf>,
-    /// Print one JSON object per run (moonbridge, then the peer) instead of text.
+    /// Print JSON instead of text: one object per run (moonbridge, then the peer), then with `--peer` one
+    /// with the ratio (`moonbridge_vs`, `proxy_cpu_per_tick_ratio`).
     #[arg(long)]
     pub json: bool,
 }
@@ -796,6 +797,9 @@ async fn run(args: CapacityArgs) -> anyhow::Result<()> {
         if args.proxies != 1 {
             bail!("--peer runs with one proxy process (--proxies 1)");
         }
+        if args.active == 0 {
+            bail!("--peer compares CPU per tick: it needs active players (--active)");
+        }
     }
     let ours = run_once(&args, None).await?;
     let Some(peer) = args.peer else { return Ok(()) };
@@ -883,8 +887,14 @@ async fn run_once(args: &CapacityArgs, peer: Option<PeerArg>) -> anyhow::Result<
         let log = dir.join(format!("proxy-{p}.log"));
         if let Some(peer) = peer {
             let listen = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-            let mut command =
-                peer.command(args.peer_bin.as_deref(), listen, backend_addr.parse()?, args.transport, dir.path())?;
+            let mut command = peer.command(
+                args.peer_bin.as_deref(),
+                listen,
+                backend_addr.parse()?,
+                args.transport,
+                per_proxy,
+                dir.path(),
+            )?;
             let child = command.stderr(std::fs::File::create(&log)?).spawn().context(peer.missing())?;
             proxies.push(Child(child));
             wait_listening(port, p, &log).await?;

@@ -1,20 +1,24 @@
 //! `session-bench floor-relay`: the floor a relay process reaches on this machine, run beside moonbridge as
 //! `--peer floor` (issue 32, item 5). It does the least any relay must do and nothing else:
 //!
-//! - two threads per player connection, blocking `read` and `write_all` on `std::net` sockets (`TCP_NODELAY`
-//!   on both), a 64 KiB buffer per direction;
+//! - two threads per player connection (64 KiB stacks), blocking `read` and `write_all` on `std::net` sockets
+//!   shared by both threads (`&TcpStream` reads and writes, so a player costs 2 file descriptors), with
+//!   `TCP_NODELAY`, a 64 KiB buffer per direction; when either direction ends in an error both sockets are
+//!   shut down, so the other thread ends too;
 //! - `--transport tcp`: bytes copied as read, each read written at once;
 //! - `--transport ws`: the RFC 6455 opening handshake (`Sec-WebSocket-Accept` from the key, no subprotocol,
 //!   so the client speaks carriage v1), then each backend read leaves as one Binary frame (header written in
 //!   front of the read in the same buffer: one `write` per read, no copy), and each client frame's payload is
-//!   unmasked in place and written to the backend, one `write` per frame. A Close ends the connection; Ping,
-//!   Pong and Text are skipped.
+//!   unmasked in place and written to the backend, one `write` per frame. A Close, or the backend's end, shuts
+//!   both connections down (no Close frame is sent back); Ping, Pong and Text are skipped, so a client that
+//!   pings and waits for the Pong takes the floor for dead after its own timeout.
 //!
 //! No Minecraft parsing, no limits beyond a 16 MiB frame and an 8 KiB handshake, no metrics, no shutdown: it
 //! exists to be measured against.
 
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 
 use anyhow::Context;
 use moonbridge_protocol::ws::frame::{encode_header, MAX_SERVER_HEADER, OP_BINARY};
@@ -40,25 +44,38 @@ const MAX_FRAME: usize = 16 << 20;
 /// The largest opening handshake taken, in bytes.
 const MAX_HANDSHAKE: usize = 8 * 1024;
 
+/// A thread's stack: the buffers are on the heap, so 64 KiB is plenty and thousands of players fit.
+const STACK: usize = 64 * 1024;
+
 /// Serves until killed (the benchmark kills it when its run ends).
 pub fn main(args: &FloorArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     let ws = args.transport == "ws";
     for player in listener.incoming() {
-        let Ok(player) = player else { continue };
-        let backend = args.backend;
-        std::thread::spawn(move || {
-            match serve(player, backend, ws) {
-                // A connection ended by either side (the benchmark's port probe and its last close included).
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
-                    ) => {}
-                Err(e) => eprintln!("floor-relay: {e}"),
-                Ok(()) => {}
+        let player = match player {
+            Ok(p) => p,
+            Err(e) => {
+                // Out of file descriptors, say: wait instead of spinning a core (counted as the floor's CPU).
+                eprintln!("floor-relay: accept: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
             }
+        };
+        let backend = args.backend;
+        let spawned = std::thread::Builder::new().stack_size(STACK).spawn(move || match serve(player, backend, ws) {
+            // A connection ended by either side (the benchmark's port probe and its last close included).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+                ) => {}
+            Err(e) => eprintln!("floor-relay: {e}"),
+            Ok(()) => {}
         });
+        if let Err(e) = spawned {
+            // The player's socket went with the closure: it is closed.
+            eprintln!("floor-relay: cannot start a thread: {e}");
+        }
     }
     Ok(())
 }
@@ -71,16 +88,29 @@ fn serve(mut player: TcpStream, backend: SocketAddr, ws: bool) -> io::Result<()>
     }
     let server = TcpStream::connect(backend)?;
     server.set_nodelay(true)?;
-    let (player_out, server_in) = (player.try_clone()?, server.try_clone()?);
-    let down =
-        std::thread::spawn(move || if ws { down_ws(server_in, player_out) } else { copy(server_in, player_out) });
-    let up = if ws { up_ws(player, server, ahead) } else { copy(player, server) };
+    let (player, server) = (Arc::new(player), Arc::new(server));
+    let (p, s) = (Arc::clone(&player), Arc::clone(&server));
+    let down = std::thread::Builder::new().stack_size(STACK).spawn(move || {
+        let r = if ws { down_ws(&s, &p) } else { copy(&s, &p) };
+        end_both(&p, &s, r.is_err());
+        r
+    })?;
+    let up = if ws { up_ws(&player, &server, ahead) } else { copy(&player, &server) };
+    end_both(&player, &server, up.is_err());
     let down = down.join().unwrap_or_else(|_| Err(io::Error::other("the down thread panicked")));
     up.and(down)
 }
 
+/// After a direction failed, shuts both sockets down so the other direction's thread ends too.
+fn end_both(player: &TcpStream, server: &TcpStream, failed: bool) {
+    if failed {
+        let _ = player.shutdown(Shutdown::Both);
+        let _ = server.shutdown(Shutdown::Both);
+    }
+}
+
 /// Copies `from` to `to` read by read; at the end, shuts `to`'s write side.
-fn copy(mut from: TcpStream, mut to: TcpStream) -> io::Result<()> {
+fn copy(mut from: &TcpStream, mut to: &TcpStream) -> io::Result<()> {
     let mut buf = vec![0u8; BUFFER];
     loop {
         let n = from.read(&mut buf)?;
@@ -125,15 +155,14 @@ fn handshake(player: &mut TcpStream) -> io::Result<Vec<u8>> {
     Ok(req.split_off(end))
 }
 
-/// Backend → player: each read leaves as one Binary frame, its header written into the room kept in front.
-fn down_ws(mut server: TcpStream, mut player: TcpStream) -> io::Result<()> {
+/// Backend → player: each read leaves as one Binary frame, its header written into the room kept in front; at
+/// the backend's end, the player's connection is shut down.
+fn down_ws(mut server: &TcpStream, mut player: &TcpStream) -> io::Result<()> {
     let mut buf = vec![0u8; MAX_SERVER_HEADER + BUFFER];
     loop {
         let n = server.read(buf.get_mut(MAX_SERVER_HEADER..).unwrap_or_default())?;
         if n == 0 {
-            // Close 1000, then the TCP close.
-            player.write_all(&[0x88, 0x02, 0x03, 0xe8])?;
-            return player.shutdown(Shutdown::Write);
+            return player.shutdown(Shutdown::Both);
         }
         let (h, hn) = encode_header(OP_BINARY, n);
         let start = MAX_SERVER_HEADER - hn;
@@ -144,13 +173,15 @@ fn down_ws(mut server: TcpStream, mut player: TcpStream) -> io::Result<()> {
     }
 }
 
-/// Player → backend: each masked frame's payload, unmasked in place, written whole.
-fn up_ws(mut player: TcpStream, mut server: TcpStream, mut buf: Vec<u8>) -> io::Result<()> {
+/// Player → backend: each masked frame's payload, unmasked in place, written whole; what was used is dropped from
+/// the buffer once per read.
+fn up_ws(mut player: &TcpStream, mut server: &TcpStream, mut buf: Vec<u8>) -> io::Result<()> {
     let mut read = vec![0u8; BUFFER];
     loop {
         // Every whole frame buffered.
-        while let Some((opcode, start, len)) = frame_at(&buf)? {
-            let end = start + len;
+        let mut used = 0;
+        while let Some((opcode, start, len)) = frame_at(buf.get(used..).unwrap_or_default())? {
+            let (start, end) = (used + start, used + start + len);
             if let Some(key) = buf.get(start - 4..start).and_then(|k| <[u8; 4]>::try_from(k).ok()) {
                 for (i, b) in buf.get_mut(start..end).unwrap_or_default().iter_mut().enumerate() {
                     *b ^= key[i % 4];
@@ -159,14 +190,14 @@ fn up_ws(mut player: TcpStream, mut server: TcpStream, mut buf: Vec<u8>) -> io::
             match opcode {
                 0x0 | 0x2 => server.write_all(buf.get(start..end).unwrap_or_default())?,
                 0x8 => {
-                    player.write_all(&[0x88, 0x02, 0x03, 0xe8])?;
-                    let _ = player.shutdown(Shutdown::Write);
+                    let _ = player.shutdown(Shutdown::Both);
                     return server.shutdown(Shutdown::Write);
                 }
                 _ => {}
             }
-            buf.drain(..end);
+            used = end;
         }
+        buf.drain(..used);
         let n = player.read(&mut read)?;
         if n == 0 {
             return server.shutdown(Shutdown::Write);

@@ -331,7 +331,7 @@ fn spawn_peer(
 ) -> anyhow::Result<Spawned> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let mut command = peer.command(bin, addr, backend, transport, dir)?;
+    let mut command = peer.command(bin, addr, backend, transport, 4096, dir)?;
     let child = ChildLog::spawn_echoing(&mut command, &format!("[{}] ", peer.name())).context(peer.missing())?;
     let s = Spawned { child, addr, metrics: None };
     wait_for_port(addr, "the peer")?;

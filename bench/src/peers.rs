@@ -58,29 +58,36 @@ impl PeerArg {
         Ok(())
     }
 
-    /// The command that runs the peer on `listen` in front of `backend` (files it needs go to `dir`), its
-    /// standard output discarded; `bin` replaces the peer's program.
+    /// The command that runs the peer on `listen` in front of `backend` for at most `conns` players (files it
+    /// needs go to `dir`), its standard output discarded; `bin` replaces the peer's program. HAProxy is looked
+    /// for on `PATH`, then as `/usr/sbin/haproxy` (Debian's place, outside a non-root user's `PATH`).
     pub fn command(
         self,
         bin: Option<&Path>,
         listen: SocketAddr,
         backend: SocketAddr,
         transport: TransportArg,
+        conns: usize,
         dir: &Path,
     ) -> anyhow::Result<Command> {
         self.check(transport)?;
         let mut c = match self {
             Self::Haproxy => {
+                // Two descriptors per connection: HAProxy refuses to start when its limit cannot cover maxconn.
+                let maxconn = conns + 64;
                 let cfg = dir.join("haproxy.cfg");
                 std::fs::write(
                     &cfg,
                     format!(
-                        "global\n  maxconn 9000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
+                        "global\n  maxconn {maxconn}\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n  \
                          timeout server 1h\nfrontend mc\n  bind {listen}\n  default_backend bench\nbackend bench\n  \
                          server b {backend}\n"
                     ),
                 )?;
-                let mut c = Command::new(bin.unwrap_or(Path::new("haproxy")));
+                let on_path = std::env::var_os("PATH")
+                    .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("haproxy").is_file()));
+                let default = if on_path { Path::new("haproxy") } else { Path::new("/usr/sbin/haproxy") };
+                let mut c = Command::new(bin.unwrap_or(default));
                 c.args(["-db", "-f"]).arg(&cfg);
                 c
             }

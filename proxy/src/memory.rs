@@ -3,8 +3,8 @@
 //! glibc's allocator keeps what a burst of sessions freed (resume buffers, relay and TLS buffers) in its arenas
 //! for reuse, so after a flood the proxy's resident size would stay at its peak for good, and an operator's
 //! graphs with it. Looking every [`TRIM_INTERVAL`], once enough connections ended (sessions over, parked
-//! sessions expired) or zstd contexts were freed after a quiet spell (about 250 KiB each: [`TRIM_AFTER_ENDED`]),
-//! the proxy asks glibc to return the free pages of every arena
+//! sessions expired) or zstd contexts were freed after a quiet spell (about 119 KiB compressing, 223 KiB
+//! decompressing: [`TRIM_AFTER_ENDED`]), the proxy asks glibc to return the free pages of every arena
 //! (`malloc_trim(0)`, which also `madvise`s whole free pages in the middle of a heap away). It runs on a blocking
 //! thread and takes about 10 ms for 80 MiB of free heap (docs/benchmarks.md, "Memory after a flood"). Other allocators (musl, macOS, Windows) return memory on their own: there this is a no-op.
 

@@ -38,8 +38,9 @@ use zstd_safe::{CCtx, CParameter, DCtx, DParameter, InBuffer, OutBuffer};
 pub const SUBPROTOCOL_V2_ZSTD: &str = "moonbridge.v2.zstd";
 
 /// Base-2 logarithm of the zstd window both directions use: 15, a 32 KiB window. Measured per connection: about
-/// 119 KiB for a compressor (with [`HASH_LOG`] and [`BLOCK_MAX`]) and 223 KiB for a decompressor in use,
-/// against 953 and 607 KiB with a 128 KiB window, for 4–11% more bytes on realistic traffic (docs/benchmarks.md,
+/// 119 KiB for a compressor (with [`HASH_LOG`] and [`BLOCK_MAX`]) and 223 KiB for a decompressor in use. The
+/// window was chosen before those two, with level 1's own table and block size: 305 and 223 KiB against 953
+/// and 607 KiB with a 128 KiB window, for 4–11% more bytes on realistic traffic (docs/benchmarks.md,
 /// "Compression").
 pub const WINDOW_LOG: u32 = 15;
 
@@ -50,8 +51,8 @@ pub const HASH_LOG: u32 = 12;
 
 /// The largest block the sender makes (`ZSTD_c_maxBlockSize`), in bytes: 8 KiB. zstd sizes its per-block
 /// buffers (sequences, literals, the output staging buffer) by the block size, which would otherwise be the
-/// window (32 KiB). With [`HASH_LOG`] this makes a compressor about 119 KiB instead of 305 KiB and 22–25% faster
-/// per tick, for 3–5% more bytes (docs/benchmarks.md, "Smaller compression contexts"). A sender-side choice:
+/// window (32 KiB). With [`HASH_LOG`] this makes a compressor about 119 KiB instead of 305 KiB and about 24%
+/// faster per tick, for 3–5% more bytes (docs/benchmarks.md, "Smaller compression contexts"). A sender-side choice:
 /// any decoder reads blocks up to the window size.
 pub const BLOCK_MAX: usize = 8 * 1024;
 
