@@ -248,6 +248,13 @@ where
         };
         let protocol = offer.parse().map_err(|_| ClientError::Upgrade("bad subprotocol header".into()))?;
         request.headers_mut().insert("Sec-WebSocket-Protocol", protocol);
+        if options.resume {
+            // Carriage v2 clients of this library follow a draining proxy's `move` (docs/carriage.md).
+            request.headers_mut().insert(
+                moonbridge_protocol::ws::v2::MOVE_HEADER,
+                tokio_tungstenite::tungstenite::http::HeaderValue::from_static("1"),
+            );
+        }
     }
     match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config())).await {
         Ok((ws, response)) => {

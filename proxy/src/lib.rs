@@ -45,14 +45,17 @@
 //! | `transfer/switch.rs` | a switch in progress |
 //! | `transfer/board.rs` | the switchboard, run inside the relay: frame by frame, runs of frames passed whole |
 //! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
+//! | `transfer/moving.rs` | a player moved between instances: what a draining switchboard hands over, the switchboard a moved player starts with |
 //! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |
 //! | `transfer/mod.rs` | whether a session can be moved; the `Ticket` a movable relay keeps for its switchboard |
+//! | `network/moves.rs` | moving a player off a draining instance: the state on the instance link, the drain's pacing |
 //! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
 //! | `relay/handover.rs` | the relay's backend side: the backend connection, or the switchboard in its place |
 //! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
 //! | `relay/tcp.rs` | the TCP relay loop |
 //! | `relay/v2.rs` | what carriage v2 adds to the WebSocket relay loop: retention, acks, the resume registration |
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
+//! | `relay/move_out.rs` | the draining side of a move: `move`, the hand-over of the state, `stay` or the end |
 //! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
 //! | `network/peer.rs` | the instance-link listener (kicks, resumes carried here) and forwarding a resume to its owner |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
@@ -60,6 +63,7 @@
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |
 //! | `session/status.rs` | server-list pings |
 //! | `session/login.rs` | route, forwarding, backend, the hand-over to the relay |
+//! | `session/arrive.rs` | a player moving here from a draining instance: the state fetched, the second login |
 //! | `session/serve.rs` | runs the stages in order and logs the session's end |
 //! | `listen/upgrade.rs` | the HTTP upgrade and the player's real address |
 //! | `listen/tcp.rs` | a player on plain TCP: the optional PROXY header, the session's view of the socket |

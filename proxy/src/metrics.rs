@@ -62,6 +62,11 @@ const RESUME_OUTCOMES: [&str; 7] = [
 /// The `outcome` values of `moonbridge_transfers_total` (server transfers, docs/network.md).
 pub(crate) const TRANSFER_OUTCOMES: [&str; 6] =
     ["moved", "refused", "failed", "fallback_failed", "failover", "failover_failed"];
+/// The `outcome` values of `moonbridge_drain_moves_total` (players moved off a draining instance,
+/// docs/cluster.md, "Drain"): `moved` (the player plays on through another instance), `failed` (the move was
+/// refused or timed out: the player stays until the grace ends), `not_movable` (a player who cannot be moved:
+/// TCP, carriage v1, a client that did not offer moves, online mode).
+pub(crate) const DRAIN_OUTCOMES: [&str; 3] = ["moved", "failed", "not_movable"];
 /// The `version` values of `moonbridge_tls_handshakes_total`.
 const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 
@@ -184,6 +189,7 @@ pub(crate) struct Metrics {
     tls_handshakes: IntCounterVec,
     resumes: IntCounterVec,
     transfers: IntCounterVec,
+    drain_moves: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
     /// `moonbridge_transfer_handovers_total`: sessions whose relay called in the transfer layer.
@@ -282,6 +288,12 @@ impl Metrics {
             "Server transfers, by outcome (moved, refused, failed, fallback_failed).",
             &["outcome"],
         )?;
+        let drain_moves = counter_vec(
+            &r,
+            "moonbridge_drain_moves_total",
+            "Players a draining instance moved to another instance of the network, by outcome (moved, failed, not_movable).",
+            &["outcome"],
+        )?;
         let transfer_seconds = reg(
             &r,
             Histogram::with_opts(
@@ -345,6 +357,7 @@ impl Metrics {
             (&tls_handshakes, &TLS_VERSIONS[..]),
             (&resumes, &RESUME_OUTCOMES[..]),
             (&transfers, &TRANSFER_OUTCOMES[..]),
+            (&drain_moves, &DRAIN_OUTCOMES[..]),
         ] {
             for v in values {
                 let _ = family.with_label_values(&[v]);
@@ -363,6 +376,7 @@ impl Metrics {
             tls_handshakes,
             resumes,
             transfers,
+            drain_moves,
             transfer_seconds,
             transfer_handovers,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
@@ -452,6 +466,11 @@ impl Metrics {
     /// Counts a resume attempt (or a session whose window passed) by outcome.
     pub(crate) fn resume(&self, outcome: &str) {
         self.resumes.with_label_values(&[outcome]).inc();
+    }
+
+    /// Counts a drain move by outcome (one of [`DRAIN_OUTCOMES`]).
+    pub(crate) fn drain_move(&self, outcome: &str) {
+        self.drain_moves.with_label_values(&[outcome]).inc();
     }
 
     /// Counts a server transfer by outcome (one of [`TRANSFER_OUTCOMES`]).

@@ -10,6 +10,9 @@
 //!   itself (closed without a byte, within [`PROBE_TIMEOUT`] at most) when the latest failed or is older than
 //!   [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as soon as
 //!   it does.
+//! - `POST /drain`: `202 stopping`, and the proxy stops as on SIGTERM (with `[network]` and a live peer: a drain,
+//!   docs/cluster.md); from a loopback address only (`403` otherwise), as the port may be reachable by a
+//!   Prometheus server.
 //!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
 //! must fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and [`crate::http_head::MAX_HEADERS`] headers.
@@ -81,7 +84,10 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: C
         tokio::spawn(async move {
             let _permit = permit;
             let head_within = if busy { BUSY_REQUEST_TIMEOUT } else { REQUEST_TIMEOUT };
-            if let Err(e) = tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state, head_within, busy)).await {
+            let local = peer.ip().is_loopback();
+            if let Err(e) =
+                tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state, head_within, busy, local)).await
+            {
                 debug!(%peer, "operations request abandoned: {e}");
             }
         });
@@ -106,7 +112,7 @@ fn busy() -> Vec<u8> {
 
 /// Reads one request head (within `head_within`) and answers it; in a busy slot only the probes are answered,
 /// other paths get `503 busy`.
-async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration, busy_slot: bool) {
+async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration, busy_slot: bool, local: bool) {
     let Some((method, path)) = read_request(&mut stream, head_within).await else {
         let _ = stream.write_all(&response(400, "Bad Request", "text/plain", "bad request\n")).await;
         return;
@@ -125,9 +131,16 @@ async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration
             }
         }
         _ if busy_slot => busy(),
+        // The same stop as SIGTERM (with `[network]` and a live peer, a drain): from this host only.
+        ("POST", "/drain") if local => {
+            state.stop_requested.cancel();
+            response(202, "Accepted", "text/plain", "stopping\n")
+        }
+        ("POST", "/drain") => response(403, "Forbidden", "text/plain", "from this host only\n"),
+        (_, "/drain") => response(405, "Method Not Allowed", "text/plain", "POST only\n"),
         ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
         (_, "/metrics" | "/healthz" | "/readyz") => response(405, "Method Not Allowed", "text/plain", "GET only\n"),
-        _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz or /readyz\n"),
+        _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz, /readyz or POST /drain\n"),
     };
     let _ = stream.write_all(&reply).await;
     let _ = stream.shutdown().await;

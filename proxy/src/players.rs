@@ -33,6 +33,9 @@ pub(crate) enum Command {
     /// A `BungeeCord` Plugin Message (its payload: the plugin's channel, `i16` length, data) for the backend the
     /// player is on.
     Forward(Vec<u8>),
+    /// This instance is draining: move the player to another instance of the network (docs/cluster.md,
+    /// "Drain"), or count it `not_movable` and stay.
+    Move,
 }
 
 /// A session's stop signal: the proxy's shutdown (its parent token), or a kick of this one session (a
@@ -58,6 +61,11 @@ impl Stop {
     /// Stops this session with `reason` (plain text, shown on the player's disconnect screen).
     pub(crate) fn kick(&self, reason: &str) {
         let _ = self.kicked.set(reason.to_string());
+        self.token.cancel();
+    }
+
+    /// Stops this session as the proxy's shutdown does (the shutdown message), ahead of the others.
+    pub(crate) fn shut(&self) {
         self.token.cancel();
     }
 
@@ -153,6 +161,8 @@ struct Entry {
     stop: Option<Arc<Stop>>,
     /// In a network: the login's claim of the name in Redis (see [`Update::claim`]).
     claim: Option<String>,
+    /// A drain can move the player.
+    movable: bool,
 }
 
 impl Entry {
@@ -191,6 +201,8 @@ pub(crate) struct Seen {
     pub(crate) uuid: String,
     pub(crate) address: SocketAddr,
     pub(crate) server: String,
+    /// A drain can move the player to another instance (docs/cluster.md, "Drain").
+    pub(crate) movable: bool,
 }
 
 impl PlayerTable {
@@ -211,7 +223,7 @@ impl PlayerTable {
     ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key = seen.name.to_lowercase();
-        let Seen { name, uuid, address, server } = seen;
+        let Seen { name, uuid, address, server, movable } = seen;
         // Queued under the table's lock, so the network sees the changes in the table's order.
         let mut table = self.lock();
         if let (Duplicate::Keep { later, reason }, Some(older)) = (duplicate, table.get(&key)) {
@@ -229,7 +241,7 @@ impl PlayerTable {
                 return Registration { table: Arc::clone(self), key, id };
             }
         }
-        let entry = Entry { id, name, uuid, address, server, commands, stop, claim };
+        let entry = Entry { id, name, uuid, address, server, commands, stop, claim, movable };
         self.changed(&key, Change::Plays(entry.record()), entry.claim.clone());
         let older = table.insert(key.clone(), entry);
         drop(table);
@@ -326,6 +338,7 @@ impl PlayerTable {
             uuid: e.uuid.clone(),
             address: e.address,
             server: e.server.clone(),
+            movable: e.movable,
         })
     }
 
@@ -334,6 +347,19 @@ impl PlayerTable {
     pub(crate) fn send(&self, name: &str, command: Command) -> bool {
         let sender = self.lock().get(&name.to_lowercase()).and_then(|e| e.commands.clone());
         sender.is_some_and(|s| s.try_send(command).is_ok())
+    }
+
+    /// For a drain: the command channels of the players that can move, and the stop signals of the others.
+    pub(crate) fn drain_split(&self) -> (Vec<mpsc::Sender<Command>>, Vec<Arc<Stop>>) {
+        let (mut movers, mut others) = (Vec::new(), Vec::new());
+        for e in self.lock().values() {
+            match (&e.commands, &e.stop) {
+                (Some(tx), _) if e.movable => movers.push(tx.clone()),
+                (_, Some(stop)) => others.push(Arc::clone(stop)),
+                _ => {}
+            }
+        }
+        (movers, others)
     }
 
     /// Queues `command` for every player that takes commands; how many got it.
@@ -374,6 +400,18 @@ impl Registration {
         }
     }
 
+    /// The login's claim of the name in Redis (in a network).
+    pub(crate) fn claim(&self) -> Option<String> {
+        self.table.lock().get(&self.key).filter(|e| e.id == self.id).and_then(|e| e.claim.clone())
+    }
+
+    /// The player moved to another instance, which holds the claim now: this registration's end leaves it.
+    pub(crate) fn forget_claim(&self) {
+        if let Some(e) = self.table.lock().get_mut(&self.key).filter(|e| e.id == self.id) {
+            e.claim = None;
+        }
+    }
+
     /// The table this registration is in.
     pub(crate) fn table(&self) -> &Arc<PlayerTable> {
         &self.table
@@ -400,6 +438,7 @@ mod tests {
             uuid: format!("{:032x}", name.len()),
             address: ([10, 0, 0, 1], 5).into(),
             server: server.into(),
+            movable: false,
         }
     }
 

@@ -247,6 +247,8 @@ impl Server {
     /// run on the caller's runtime, with a warning.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let token = CancellationToken::new();
+        // Stops the listeners; `token` stops the sessions (later, after a drain's moves).
+        let accepting = CancellationToken::new();
         let tracker = TaskTracker::new();
         let workers = match self.runtime.mode {
             RuntimeMode::ThreadPerCore => match Workers::start(self.runtime.worker_count()) {
@@ -295,19 +297,30 @@ impl Server {
             if let Accept::Wss(_, tls) = &*l.accept {
                 tracker.spawn(Tls::watch(Arc::clone(&tls.cert), token.clone()));
             }
-            tracker.spawn(accept_loop(l, Arc::clone(&self.state), token.clone(), tracker.clone(), workers.clone()));
+            let tokens = (accepting.clone(), token.clone());
+            tracker.spawn(accept_loop(l, Arc::clone(&self.state), tokens, tracker.clone(), workers.clone()));
         }
-        shutdown.await;
-        info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
+        tokio::select! {
+            () = shutdown => {}
+            () = self.state.stop_requested.cancelled() => info!("POST /drain: stopping as on SIGTERM"),
+        }
+        let grace = self.state.live().tunables.limits.shutdown_grace();
+        let grace_ends = tokio::time::Instant::now() + grace;
         self.state.draining.store(true, Ordering::Relaxed);
+        accepting.cancel();
+        // `[network]` with live peers: players move to the other instances first (docs/cluster.md, "Drain").
+        if let Some(net) = self.state.network().filter(|n| n.live_peers() > 0) {
+            let moves_end = grace_ends.checked_sub(DRAIN_RESERVE).unwrap_or(grace_ends);
+            crate::network::moves::drain(&self.state, net.config.drain_rate, moves_end).await;
+        }
+        info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
         token.cancel();
         if let Some(net) = self.state.network() {
             // Connections carried to other instances end now: their players resume at another instance.
             net.stop.cancel();
         }
         tracker.close();
-        let grace = self.state.live().tunables.limits.shutdown_grace();
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        if tokio::time::timeout_at(grace_ends, tracker.wait()).await.is_err() {
             warn!("shutdown grace period of {}s over; closing the remaining connections", grace.as_secs());
         } else {
             info!("shutdown complete");
@@ -325,6 +338,10 @@ impl Server {
         }
     }
 }
+
+/// Of `shutdown_grace_seconds`, what a drain leaves for the players it did not move to read the shutdown
+/// message: 3 seconds.
+pub(crate) const DRAIN_RESERVE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Applies a new configuration to a running server: backends, routes, forwarding, `[limits]`, `[status]`
 /// and `[rate_limits]` change for every session that starts afterwards; connected players keep their

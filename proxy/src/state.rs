@@ -95,6 +95,8 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
     pub(crate) draining: AtomicBool,
+    /// `POST /drain` asked the proxy to stop, as SIGTERM does.
+    pub(crate) stop_requested: tokio_util::sync::CancellationToken,
     /// The `[rate_limits]` table (its settings are in [`Live`]).
     pub(crate) rate: RateLimiter,
     /// Carriage v2: this instance's resumable sessions.
@@ -118,6 +120,7 @@ impl ProxyState {
             handshaking: HandshakeSlots::new(limits.max_handshaking),
             next_id: AtomicU64::new(1),
             draining: AtomicBool::new(false),
+            stop_requested: tokio_util::sync::CancellationToken::new(),
             rate: RateLimiter::new(),
             resume: Arc::new(ResumeTable::new()),
             players: Arc::default(),

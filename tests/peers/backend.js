@@ -21,13 +21,16 @@
 // "kick <reason>" disconnects the player with <reason>; "bungee <hex>" sends the bytes as a BungeeCord plugin
 // message (a request to the proxy, as a server plugin sends it); "crash" resets the player's connection with
 // no Play Disconnect (an RST: a crashed server), "vanish" closes it with none (a FIN: a killed process).
+// "duplicate" decides a second login of a name in play, as servers do: "kick_existing" (a vanilla server: the
+// older connection gets "You logged in from another location") or "refuse_new" (the new one is disconnected
+// before its Join Game: event "refused_duplicate"); without it both stay.
 // With a label, a player leaving is an event "left", a REGISTER plugin message an event "register", and a
 // BungeeCord plugin message from the proxy an event "bungee" (its data in hex).
 const mc = require('minecraft-protocol')
 const { burstPayload, emit, BURST_CHANNEL } = require('./common')
 
 const opts = Object.assign({ port: 0, motd: 'MoonBridge test backend', burstCount: 70, burstSize: 30000, keepAlive: true,
-  entityId: 1, label: null, otherEntityId: null },
+  entityId: 1, label: null, otherEntityId: null, duplicate: null },
   JSON.parse(process.argv[2] || '{}'))
 
 const server = mc.createServer({
@@ -64,7 +67,17 @@ function checkForwarded (client) {
   return { got, problems }
 }
 
+const playing = new Map()
+
 server.on('login', (client) => {
+  const older = playing.get(client.username)
+  if (older && opts.duplicate === 'refuse_new') {
+    emit({ event: 'refused_duplicate', username: client.username })
+    return client.end('You are already playing')
+  }
+  if (older && opts.duplicate === 'kick_existing') older.end('You logged in from another location')
+  playing.set(client.username, client)
+  client.on('end', () => { if (playing.get(client.username) === client) playing.delete(client.username) })
   const forwarded = opts.expectForwarded ? checkForwarded(client) : null
   emit({ event: 'login', username: client.username, uuid: client.uuid, serverHost: client.serverHost, forwarded: forwarded && forwarded.got })
   if (forwarded && forwarded.problems.length > 0) {

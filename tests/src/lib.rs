@@ -24,6 +24,7 @@ use std::time::Duration;
 pub mod backend;
 pub mod cutter;
 pub mod dns;
+pub mod forge;
 pub mod idle;
 /// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
 pub use moonbridge_client_scenarios as mc;

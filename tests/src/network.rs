@@ -100,7 +100,8 @@ impl Haproxy {
         let socket = dir.path().join("admin.sock");
         let mut cfg = format!(
             "global\n  stats socket {} mode 600 level admin\n  maxconn 4096\n\
-             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n",
+             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n\
+             retries 3\n  option redispatch 1\n",
             socket.display()
         );
         let mut fronts = Vec::new();

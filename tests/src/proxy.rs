@@ -60,6 +60,11 @@ impl Proxy {
         timeout(Duration::from_secs(30), self.task).await.expect("proxy stops in time").expect("proxy task");
     }
 
+    /// Waits for the server to return by itself (after `POST /drain`, say), at most `within`.
+    pub async fn wait_exit(self, within: Duration) {
+        timeout(within, self.task).await.expect("proxy stops in time").expect("proxy task");
+    }
+
     /// Waits until open connections drop to `n`.
     pub async fn wait_connections(&self, n: usize, within: Duration) {
         let stats = self.stats.clone();
@@ -123,11 +128,19 @@ impl Drop for KillOnDrop {
 /// Starts the `moonbridge` binary `bin` as its own process with `config` (errors only on stderr, dropped) and
 /// waits until `listens_on` accepts connections (at most 20 s).
 pub async fn spawn_proxy_process(bin: &str, config: &std::path::Path, listens_on: SocketAddr) -> std::process::Child {
+    // `MOONBRIDGE_TEST_LOG=<dir>`: the process logs at info level to `<dir>/<port>.log` (for a look at a run).
+    let (level, stderr) = match std::env::var_os("MOONBRIDGE_TEST_LOG") {
+        Some(dir) => {
+            let file = std::fs::File::create(std::path::Path::new(&dir).join(format!("{}.log", listens_on.port())));
+            ("info", file.map_or_else(|_| std::process::Stdio::null(), std::process::Stdio::from))
+        }
+        None => ("error", std::process::Stdio::null()),
+    };
     let child = std::process::Command::new(bin)
         .arg("--config")
         .arg(config)
-        .env("RUST_LOG", "error")
-        .stderr(std::process::Stdio::null())
+        .env("RUST_LOG", level)
+        .stderr(stderr)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
     timeout(Duration::from_secs(20), async {

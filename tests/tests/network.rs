@@ -687,3 +687,320 @@ async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
         p.shutdown().await;
     }
 }
+
+/// A player through the balancer who chats until `stop`, then once more: the chats it sent, in order.
+fn player_until(
+    url: &str,
+    options: Options,
+    name: &str,
+    ready: tokio::sync::mpsc::UnboundedSender<()>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<String> {
+    let (p, first) = Player::login(url, options, name);
+    assert_eq!(first.id, LoginSuccess::ID, "{name} logs in");
+    let mut sent = Vec::new();
+    let mut i = 0;
+    let mut chat = |p: &Player, sent: &mut Vec<String>| {
+        let m = format!("{name}-{i}");
+        i += 1;
+        sent.push(m.clone());
+        chat_through_move(p, &m, sent);
+    };
+    chat(&p, &mut sent);
+    ready.send(()).unwrap();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        chat(&p, &mut sent);
+        // Bounded by the chat's own wait: one message per 100 ms at most, as a player types.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // After the draining instance has exited: every player plays on.
+    chat(&p, &mut sent);
+    p.conn.close();
+    sent
+}
+
+/// Sends a chat message and reads until its echo, or until the world reset of a move (the two Respawns, S07):
+/// the old backend's answers after the draining instance's `move` are not delivered (as after a server switch),
+/// so the echo of a chat the old backend got just before never comes; the echo of one the new backend got may
+/// come after the reset, during the next chat (an echo of an earlier message of `sent` is passed over then).
+/// Panics on a disconnect or an echo of something never sent.
+fn chat_through_move(p: &Player, message: &str, sent: &[String]) {
+    p.conn.send(&chat_frame(message)).unwrap();
+    p.conn.end_tick().unwrap();
+    let mut respawns = 0;
+    loop {
+        let f = p.next(STEP);
+        match f.id {
+            0x00 => {
+                let ka: KeepAlive = f.decode().unwrap();
+                p.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+                p.conn.end_tick().unwrap();
+            }
+            0x02 => {
+                let text = chat_message_text(&f).unwrap_or_default();
+                if text == format!("echo:{message}") {
+                    return;
+                }
+                assert!(sent.iter().any(|m| text == format!("echo:{m}")), "an echo of a message sent before: {text}");
+            }
+            0x07 => {
+                respawns += 1;
+                if respawns == 2 {
+                    return;
+                }
+            }
+            0x40 => panic!("disconnected: {:?}", f.decode::<PlayDisconnect>().map(|d| d.reason_json)),
+            _ => {}
+        }
+    }
+}
+
+/// `series` at the `[metrics]` listener `addr`; `None` once it no longer answers.
+async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
+    let reply = timeout(Duration::from_secs(2), async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    })
+    .await
+    .ok()??;
+    moonbridge_tests::proxy::sample(reply.split_once("\r\n\r\n")?.1, series)
+}
+
+/// Instance A's configuration for the drain tests: `grace` seconds of shutdown grace.
+fn drain_config(backend: SocketAddr, redis: &Redis, key: &std::path::Path, cert: &TestCert, grace: u64) -> String {
+    format!(
+        "{}[metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = {grace}\n",
+        instance_config(backend, redis, key, "kick_existing", Some(cert))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
+    let redis = Redis::start().await;
+    // A vanilla server's rule: a second login of a name in play kicks the older connection.
+    let (mut node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "kick_existing" })).await;
+    let dir = TestDir::new("moonbridge-network-drain").unwrap();
+    let key = secret(&dir);
+    let cert = TestCert::generate("network-drain", KeyType::Ec).unwrap();
+    const GRACE: u64 = 10;
+    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    for p in [&a, &b] {
+        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+    }
+    // Round robin over [A, B], no affinity: every other connection of each group lands on A.
+    let haproxy = Haproxy::start(&[
+        ("ws", vec![a.addr(Transport::Ws), b.addr(Transport::Ws)]),
+        ("wss", vec![a.addr(Transport::Wss), b.addr(Transport::Wss)]),
+    ])
+    .await;
+    const PER_GROUP: usize = 20;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut players = Vec::new();
+    for (scheme, front) in [("ws", haproxy.fronts[0]), ("wss", haproxy.fronts[1])] {
+        for n in 0..PER_GROUP {
+            let url = format!("{scheme}://localhost:{}/mc", front.port());
+            let options =
+                Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 1000 }).to_string())).unwrap();
+            let name = format!("{scheme}{n}");
+            let (ready, stop) = (ready_tx.clone(), std::sync::Arc::clone(&stop));
+            let thread_name = name.clone();
+            let h = std::thread::spawn(move || player_until(&url, options, &thread_name, ready, &stop));
+            players.push((name, h));
+            // One at a time, so round robin alternates A, B, A, … in each group.
+            timeout(STEP, ready_rx.recv()).await.expect("the player chats within a step").expect("ready");
+        }
+    }
+    assert_eq!(a.stats.stats().connections, PER_GROUP, "half of the players are on A");
+    // SIGTERM to A: it moves its players to B and exits once they are gone, before its grace ends.
+    let started = Instant::now();
+    a.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(GRACE - 3),
+        "A exited {took:?} after SIGTERM, before moves stop (grace {GRACE}s)"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut sessions = Vec::new();
+    for (name, h) in players {
+        let sent = blocking(move || h.join()).await.unwrap_or_else(|_| panic!("{name} played on without an error"));
+        sessions.push((name, sent));
+    }
+    // The backend's transcript: every chat once, in order, per player; A's players logged in twice.
+    // Every chat, a login per player, and a second one for each of A's players.
+    let total: usize = sessions.iter().map(|(_, s)| s.len()).sum::<usize>() + 2 * PER_GROUP + PER_GROUP;
+    let lines = node.next_lines(total, STEP * 2).await;
+    assert!(lines.iter().all(|l| l["event"] != "client_error"), "{lines:?}");
+    for (name, sent) in &sessions {
+        let got: Vec<&str> = lines
+            .iter()
+            .filter(|l| l["event"] == "chat" && l["username"] == *name)
+            .map(|l| l["message"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(got, sent.iter().map(String::as_str).collect::<Vec<_>>(), "{name}'s transcript");
+    }
+    let logins = |name: &str| lines.iter().filter(|l| l["event"] == "login" && l["username"] == name).count();
+    let twice = sessions.iter().filter(|(n, _)| logins(n) == 2).count();
+    assert_eq!(twice, PER_GROUP, "A's players logged in again through B");
+    b.wait_connections(0, STEP).await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_until_its_grace() {
+    let redis = Redis::start().await;
+    // A server that refuses a second login of a name in play: the move's login is turned away.
+    let (mut node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "refuse_new" })).await;
+    let dir = TestDir::new("moonbridge-network-drain-refused").unwrap();
+    let key = secret(&dir);
+    let cert = TestCert::generate("network-drain-refused", KeyType::Ec).unwrap();
+    const GRACE: u64 = 7;
+    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    for p in [&a, &b] {
+        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+    }
+    let haproxy = Haproxy::start(&[("ws", vec![a.addr(Transport::Ws), b.addr(Transport::Ws)])]).await;
+    let url = format!("ws://localhost:{}/mc", haproxy.fronts[0].port());
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    let seen_refused = std::sync::Arc::clone(&refused);
+    // The player chats until it is disconnected: its echoes after the refusal, and the reason it read.
+    let player = std::thread::spawn(move || {
+        let options = Options::from_json(Some(&json!({ "ping_interval_ms": 1000 }).to_string())).unwrap();
+        let (p, first) = Player::login(&url, options, "Stays");
+        assert_eq!(first.id, LoginSuccess::ID);
+        let _ = ready_tx.send(());
+        let mut echoed_after = 0;
+        for i in 0.. {
+            let m = format!("Stays-{i}");
+            if p.conn.send(&chat_frame(&m)).and_then(|()| p.conn.end_tick()).is_err() {
+                // Closed after its Play Disconnect, which is still to be read.
+                return (echoed_after, p.disconnected(), p.conn.stats().resumes);
+            }
+            loop {
+                let f = p.next(STEP);
+                match f.id {
+                    0x00 => {
+                        let ka: KeepAlive = f.decode().unwrap();
+                        p.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+                        p.conn.end_tick().unwrap();
+                    }
+                    0x02 => {
+                        assert_eq!(chat_message_text(&f).unwrap_or_default(), format!("echo:{m}"), "in order, once");
+                        if seen_refused.load(std::sync::atomic::Ordering::Relaxed) {
+                            echoed_after += 1;
+                        }
+                        break;
+                    }
+                    0x07 => panic!("the player was not moved, yet its world was reset"),
+                    0x40 => {
+                        return (
+                            echoed_after,
+                            f.decode::<PlayDisconnect>().unwrap().reason_json,
+                            p.conn.stats().resumes,
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        unreachable!()
+    });
+    timeout(STEP, ready_rx.recv()).await.expect("the player plays").expect("ready");
+    // A is the instance the balancer sent the player to.
+    let (a, b) = if a.stats.stats().connections == 1 { (a, b) } else { (b, a) };
+    assert_eq!(a.stats.stats().connections, 1, "the player is on one instance");
+    let a_metrics = a.metrics.unwrap();
+    // A TCP player on A cannot move: it gets the shutdown message at once, as without a network.
+    let tcp_url = tcp_url(&a);
+    let (tcp, first) = blocking(move || Player::login(&tcp_url, Options::from_json(None).unwrap(), "TcpPlayer")).await;
+    assert_eq!(first.id, LoginSuccess::ID);
+    let started = Instant::now();
+    let told = tokio::task::spawn_blocking(move || (tcp.disconnected(), Instant::now()));
+    let stopping = tokio::spawn(a.shutdown());
+    // The move is refused (4006 at B, `stay` at A) while A is still up.
+    let deadline = Instant::now() + STEP;
+    while metric_at(a_metrics, "moonbridge_drain_moves_total{outcome=\"failed\"}").await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the move failed within a step");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric_at(a_metrics, "moonbridge_drain_moves_total{outcome=\"moved\"}").await, Some(0.0));
+    refused.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reason, at) = told.await.unwrap();
+    assert!(reason.contains("Proxy is restarting"), "the TCP player's message: {reason}");
+    assert!(at - started < Duration::from_secs(2), "the TCP player was told at once: {:?}", at - started);
+    timeout(Duration::from_secs(GRACE + 5), stopping).await.expect("A stops by its grace").unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(GRACE - 3), "the player was kept until the grace's end: {took:?}");
+    let (echoed_after, reason, resumes) = blocking(move || player.join()).await.unwrap();
+    assert!(echoed_after >= 1, "the player played on at A after the refusal");
+    assert!(reason.contains("Proxy is restarting"), "the shutdown message: {reason}");
+    assert_eq!(resumes, 0, "no resume, no move");
+    // Nothing is left: B closed the refused connection, the backend saw one refusal and holds no connection.
+    b.wait_connections(0, STEP).await;
+    let refusal = node.event("refused_duplicate", STEP).await;
+    assert_eq!(refusal["username"], "Stays");
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
+    use moonbridge_tests::forge::{forge_server, handshake, through_client_library, ForgeClient};
+    let redis = Redis::start().await;
+    let (backend, log) = forge_server("survival", 1, false).await;
+    let dir = TestDir::new("moonbridge-network-drain-forge").unwrap();
+    let key = secret(&dir);
+    let cert = TestCert::generate("network-drain-forge", KeyType::Ec).unwrap();
+    const GRACE: u64 = 10;
+    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
+    for p in [&a, &b] {
+        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+    }
+    let haproxy = Haproxy::start(&[("wss", vec![a.addr(Transport::Wss), b.addr(Transport::Wss)])]).await;
+    let url = format!("wss://localhost:{}/mc", haproxy.fronts[0].port());
+    let options =
+        Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 1000 }).to_string())).unwrap();
+    let mut client = ForgeClient::over(through_client_library(&url, options).await, "Forger").await;
+    client.until(|seen| seen.iter().any(|s| s.starts_with("JoinGame"))).await;
+    let joined = client.seen.len();
+    let (a, b) = if a.stats.stats().connections == 1 { (a, b) } else { (b, a) };
+    assert_eq!(a.stats.stats().connections, 1, "the player is on one instance");
+    // The operations endpoint starts the drain here (the other tests use the signal's path).
+    let started = Instant::now();
+    let ops = a.metrics.unwrap();
+    assert!(moonbridge_tests::raw_http(ops, "GET /drain HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .starts_with("HTTP/1.1 405"));
+    let accepted =
+        moonbridge_tests::raw_http(ops, "POST /drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await;
+    assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
+    let stopping = tokio::spawn(a.wait_exit(Duration::from_secs(GRACE)));
+    client.until(|seen| seen.iter().filter(|s| s.starts_with("Respawn")).count() == 2).await;
+    // At the other instance: the reset, the server's whole handshake again, then the world reset.
+    let mut after = vec!["Reset".to_string()];
+    after.extend(handshake("survival"));
+    after.extend(["Respawn -1".to_string(), "Respawn 0".to_string()]);
+    assert_eq!(client.seen[joined..], after[..]);
+    assert_eq!(client.state, moonbridge_tests::forge::ClientState::Done, "the client finished the handshake again");
+    timeout(Duration::from_secs(GRACE), stopping).await.expect("A exits before its grace ends").unwrap();
+    assert!(started.elapsed() < Duration::from_secs(GRACE - 3), "A exited early: {:?}", started.elapsed());
+    client.say("hello").await;
+    client.until(|seen| seen.last().is_some_and(|s| s.starts_with("Chat"))).await;
+    assert_eq!(client.seen.last().unwrap(), "Chat [survival] echo:hello");
+    // The server ran two whole handshakes (one per login) and closed the first connection.
+    let heard = log.lock().unwrap().clone();
+    assert_eq!(heard.iter().filter(|l| *l == "Ack 5").count(), 2, "{heard:?}");
+    assert_eq!(heard.iter().filter(|l| *l == "closed").count(), 1, "{heard:?}");
+    assert_eq!(heard.last().map(String::as_str), Some("chat hello"), "{heard:?}");
+    drop(client);
+    b.wait_connections(0, STEP).await;
+    b.shutdown().await;
+}

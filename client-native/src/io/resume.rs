@@ -10,7 +10,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::tcp::run_tcp;
-use super::wait::{close_expired, closing_flag};
+use super::wait::{close_expired, closing_flag, CLOSE_LINGER};
 use super::ws::{feed_batch, run_ws, Resume, WsEnd, WsZstd};
 use crate::connect::{establish, Stream};
 use crate::error::ClientError;
@@ -28,13 +28,32 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
     let mut stream = first;
     loop {
         let v2 = stream.v2();
-        let end = match stream {
-            Stream::Ws(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
-            Stream::Wss(ws, _) => run_ws(*ws, shared, v2.then_some(&mut resume), zstd).await,
-            Stream::Tcp(s) => return run_tcp(s, shared).await,
+        let end = match &mut stream {
+            Stream::Ws(ws, _) => run_ws(ws, shared, v2.then_some(&mut resume), &mut zstd).await,
+            Stream::Wss(ws, _) => run_ws(ws, shared, v2.then_some(&mut resume), &mut zstd).await,
+            Stream::Tcp(_) => {
+                let Stream::Tcp(s) = stream else { return ClientError::Closed };
+                return run_tcp(s, shared).await;
+            }
         };
         let cause = match end {
             WsEnd::End(e) => return e,
+            WsEnd::Move(ticket) => {
+                match tokio::time::timeout(MOVE_TIMEOUT, attempt_move(target, shared, &mut resume, ticket)).await {
+                    Ok(Ok(moved)) => {
+                        // The draining proxy expects this close: it ends the old connection quietly.
+                        let _ = tokio::time::timeout(CLOSE_LINGER, close_old(&mut stream)).await;
+                        (stream, zstd) = moved;
+                    }
+                    // Refused or failed: go on over the old connection.
+                    _ => {
+                        if let Err(e) = stay(&mut stream, shared).await {
+                            return e;
+                        }
+                    }
+                }
+                continue;
+            }
             WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
             WsEnd::Lost(e) => e,
         };
@@ -43,6 +62,55 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
             Err(e) => return e,
         };
     }
+}
+
+/// The longest a move may take, from the proxy's `move` to the new proxy's `moved` (connect, TLS, upgrade, the
+/// state fetched from the draining instance and the backend's second login): 10 seconds. Past it the client
+/// stays on the draining instance (`stay`).
+pub(super) const MOVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Closes the old connection of a session that moved (Close 1000, reason `moved`).
+async fn close_old(stream: &mut Stream) {
+    let frame = Some(super::ws::close_frame(moonbridge_protocol::ws::CLOSE_NORMAL, "moved"));
+    let _ = match stream {
+        Stream::Ws(ws, _) => (**ws).close(frame).await,
+        Stream::Wss(ws, _) => (**ws).close(frame).await,
+        Stream::Tcp(_) => Ok(()),
+    };
+}
+
+/// Tells the draining proxy that the move was refused: the session goes on over `stream`.
+async fn stay(stream: &mut Stream, shared: &Shared) -> Result<(), ClientError> {
+    let stay = Message::Text(Control::Stay.encode().into());
+    let sent = match stream {
+        Stream::Ws(ws, _) => super::wait::write_or_abandon(shared, ws.send(stay)).await,
+        Stream::Wss(ws, _) => super::wait::write_or_abandon(shared, ws.send(stay)).await,
+        Stream::Tcp(_) => Ok(()),
+    };
+    sent
+}
+
+/// One move (`docs/carriage.md`, "Moving to another instance"): connect to the same URL, present the ticket
+/// with the counts, and take the `moved` answer (the new proxy then holds every byte sent; anything past its
+/// count is sent again).
+async fn attempt_move(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+    ticket: v2::ResumeToken,
+) -> Result<(Stream, Option<WsZstd>), Attempt> {
+    let mut stream = establish(target, &shared.options).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+    if !stream.v2() {
+        return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
+    }
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|e| Attempt::Failed(e.to_string()))?;
+    let request = Control::Moving { ticket, received: resume.received, sent: resume.sent() };
+    match &mut stream {
+        Stream::Ws(ws, _) => answer_on(ws, shared, resume, &mut zstd, request).await?,
+        Stream::Wss(ws, _) => answer_on(ws, shared, resume, &mut zstd, request).await?,
+        Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
+    }
+    Ok((stream, zstd))
 }
 
 /// Why one resume attempt did not work.
@@ -128,14 +196,27 @@ pub(super) async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
     resume: &mut Resume,
     zstd: &mut Option<WsZstd>,
 ) -> Result<(), Attempt> {
-    let failed = |e: WsError| Attempt::Failed(e.to_string());
     let token = resume.token.ok_or_else(|| Attempt::Refused("no resume token".into()))?;
     let request = Control::Resume { token, received: resume.received, sent: resume.sent() };
+    answer_on(ws, shared, resume, zstd, request).await
+}
+
+/// Sends `request` (`resume` or `moving`) as the first message of `ws` and takes the answer (`resumed` or
+/// `moved`): the new token, an `ack`, and what the proxy lacks sent again.
+async fn answer_on<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    shared: &Shared,
+    resume: &mut Resume,
+    zstd: &mut Option<WsZstd>,
+    request: Control,
+) -> Result<(), Attempt> {
+    let failed = |e: WsError| Attempt::Failed(e.to_string());
+    let moving = matches!(request, Control::Moving { .. });
     ws.send(Message::Text(request.encode().into())).await.map_err(failed)?;
     loop {
         match ws.next().await {
-            Some(Ok(Message::Text(t))) => match Control::parse(t.as_bytes()) {
-                Ok(Control::Resumed { received, token }) => {
+            Some(Ok(Message::Text(t))) => match (Control::parse(t.as_bytes()), moving) {
+                (Ok(Control::Resumed { received, token }), false) | (Ok(Control::Moved { received, token }), true) => {
                     let replay = resume
                         .retained
                         .resume_from(received)
@@ -155,6 +236,7 @@ pub(super) async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
             Some(Ok(Message::Close(frame))) => {
                 let code = frame.as_ref().map(|f| u16::from(f.code));
                 return Err(match code {
+                    Some(v2::CLOSE_MOVE_REFUSED) => Attempt::Refused("the move was refused (close 4006)".into()),
                     Some(c) if v2::is_resume_refusal(c) => {
                         Attempt::Refused(format!("{} (close {c})", v2::refusal_text(c)))
                     }

@@ -77,6 +77,9 @@ pub(super) enum WsEnd {
     End(ClientError),
     /// The connection was lost without a Minecraft disconnect: a carriage v2 session may resume.
     Lost(ClientError),
+    /// The proxy is draining and sent `move <ticket>`: nothing more comes on this connection until the move is
+    /// done (the connection is then closed) or refused (the client sends `stay` and goes on here).
+    Move(ResumeToken),
 }
 
 /// Sorts an error of an established WebSocket: the transport was lost (may resume), or the peer broke the
@@ -163,10 +166,10 @@ pub(super) async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
-    mut ws: WebSocketStream<S>,
+    ws: &mut WebSocketStream<S>,
     shared: &Shared,
     mut resume: Option<&mut Resume>,
-    mut zstd: Option<WsZstd>,
+    zstd: &mut Option<WsZstd>,
 ) -> WsEnd {
     let mut scanners = Scanners::new();
     let interval =
@@ -231,7 +234,7 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                 match m {
                     Some(Ok(Message::Binary(payload))) => {
                         bump(&shared.counters.messages_in, 1);
-                        let b: &[u8] = match &mut zstd {
+                        let b: &[u8] = match zstd {
                             None => &payload,
                             Some(z) => match z.inflate_message(&payload) {
                                 Ok(b) => b,
@@ -272,6 +275,10 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                     Some(Ok(Message::Text(t))) => {
                         let control = resume.as_deref_mut().map(|r| (Control::parse(t.as_bytes()), r));
                         match control {
+                            // Only after `session`: a move needs the counts and the token of a session in play.
+                            Some((Ok(Control::Move { ticket }), r)) if r.token.is_some() => {
+                                return WsEnd::Move(ticket);
+                            }
                             Some((Ok(Control::Session { token, window_seconds }), r)) => {
                                 r.token = Some(token);
                                 r.window = Duration::from_secs(window_seconds.min(MAX_RESUME_WINDOW_SECONDS));
@@ -318,7 +325,7 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
             let mut written = 0;
             for b in &batches {
                 Scanners::count(&mut scanners.out, b, &shared.counters.frames_out);
-                if let Err(e) = feed_batch(&mut ws, b, &mut zstd, shared).await {
+                if let Err(e) = feed_batch(ws, b, zstd, shared).await {
                     shared.written(batches.iter().map(Bytes::len).sum());
                     return write_loss(e);
                 }

@@ -11,6 +11,10 @@
 //! | `ack <count>` | both | I have received `<count>` Minecraft bytes from you on this session, in all |
 //! | `resume <token> <received> <sent>` | client, as the first message of a new WebSocket | resume the session of `<token>`; I have received `<received>` bytes from you and sent `<sent>` |
 //! | `resumed <count> <token>` | proxy, in answer | resumed; I have received `<count>` bytes from you; the next resume uses `<token>` |
+//! | `move <ticket>` | proxy, to a client that offered moves ([`MOVE_HEADER`]) | this instance is draining: reconnect and present `<ticket>`; no Minecraft bytes follow here |
+//! | `moving <ticket> <received> <sent>` | client, as the first message of a new WebSocket | take over the session `<ticket>` names; I have received `<received>` bytes and sent `<sent>` |
+//! | `moved <count> <token>` | proxy, in answer to `moving` | taken over; I hold `<count>` bytes of yours; the next resume uses `<token>` |
+//! | `stay` | client, on the old WebSocket | the move was refused (close [`CLOSE_MOVE_REFUSED`] on the new one): go on here |
 //!
 //! Counts are the Minecraft bytes carried in Binary payloads since the session's first byte (its handshake),
 //! over every WebSocket the session used. Each side keeps what it sent and the other has not acknowledged
@@ -51,6 +55,14 @@ pub const CLOSE_RESUME_OUT_OF_RANGE: u16 = 4003;
 pub const CLOSE_RESUME_USED: u16 = 4004;
 /// 4005: sent on a session's old WebSocket when a resume took the session over.
 pub const CLOSE_TAKEN_OVER: u16 = 4005;
+
+/// 4006: a `moving` request was refused (the ticket is not known, the draining instance cannot be reached, or
+/// the backend refused the player's second login); the client goes on over its old WebSocket (`stay`).
+pub const CLOSE_MOVE_REFUSED: u16 = 4006;
+
+/// The request header by which a client offers moves (`docs/carriage.md`, "Moving to another instance"):
+/// `MoonBridge-Move: 1`. A proxy sends `move` only to a client that sent it.
+pub const MOVE_HEADER: &str = "MoonBridge-Move";
 
 /// True for the close codes that refuse a resume (the client gives up and reports it).
 pub fn is_resume_refusal(code: u16) -> bool {
@@ -149,6 +161,29 @@ pub enum Control {
         /// The token of the next resume.
         token: ResumeToken,
     },
+    /// `move <ticket>` (draining proxy → client): reconnect and present the one-time `ticket`.
+    Move {
+        /// The one-time ticket (the form of a resume token: it names the draining instance).
+        ticket: ResumeToken,
+    },
+    /// `moving <ticket> <received> <sent>` (client → proxy, first message of a new WebSocket).
+    Moving {
+        /// The ticket of the `move`.
+        ticket: ResumeToken,
+        /// Bytes the client has received from the draining proxy, in all (its count when `move` arrived).
+        received: u64,
+        /// Bytes the client has sent, in all.
+        sent: u64,
+    },
+    /// `moved <count> <token>` (proxy → client, in answer to `moving`).
+    Moved {
+        /// Bytes of the client's the session holds (the client's `sent`: nothing is sent again).
+        received: u64,
+        /// The token of the next resume.
+        token: ResumeToken,
+    },
+    /// `stay` (client → draining proxy, on the old WebSocket): the move was refused.
+    Stay,
 }
 
 /// Why a control message was refused (the receiver closes with 1002).
@@ -177,7 +212,7 @@ impl Control {
     /// Parses a Text message's payload.
     ///
     /// # Errors
-    /// [`ControlError`] for anything but the four forms.
+    /// [`ControlError`] for anything but the forms above.
     pub fn parse(text: &[u8]) -> Result<Self, ControlError> {
         if text.len() > MAX_CONTROL_LEN {
             return Err(ControlError::Malformed);
@@ -189,6 +224,10 @@ impl Control {
             ["ack", n] => Ok(Self::Ack(count(n)?)),
             ["resume", t, n, m] => Ok(Self::Resume { token: t.parse()?, received: count(n)?, sent: count(m)? }),
             ["resumed", n, t] => Ok(Self::Resumed { received: count(n)?, token: t.parse()? }),
+            ["move", t] => Ok(Self::Move { ticket: t.parse()? }),
+            ["moving", t, n, m] => Ok(Self::Moving { ticket: t.parse()?, received: count(n)?, sent: count(m)? }),
+            ["moved", n, t] => Ok(Self::Moved { received: count(n)?, token: t.parse()? }),
+            ["stay"] => Ok(Self::Stay),
             _ => Err(ControlError::Malformed),
         }
     }
@@ -200,6 +239,10 @@ impl Control {
             Self::Ack(n) => format!("ack {n}"),
             Self::Resume { token, received, sent } => format!("resume {token} {received} {sent}"),
             Self::Resumed { received, token } => format!("resumed {received} {token}"),
+            Self::Move { ticket } => format!("move {ticket}"),
+            Self::Moving { ticket, received, sent } => format!("moving {ticket} {received} {sent}"),
+            Self::Moved { received, token } => format!("moved {received} {token}"),
+            Self::Stay => "stay".to_string(),
         }
     }
 }
@@ -355,6 +398,13 @@ mod tests {
             (Control::Ack(65_536), "ack 65536".to_string()),
             (Control::Resume { token, received: 2_100_000, sent: 77 }, format!("resume {TOKEN} 2100000 77")),
             (Control::Resumed { received: 0, token }, format!("resumed 0 {TOKEN}")),
+            (Control::Move { ticket: token }, format!("move {TOKEN}")),
+            (
+                Control::Moving { ticket: token, received: u64::MAX, sent: 12 },
+                format!("moving {TOKEN} 18446744073709551615 12"),
+            ),
+            (Control::Moved { received: 12, token }, format!("moved 12 {TOKEN}")),
+            (Control::Stay, "stay".to_string()),
         ];
         for (c, text) in cases {
             assert_eq!(c.encode(), text);
@@ -379,6 +429,10 @@ mod tests {
             ("resume 0123456789abcdeg.00112233445566778899aabbccddeeff 1 1", ControlError::Token),
             ("resume 0123456789abcdef.00112233445566778899aabbccddeeff 1", ControlError::Malformed),
             ("session 0123456789abcdef.00112233445566778899aabbccddeeff", ControlError::Malformed),
+            ("move", ControlError::Malformed),
+            ("stay ", ControlError::Malformed),
+            ("moving 0123456789abcdef.00112233445566778899aabbccddeeff 1", ControlError::Malformed),
+            ("moved x 0123456789abcdef.00112233445566778899aabbccddeeff", ControlError::Count),
         ] {
             assert_eq!(Control::parse(text.as_bytes()), Err(e), "{text:?}");
         }

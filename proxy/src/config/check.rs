@@ -179,6 +179,9 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     if n.name.is_empty() || n.name.len() > 64 || !n.name.chars().all(name_ok) {
         push("network.name".into(), "must be 1 to 64 characters of A-Z a-z 0-9 - _ .".into());
     }
+    if !(1..=10_000).contains(&n.drain_rate) {
+        push("network.drain_rate".into(), format!("{} players per second is outside 1 to 10000", n.drain_rate));
+    }
     if n.peer_bind.port() != 0 && binds.contains(&n.peer_bind) {
         push("network.peer_bind".into(), format!("{} is used by a [[listener]]", n.peer_bind));
     }

@@ -112,6 +112,14 @@ pub struct NetworkConfig {
     /// `duplicate_login`: `"kick_existing"` (default) or `"refuse_new"` ([`DuplicateLogin`]).
     #[serde(default)]
     pub duplicate_login: DuplicateLogin,
+    /// `drain_rate`: on shutdown with live peers, players moved to another instance per second (a move is a
+    /// second login at the backend; the rate spreads them). 1 to 10,000. Default 50 (200 players in 4 s).
+    #[serde(default = "default_drain_rate")]
+    pub drain_rate: u32,
+}
+
+fn default_drain_rate() -> u32 {
+    50
 }
 
 fn default_network_name() -> String {

@@ -82,12 +82,12 @@ pub(crate) fn banner(l: &Listener, addr: SocketAddr) -> String {
     b
 }
 
-/// Accepts on one listener until `token` is cancelled; each connection's session runs on `workers` when there
-/// are (thread-per-core), else on this runtime.
+/// Accepts on one listener until `token` is cancelled (the listening socket closes then); each connection's
+/// session runs on `workers` when there are (thread-per-core), else on this runtime, and stops with `sessions`.
 pub(crate) async fn accept_loop(
     l: BoundListener,
     state: Arc<ProxyState>,
-    token: CancellationToken,
+    (token, sessions): (CancellationToken, CancellationToken),
     tracker: TaskTracker,
     workers: Option<Arc<Workers>>,
 ) {
@@ -147,7 +147,7 @@ pub(crate) async fn accept_loop(
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
         let stage = state.metrics.stage(l.transport);
         let conn =
-            Conn { state: Arc::clone(&state), slot, token: token.clone(), peer, stage, live, rate_checked: checked };
+            Conn { state: Arc::clone(&state), slot, token: sessions.clone(), peer, stage, live, rate_checked: checked };
         let accept = Arc::clone(&l.accept);
         let session = move |stream| {
             async move {

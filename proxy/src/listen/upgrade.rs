@@ -70,6 +70,8 @@ pub(crate) struct Upgraded {
     pub(crate) v2: bool,
     /// `moonbridge.v2.zstd` was selected: the zstd level of what the proxy sends.
     pub(crate) zstd: Option<i32>,
+    /// Carriage v2 was selected and the client offered moves (`MoonBridge-Move: 1`).
+    pub(crate) move_offered: bool,
 }
 
 /// Which carriage versions the proxy selects when a client offers them (the highest offered wins).
@@ -230,7 +232,8 @@ fn check_request(
     }
     response.push_str("\r\n");
     let client = SocketAddr::new(ip, if ip == peer.ip().to_canonical() { peer.port() } else { 0 });
-    Ok((response, Upgraded { client, leftover, v2, zstd }))
+    let move_offered = v2 && header(req, v2::MOVE_HEADER).is_some_and(|h| h.trim() == "1");
+    Ok((response, Upgraded { client, leftover, v2, zstd, move_offered }))
 }
 
 #[cfg(test)]

@@ -129,6 +129,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 ) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
     if up.v2 {
         link.enable_v2();
+        link.move_offered = up.move_offered;
         if let Some(level) = up.zstd {
             link.enable_zstd(level);
         }
@@ -138,6 +139,8 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         };
         match first {
             Ok(None) => {}
+            // A player moving here from a draining instance: its session starts from the state fetched there.
+            Ok(Some(control @ carriage::v2::Control::Moving { .. })) => link.moving = Some(control),
             Ok(Some(control)) => {
                 // `[network]`: a resume whose token names another live instance is carried there.
                 if let (Some(net), carriage::v2::Control::Resume { token, .. }) = (state.network(), &control) {
@@ -184,6 +187,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
             Finish::ProtocolError => (carriage::CLOSE_PROTOCOL_ERROR, "protocol error"),
             Finish::Policy => (carriage::CLOSE_POLICY_VIOLATION, "handshake limit"),
             Finish::BackendUnavailable => (carriage::CLOSE_INTERNAL_ERROR, "server unavailable"),
+            Finish::MoveRefused => (carriage::v2::CLOSE_MOVE_REFUSED, "move refused"),
         };
         // A fault earned by bad input takes precedence (WsLink::close).
         self.close(code, reason).await;
@@ -191,6 +195,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
 
     fn message_counts(&self) -> Option<(u64, u64)> {
         Some((self.messages_in, self.messages_out))
+    }
+
+    fn can_move(&self) -> bool {
+        self.v2 && self.move_offered
+    }
+
+    fn take_moving(&mut self) -> Option<carriage::v2::Control> {
+        self.moving.take()
+    }
+
+    fn continue_counts(&mut self, received: u64, sent: u64) {
+        self.stream_in = received;
+        self.stream_out = sent;
     }
 
     async fn relay(&mut self, mut backend: BackendSide, mut start: RelayStart<'_>) -> RelayReport {

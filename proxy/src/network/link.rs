@@ -148,6 +148,15 @@ pub(crate) enum Request {
         /// Plain text for the player's disconnect screen.
         reason: String,
     },
+    /// A player's `moving` request for a session of the listener's (docs/cluster.md, "Drain"); answered with
+    /// one [`crate::network::moves::MoveAnswer`].
+    Move {
+        /// The ticket the player presented (`<instance>.<secret>`).
+        ticket: String,
+        /// The client's counts: bytes received from the draining instance and sent, in all.
+        received: u64,
+        sent: u64,
+    },
 }
 
 /// The answer to [`Request::Kick`].
@@ -323,6 +332,16 @@ pub(crate) async fn write_answer<T: serde::Serialize, S: AsyncWrite + Unpin>(
     stream.write_all(&out).await?;
     stream.flush().await?;
     Ok(())
+}
+
+/// The MAC of an answer whose length field is `len` (any width) and body `json`.
+pub(crate) fn answer_mac(secret: &Secret, opened: &Opened, len: &[u8], json: &[u8]) -> hmac::Tag {
+    secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, len, json])
+}
+
+/// Whether `tag` is [`answer_mac`] of `len` and `json` (constant time).
+pub(crate) fn answer_mac_ok(secret: &Secret, opened: &Opened, len: &[u8], json: &[u8], tag: &[u8]) -> bool {
+    secret.verify(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, len, json], tag)
 }
 
 /// The TLS client configuration of links that carry a `wss` player: the listener's certificate is not

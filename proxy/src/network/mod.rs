@@ -18,6 +18,7 @@
 //!   state and says so in `moonbridge_network_redis_up`.
 
 pub(crate) mod link;
+pub(crate) mod moves;
 pub(crate) mod peer;
 
 pub use link::NetworkError;
@@ -279,6 +280,11 @@ impl Network {
     /// What the other instances dial to reach this one (`peer_address`, or found at start).
     pub(crate) fn advertised(&self) -> &str {
         &self.peer_address
+    }
+
+    /// How many other instances were live at the last renewal (a drain moves players only when some are).
+    pub(crate) fn live_peers(&self) -> usize {
+        self.peers.read().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// The peer address of live instance `id` (other than this one), as of the last renewal.

@@ -133,6 +133,19 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             info!(player = %name, kicked, via = %peer, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
             link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }).await
         }
+        Request::Move { ticket, received, sent } => {
+            let session = match ticket.parse::<moonbridge_protocol::ws::v2::ResumeToken>() {
+                Ok(token) => state.resume.remove::<super::moves::TicketTx>(&token).map_err(|r| r.reason),
+                Err(_) => Err("malformed ticket"),
+            };
+            let answer = super::moves::answer(&mut stream, &net.secret, &opened, session, (received, sent)).await?;
+            let outcome = match answer {
+                super::moves::MoveAnswer::State(_) => "handed over".to_string(),
+                super::moves::MoveAnswer::Refused { why } => format!("refused: {why}"),
+            };
+            info!(via = %peer, "a player's move to another instance: {outcome}");
+            Ok(())
+        }
         Request::Resume { secure, zstd, client, control } => {
             if secure != tls {
                 return Err(LinkError::BadRequest("a wss resume must come over TLS, a ws one without".into()));

@@ -169,6 +169,19 @@ impl BackendSide {
         Ok(())
     }
 
+    /// The drain asked this session to move and the switchboard can hand it over now.
+    pub(crate) fn move_due(&self) -> bool {
+        matches!(self, Self::Board(b) if b.move_asked() && b.movable_now().is_ok())
+    }
+
+    /// The switchboard, once one took over.
+    pub(crate) fn board(&mut self) -> Option<&mut crate::transfer::Switchboard> {
+        match self {
+            Self::Board(b) => Some(b),
+            _ => None,
+        }
+    }
+
     /// Every backend the player was on, in order, once a switchboard took over (`None` before).
     pub(crate) fn visited(&self) -> Option<&[String]> {
         match self {

@@ -34,6 +34,7 @@ use crate::wire::Side;
 
 mod flow;
 mod handover;
+mod move_out;
 pub(crate) mod resume;
 pub(crate) mod tcp;
 mod v2;
@@ -74,6 +75,8 @@ pub(crate) enum RelayEnd {
     Shutdown,
     /// Carriage v2: the player's connection was lost and no resume came within the window (seconds).
     NotResumed { window: u64 },
+    /// The player moved to another instance of the network (a drain).
+    Moved,
 }
 
 impl std::fmt::Display for RelayEnd {
@@ -84,6 +87,7 @@ impl std::fmt::Display for RelayEnd {
             Self::Error(s, e) => write!(f, "{s} error: {e}"),
             Self::Shutdown => f.write_str("proxy shutdown"),
             Self::NotResumed { window } => write!(f, "player connection lost and not resumed within {window}s"),
+            Self::Moved => f.write_str("moved to another instance"),
         }
     }
 }

@@ -47,6 +47,9 @@ pub(crate) struct ResumeStart {
     /// `limits.resume_buffer_bytes`.
     pub(crate) buffer: usize,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// The session moved here from a draining instance: the player gets `moved <count> <token>` instead of
+    /// `session <token> <window>` (docs/carriage.md, "Moving to another instance").
+    pub(crate) moved: bool,
 }
 
 /// The resumable sessions of this proxy instance.
@@ -147,9 +150,15 @@ impl ResumeTable {
 
     /// Registers a session reachable through `tx` under a fresh token.
     pub(crate) fn register<L: Send + 'static>(self: &Arc<Self>, tx: ResumptionTx<L>) -> Registration {
+        self.insert(tx)
+    }
+
+    /// Registers `value` under a fresh token of this instance: used once, as a resume token is (a draining
+    /// session's move ticket, docs/cluster.md "Drain", registers the channel its `moving` request arrives on).
+    pub(crate) fn insert<T: Any + Send>(self: &Arc<Self>, value: T) -> Registration {
         let mut secret = [0u8; SECRET_LEN];
         OsRng.fill_bytes(&mut secret);
-        self.lock().live.insert(secret, Box::new(tx));
+        self.lock().live.insert(secret, Box::new(value));
         Registration { table: Arc::clone(self), token: ResumeToken { instance: self.instance, secret } }
     }
 
@@ -157,18 +166,23 @@ impl ResumeTable {
     /// answers 4004 from then on), unless its session is on another link type (a ws session resumed through a
     /// wss listener: 4001, and the session stays reachable).
     pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<ResumptionTx<L>, Refusal> {
+        self.remove::<ResumptionTx<L>>(token)
+    }
+
+    /// Takes what `token` names, when it is a `T` (used once).
+    pub(crate) fn remove<T: Any + Send>(&self, token: &ResumeToken) -> Result<T, Refusal> {
         if token.instance != self.instance {
             return Err(Refusal::OTHER_INSTANCE);
         }
         let mut inner = self.lock();
         match inner.live.get(&token.secret) {
             None => return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN }),
-            Some(entry) if !entry.is::<ResumptionTx<L>>() => return Err(Refusal::UNKNOWN),
+            Some(entry) if !entry.is::<T>() => return Err(Refusal::UNKNOWN),
             Some(_) => {}
         }
         let entry = inner.live.remove(&token.secret);
         inner.retire(token.secret);
-        entry.and_then(|e| e.downcast::<ResumptionTx<L>>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
+        entry.and_then(|e| e.downcast::<T>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
     }
 
     /// Makes a used `token` valid again for the session of `tx`, until the returned registration is dropped

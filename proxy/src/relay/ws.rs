@@ -76,6 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             // Without a Resumable the loop neither loses a link nor is taken over; kept total all the same.
             StretchEnd::Lost(cause) => RelayEnd::Error(Side::Player, io::Error::other(cause)),
             StretchEnd::TakenOver(_) => RelayEnd::Error(Side::Player, io::Error::other("taken over")),
+            StretchEnd::Move => RelayEnd::Error(Side::Player, io::Error::other("moved")),
         };
         pipe.report(end)
     }
@@ -155,6 +156,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         return end;
                     }
                 }
+            }
+            // A drain's move, once the switchboard is between two frames both ways (v2 only).
+            if v2.is_some() && pipe.backend.move_due() {
+                return StretchEnd::Move;
             }
             if self.decode_backlog() {
                 pending = self.decode(&mut batch, RELAY_CHUNK).await;

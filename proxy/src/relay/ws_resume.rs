@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::info;
 
+use super::move_out::MoveEnd;
 use super::resume::{Refusal, ResumeStart, ResumeTable, Resumption};
 use super::v2::{Resumable, StretchEnd};
 use super::ws::{Inbound, Pipe};
@@ -47,10 +48,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     ) -> RelayReport {
         let mut pipe = Pipe::new(backend, start);
         self.shorten_keepalive(v2::MAX_PING_INTERVAL);
+        let moved = resume.moved;
         let mut r = Resumable::register(resume, self.stream_out, self.stream_in);
         // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
         let inbound = self.first_inbound().await;
-        let end = self.run(&mut pipe, &mut r, inbound).await;
+        let end = self.run(&mut pipe, &mut r, inbound, moved).await;
         // A resume that arrived as the session ended: its link is told the session is gone.
         r.rx.close();
         while let Ok(h) = r.rx.try_recv() {
@@ -63,8 +65,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     }
 
     /// The whole v2 relay: connected stretches, parking and resumes.
-    async fn run(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>, inbound: Inbound) -> RelayEnd {
-        let session = Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() };
+    async fn run(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>, inbound: Inbound, moved: bool) -> RelayEnd {
+        let session = if moved {
+            // A moved player holds everything it sent: nothing is sent again.
+            Control::Moved { received: self.stream_in, token: r.registration.token }
+        } else {
+            Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() }
+        };
         r.acks = AckSchedule::new(self.stream_in);
         // Without its token the player cannot resume: a failure here ends the session at once.
         let announced = match self.send_control(&session).await {
@@ -79,6 +86,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         loop {
             let (resumption, cause, lost_at) = match step {
                 StretchEnd::End(end) => return end,
+                StretchEnd::Move => {
+                    step = match self.move_out(pipe, r).await {
+                        MoveEnd::Stay => self.pump(pipe, Some(&mut *r), Inbound::empty()).await,
+                        MoveEnd::Over(end) => return end,
+                        MoveEnd::Stretch(s) => s,
+                    };
+                    continue;
+                }
                 StretchEnd::TakenOver(h) => {
                     // The old link still looked alive: tell it, without waiting for it.
                     (h, "taken over by a new connection".to_string(), Instant::now())

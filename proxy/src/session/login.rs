@@ -259,6 +259,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             window,
             buffer: live.tunables.limits.resume_buffer_bytes,
             metrics: Arc::clone(&s.state.metrics),
+            moved: false,
         })
     });
     // Login Success means the clientbound stream stays plaintext Minecraft: follow its frames so a shutdown can
@@ -267,15 +268,22 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     // encryption) is relayed opaquely.
     // Every player in Play is in this proxy's player table (what `BungeeCord` requests are answered from); a
     // movable one takes commands from other sessions too.
+    // In a network, a player whose client follows a drain's `move` (carriage v2, offline mode) is watched as a
+    // switchable one is: a drain moves it to another instance through the switchboard.
+    let can_move = s.player.can_move()
+        && cipher.is_none()
+        && state.network().is_some()
+        && live.tunables.limits.resume_window().is_some();
     let seen = logged_in.then(|| Seen {
         name: identity.name.clone(),
         uuid: identity.uuid().simple().to_string(),
         address: identity.client,
         server: backend.name.clone(),
+        movable: can_move,
     });
     let mut registration = None;
     let mut board = None;
-    let follow = if !logged_in || !transfer::applies(&live, backend) {
+    let follow = if !logged_in || !(transfer::applies(&live, backend) || can_move) {
         registration = seen.map(|seen| {
             let claim = claim.take().and_then(|c| c.take());
             state.players.register(seen, None, Some(Arc::clone(&stop)), claim, duplicate(&state))
@@ -302,6 +310,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             identity: *identity,
             metrics: Arc::clone(&state.metrics),
             backend: backend.clone(),
+            movable: can_move,
             registration: seen.map(|seen| {
                 let claim = claim.take().and_then(|c| c.take());
                 state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), claim, duplicate(&state))
@@ -364,7 +373,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
 
 /// What the player table does with two sessions of one name registered here at once: in a network,
 /// `duplicate_login` decides; without one, both stay, as before (the backends decide).
-fn duplicate(state: &crate::state::ProxyState) -> Duplicate {
+pub(super) fn duplicate(state: &crate::state::ProxyState) -> Duplicate {
     match state.network().map(|n| n.config.duplicate_login) {
         None => Duplicate::Replace,
         Some(DuplicateLogin::KickExisting) => Duplicate::Keep { later: true, reason: KICKED_ELSEWHERE },

@@ -33,6 +33,7 @@ use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::state::{Live, ProxyState};
 pub(crate) use crate::wire::PlayerGone;
 
+mod arrive;
 mod login;
 mod online;
 mod opening;
@@ -57,6 +58,21 @@ pub(crate) trait Player: Send {
     async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone>;
     /// Relays until either side ends. The backend's first answer has already been sent to the player.
     async fn relay(&mut self, backend: BackendSide, relay: RelayStart<'_>) -> RelayReport;
+    /// The player's client follows a draining instance's `move` (carriage v2 over WebSocket with
+    /// [`moonbridge_protocol::ws::v2::MOVE_HEADER`]): docs/cluster.md, "Drain".
+    fn can_move(&self) -> bool {
+        false
+    }
+
+    /// A connection whose first message was `moving`: the request, taken once (the session is then the moved
+    /// player's, not a new login).
+    fn take_moving(&mut self) -> Option<moonbridge_protocol::ws::v2::Control> {
+        None
+    }
+
+    /// A moved session's carriage v2 counts so far (stream bytes received from and sent to the player).
+    fn continue_counts(&mut self, _received: u64, _sent: u64) {}
+
     /// WebSocket messages received from and sent to the player, for WebSocket transports.
     fn message_counts(&self) -> Option<(u64, u64)> {
         None
@@ -77,6 +93,8 @@ pub(crate) enum Finish {
     Policy,
     /// The backend could not be reached (1011).
     BackendUnavailable,
+    /// A `moving` request was refused (4006): the client goes on with the draining instance.
+    MoveRefused,
 }
 
 impl Finish {

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 pub(crate) const TOO_MANY_CONNECTIONS: &str =
     "Too many connections from your address; please wait a moment and try again";
 
-use super::{login, opening, status};
+use super::{arrive, login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
 use crate::limits::HandshakeSlot;
 use crate::metrics::{Stage, StageGauge};
@@ -68,6 +68,11 @@ pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
 }
 
 async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
+    // A player moving here from a draining instance: no handshake, its state comes from there.
+    if let Some(moving) = s.player.take_moving() {
+        drop(slot);
+        return Box::pin(arrive::arrive(s, moving)).await;
+    }
     let limit = s.live.tunables.limits.handshake_timeout_seconds;
     let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;
     let metrics = &s.state.metrics;

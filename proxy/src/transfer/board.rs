@@ -39,11 +39,23 @@ pub(super) struct PlayerEnd {
     /// The serverbound frame the relay was in when it handed over: body bytes still to come, and whether they
     /// are dropped (a `BungeeCord` message); passed on first, to the backend that had its beginning (dropped
     /// once another backend serves the player).
-    tail: (usize, bool),
+    pub(super) tail: (usize, bool),
     /// The backend that had the beginning of `tail`'s frame no longer serves the player.
     pub(super) tail_orphaned: bool,
     /// The player closed its side (FIN): nothing more comes.
     closed: bool,
+}
+
+impl PlayerEnd {
+    /// A player end whose serverbound frames start with what `up` holds (no frame under way at a backend).
+    pub(super) fn starting_with(up: FrameDecoder) -> Self {
+        Self { up, tail: (0, false), tail_orphaned: false, closed: false }
+    }
+
+    /// Serverbound bytes queued after the last whole frame (the start of the next one).
+    pub(super) fn up_buffered(&self) -> &[u8] {
+        self.up.buffered()
+    }
 }
 
 /// The frame-by-frame relay between the player's relay and the current backend, with transfers.
@@ -74,6 +86,8 @@ pub(crate) struct Switchboard {
     /// The current backend is readable and nothing waits for the player: the relay reads it itself
     /// ([`Self::read_current_into`], [`Self::pass_through`]), so frames nobody looks into cost no copy.
     current_ready: bool,
+    /// The drain asked this session to move to another instance ([`Self::take_move_request`]).
+    pub(super) move_asked: bool,
 }
 
 /// What woke the switchboard.
@@ -99,24 +113,13 @@ impl Switchboard {
         // Read from the backend by the relay, not delivered (nor counted) there.
         backend.metrics.to_player.inc_by(rest.len() as u64);
         let visited = vec![backend.name.clone()];
-        let mut board = Self {
-            ctx,
-            player: PlayerEnd { up: FrameDecoder::new(MAX_FRAME_LEN), tail, tail_orphaned: false, closed: false },
-            current: Some(Link::new(backend, stream, &rest)),
-            switch: None,
-            client_entity,
-            swap: None,
-            forge: Forge { record: fml_record, replaying: false },
-            fallbacks: Vec::new(),
-            leftovers,
-            keep_alive: KeepAlives::new(),
-            out: Outbox::default(),
-            commands,
-            visited,
-            ended: None,
-            goodbye: false,
-            current_ready: false,
-        };
+        let mut player = PlayerEnd::starting_with(FrameDecoder::new(MAX_FRAME_LEN));
+        player.tail = tail;
+        let forge = Forge { record: fml_record, replaying: false };
+        let mut board = Self::empty(ctx, player, forge, commands, visited);
+        board.current = Some(Link::new(backend, stream, &rest));
+        board.client_entity = client_entity;
+        board.leftovers = leftovers;
         let step = board.clientbound();
         board.settle(step);
         if let (Some(why), None) = (lost, &board.ended) {
@@ -129,6 +132,35 @@ impl Switchboard {
         board
     }
 
+    /// A switchboard with no backend and no switch yet.
+    pub(super) fn empty(
+        ctx: Ctx,
+        player: PlayerEnd,
+        forge: Forge,
+        commands: Option<mpsc::Receiver<Command>>,
+        visited: Vec<String>,
+    ) -> Self {
+        Self {
+            ctx,
+            player,
+            current: None,
+            switch: None,
+            client_entity: None,
+            swap: None,
+            forge,
+            fallbacks: Vec::new(),
+            leftovers: Leftovers::default(),
+            keep_alive: KeepAlives::new(),
+            out: Outbox::default(),
+            commands,
+            visited,
+            ended: None,
+            goodbye: false,
+            current_ready: false,
+            move_asked: false,
+        }
+    }
+
     /// Bytes for the player are ready, or the switchboard has ended (then [`Self::take`] returns what is left
     /// and at last nothing). Writes what the last event produced for the backends first. Cancel-safe: every
     /// step keeps its progress in the switchboard.
@@ -136,6 +168,10 @@ impl Switchboard {
         loop {
             self.flush().await;
             if !self.out.to_player.is_empty() || self.ended.is_some() {
+                return;
+            }
+            // A drain's move, once the session can go: the relay sends `move` (crate::relay::move_out).
+            if self.move_asked && self.movable_now().is_ok() {
                 return;
             }
             let event = self.next_event().await;
@@ -201,7 +237,7 @@ impl Switchboard {
     }
 
     /// Records the end a step returned (the first one counts) and logs it.
-    fn settle(&mut self, step: Result<(), End>) {
+    pub(super) fn settle(&mut self, step: Result<(), End>) {
         if self.ended.is_some() {
             return;
         }

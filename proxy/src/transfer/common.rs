@@ -56,6 +56,9 @@ pub(super) struct Ctx {
     pub(super) identity: Identity,
     pub(super) metrics: Arc<Metrics>,
     pub(super) registration: Option<Registration>,
+    /// The player can move to another instance when this one drains (carriage v2 over WebSocket, a client that
+    /// offered moves, offline mode).
+    pub(super) movable: bool,
 }
 
 /// How the switchboard ended (the relay then ends as when a backend closes).

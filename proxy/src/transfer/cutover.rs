@@ -41,7 +41,7 @@ impl Switchboard {
             match trigger {
                 Trigger::Fallback { disconnect, .. } => self.out.to_player.extend_from_slice(&disconnect),
                 Trigger::Lost { from, why } => self.out.disconnect(&format!("{from} {why}")),
-                Trigger::Connect => {}
+                Trigger::Connect | Trigger::Arrived => {}
             }
             return;
         };
@@ -156,6 +156,7 @@ impl Switchboard {
             (Trigger::Fallback { from, .. } | Trigger::Lost { from, .. }, _) => from.clone(),
             (Trigger::Connect, Some(old)) => old.backend.name.clone(),
             (Trigger::Connect, None) => "-".into(),
+            (Trigger::Arrived, _) => "another instance".into(),
         };
         let ms = switch.started.elapsed().as_secs_f64() * 1000.0;
         info!(
@@ -165,12 +166,19 @@ impl Switchboard {
             ms = format_args!("{ms:.1}"),
             "player moved to another backend"
         );
-        self.ctx.metrics.transfer(if matches!(switch.trigger, Trigger::Lost { .. }) { "failover" } else { "moved" });
-        self.ctx.metrics.transfer_seconds.observe(ms / 1000.0);
+        match switch.trigger {
+            // Counted by the draining instance (moonbridge_drain_moves_total).
+            Trigger::Arrived => {}
+            Trigger::Lost { .. } => self.ctx.metrics.transfer("failover"),
+            _ => self.ctx.metrics.transfer("moved"),
+        }
+        if !matches!(switch.trigger, Trigger::Arrived) {
+            self.ctx.metrics.transfer_seconds.observe(ms / 1000.0);
+        }
         match &switch.trigger {
             Trigger::Fallback { from, reason, .. } => self.out.chat(&format!("{from} disconnected you: {reason}")),
             Trigger::Lost { from, why } => self.out.chat(&format!("{from} {why}")),
-            Trigger::Connect => {}
+            Trigger::Connect | Trigger::Arrived => {}
         }
         self.visited.push(link.backend.name.clone());
         if let Some(r) = &self.ctx.registration {
@@ -199,11 +207,12 @@ impl Switchboard {
         // registry yet: it then gets the rest of the current server's handshake, from the message its state waits
         // for (a 1.7.10 client takes a HandshakeReset only once its handshake is done, so none is sent now).
         let replay = if switch.reset_sent { self.forge.rest_after(switch.delivered).map(Some) } else { Some(None) };
-        self.ctx.metrics.transfer(match switch.trigger {
-            Trigger::Fallback { .. } => "fallback_failed",
-            Trigger::Lost { .. } => "failover_failed",
-            Trigger::Connect => "failed",
-        });
+        match switch.trigger {
+            Trigger::Fallback { .. } => self.ctx.metrics.transfer("fallback_failed"),
+            Trigger::Lost { .. } => self.ctx.metrics.transfer("failover_failed"),
+            Trigger::Connect => self.ctx.metrics.transfer("failed"),
+            Trigger::Arrived => {}
+        }
         if let (true, Some(replay)) = (self.current.is_some(), replay) {
             if let Some(rest) = replay {
                 self.out.to_player.extend_from_slice(&rest);
@@ -223,7 +232,7 @@ impl Switchboard {
                 self.out.disconnect(&message);
                 Err(End::Closed(format!("{from} {lost}; fallback {target} failed: {why}")))
             }
-            Trigger::Connect => {
+            Trigger::Connect | Trigger::Arrived => {
                 self.out.disconnect(&message);
                 Err(End::Closed(message))
             }

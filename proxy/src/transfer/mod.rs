@@ -64,12 +64,25 @@ mod common;
 mod cutover;
 mod forge;
 mod keep_alive;
+mod moving;
 mod requests;
 mod switch;
 
 pub(crate) use board::Switchboard;
 use common::Ctx;
 pub(crate) use common::{registration, Handed, LOST};
+pub(crate) use moving::{Arrival, MoveParts};
+pub(crate) use switch::MAX_HELD_BYTES;
+
+/// Logs `identity` in to `target` again (a moved player's second login): the connection once its Login
+/// Success was read, and what came after it; or why not, as the player would read it.
+pub(crate) async fn log_in_again(
+    target: Backend,
+    identity: Identity,
+    connect_timeout: std::time::Duration,
+) -> Result<(TcpStream, bytes::BytesMut), String> {
+    backend::dial(target, identity, connect_timeout).await
+}
 
 /// Whether players on `backend` can be moved (their relay watches for the frames that start a switch).
 pub(crate) fn applies(live: &Live, backend: &Backend) -> bool {
@@ -90,14 +103,24 @@ pub(crate) struct Ticket {
     pub(crate) backend: Backend,
     /// The player's place in this proxy's player table.
     pub(crate) registration: Option<Registration>,
+    /// The player can move to another instance when this one drains.
+    pub(crate) movable: bool,
 }
 
 impl Ticket {
     /// The switchboard that takes over the old backend's `stream` where the relay stopped.
     pub(crate) fn board(self, stream: TcpStream, handed: Handed) -> Box<Switchboard> {
-        let Self { live, identity, metrics, backend, registration } = self;
+        let Self { live, identity, metrics, backend, registration, movable } = self;
         metrics.transfer_handovers.inc();
         info!(player = %identity.name, backend = %backend.name, "transfer layer takes over the session");
-        Box::new(Switchboard::new(Ctx { live, identity, metrics, registration }, backend, stream, handed))
+        Box::new(Switchboard::new(Ctx { live, identity, metrics, registration, movable }, backend, stream, handed))
+    }
+
+    /// The switchboard of a player who moved here from a draining instance ([`Switchboard::arrived`]): the
+    /// ticket's backend is the one `arrival.stream` is logged in to.
+    pub(crate) fn arrived(self, arrival: Arrival) -> Box<Switchboard> {
+        let Self { live, identity, metrics, backend, registration, movable } = self;
+        info!(player = %identity.name, backend = %backend.name, "player moved here from a draining instance: joining its backend");
+        Box::new(Switchboard::arrived(Ctx { live, identity, metrics, registration, movable }, backend, arrival))
     }
 }

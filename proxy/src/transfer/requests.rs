@@ -147,6 +147,14 @@ impl Switchboard {
                 self.send_to_current(&payload);
                 Ok(())
             }
+            Command::Move if self.ctx.movable => {
+                self.move_asked = true;
+                Ok(())
+            }
+            Command::Move => {
+                self.ctx.metrics.drain_move("not_movable");
+                Ok(())
+            }
         }
     }
 

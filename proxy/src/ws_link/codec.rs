@@ -89,6 +89,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 },
                 Ok(Some(Event::Text(t))) => match Control::parse(&t) {
                     Ok(Control::Ack(n)) if self.v2 => self.peer_ack = Some(self.peer_ack.map_or(n, |a| a.max(n))),
+                    Ok(Control::Stay) if self.v2 && self.move_offered => self.peer_stay = true,
                     _ => {
                         self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "unexpected control message"));
                         break Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, "unexpected control message"));

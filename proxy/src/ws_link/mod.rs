@@ -99,6 +99,12 @@ pub(crate) struct WsLink<S> {
     pub(crate) zstd: Option<Box<Zstd>>,
     /// The last decode turn stopped at its byte limit (see [`WsLink::decode_backlog`]).
     stopped_at_limit: bool,
+    /// The client offered moves (`MoonBridge-Move: 1`, carriage v2): a draining proxy may send it `move`.
+    pub(crate) move_offered: bool,
+    /// The player sent `stay` (its move was refused), not yet taken by the relay.
+    pub(crate) peer_stay: bool,
+    /// The first message was `moving`: the session is a moved player's (taken by the session once).
+    pub(crate) moving: Option<Control>,
 }
 
 /// What reading a batch of events turned up besides stream bytes.
@@ -147,6 +153,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             max_message: max_message_bytes,
             zstd: None,
             stopped_at_limit: false,
+            move_offered: false,
+            peer_stay: false,
+            moving: None,
         }
     }
 

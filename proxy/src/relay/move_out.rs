@@ -1,0 +1,182 @@
+//! The draining side of a move (docs/cluster.md, "Drain"; docs/carriage.md, "Moving to another instance"): the
+//! player gets `move <ticket>`, then nothing more from this instance. The instance the player reconnects to
+//! asks for the session with the ticket ([`Take`]); the relay reads the player's bytes up to the count the
+//! client named, answers with the session's state, and ends once the player closes this connection. A `stay`
+//! from the player (the other instance refused the move, even after it fetched the state: the backend turned
+//! the second login away), a refused hand-over, or the wait's end before anyone asked puts the relay back to
+//! work as if nothing happened.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use moonbridge_protocol::ws::v2::Control;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+use tracing::info;
+
+use super::v2::{Resumable, StretchEnd};
+use super::ws::Pipe;
+use super::RelayEnd;
+use crate::network::moves::{MoveAnswer, MoveState, Take, TicketTx, CATCH_UP_TIMEOUT};
+use crate::wire::{Side, LINGER, RELAY_CHUNK};
+use crate::ws_link::{Turn, WsLink};
+
+/// How long the draining relay waits for the move: the client library's move timeout (10 s) and 2 s more.
+/// Past it, a player whose state was not asked for goes on here; one whose state was handed over is gone.
+pub(crate) const MOVE_WAIT: Duration = Duration::from_secs(12);
+
+/// How a move ended for the draining relay.
+pub(super) enum MoveEnd<L> {
+    /// Not moved: the relay goes on (the player said `stay`, the hand-over was refused, or the wait ended
+    /// before anyone asked).
+    Stay,
+    /// The session is over here (moved, or ended while moving).
+    Over(RelayEnd),
+    /// The link was lost or taken over meanwhile: the v2 relay handles it as usual.
+    Stretch(StretchEnd<L>),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
+    /// Moves the player off this instance (see the module documentation).
+    pub(super) async fn move_out(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> MoveEnd<Self> {
+        let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
+        board.take_move_request();
+        let player = board.player_name().to_string();
+        let (tx, mut rx) = mpsc::channel::<Take>(1);
+        let ticket = r.table.insert::<TicketTx>(tx);
+        if let Err(e) = self.send_control(&Control::Move { ticket: ticket.token }).await {
+            return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
+        }
+        info!(player = %player, "draining: the player was asked to move to another instance");
+        let deadline = tokio::time::Instant::now() + MOVE_WAIT;
+        let mut batch = BytesMut::new();
+        let mut handed = false;
+        let metrics = std::sync::Arc::clone(&r.metrics);
+        let stall = pipe.up.stall;
+        loop {
+            tokio::select! {
+                Some(take) = rx.recv(), if !handed => {
+                    let answer = self.hand_over(pipe, &take).await;
+                    let state = matches!(answer, MoveAnswer::State(_));
+                    if let MoveAnswer::Refused { why } = &answer {
+                        info!(player = %player, "draining: the move was refused here: {why}");
+                        metrics.drain_move("failed");
+                        let _ = take.reply.send(answer);
+                        return MoveEnd::Stay;
+                    }
+                    // Handed over only when the other instance got it (it may have given up waiting).
+                    handed = state && take.reply.send(answer).is_ok();
+                }
+                res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
+                    if let Some(k) = &mut self.keepalive {
+                        k.on_receive(std::time::Instant::now());
+                    }
+                    if !matches!(res, Ok(n) if n > 0) {
+                        self.peer_closed = true;
+                        return self.moved_or_lost(handed, pipe, &metrics, &player, "connection closed").await;
+                    }
+                    let turn = self.decode(&mut batch, RELAY_CHUNK).await;
+                    // After a `stay`, what the client sent behind it goes on here too.
+                    if !batch.is_empty() && (!handed || self.peer_stay) {
+                        // Bytes the player sent before it read `move`: they reach the backend as usual.
+                        pipe.up.process_owned(&mut batch);
+                        if let Err(e) = pipe.backend.write_all(&batch, stall).await {
+                            return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
+                        }
+                    }
+                    batch.clear();
+                    // Also after the state was handed over: the other instance refused once the backend turned the
+                    // second login away, and the player goes on here.
+                    if std::mem::take(&mut self.peer_stay) {
+                        info!(player = %player, "draining: the move was refused at the other instance; the player stays");
+                        metrics.drain_move("failed");
+                        return MoveEnd::Stay;
+                    }
+                    match turn {
+                        Turn::Continue => {}
+                        Turn::Closed => return self.moved_or_lost(handed, pipe, &metrics, &player, "Close").await,
+                        Turn::Fault(e) => return MoveEnd::Over(RelayEnd::Error(Side::Player, e)),
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    metrics.drain_move("failed");
+                    if handed {
+                        let e = io::Error::new(io::ErrorKind::TimedOut, "moved, but the old connection was not closed");
+                        return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
+                    }
+                    info!(player = %player, "draining: no instance asked for the player within {}s; the player stays", MOVE_WAIT.as_secs());
+                    return MoveEnd::Stay;
+                }
+            }
+        }
+    }
+
+    /// The end of the old connection during a move: the move is done when the state was handed over;
+    /// otherwise a lost link, as any other.
+    async fn moved_or_lost(
+        &mut self,
+        handed: bool,
+        pipe: &mut Pipe<'_>,
+        metrics: &crate::metrics::Metrics,
+        player: &str,
+        how: &str,
+    ) -> MoveEnd<Self> {
+        if !handed {
+            metrics.drain_move("failed");
+            return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
+        }
+        // The other instance holds the name's claim now.
+        if let Some(g) = pipe.backend.board().and_then(|b| b.registration()) {
+            g.forget_claim();
+        }
+        metrics.drain_move("moved");
+        info!(player = %player, "draining: the player moved to another instance");
+        // The old backend connection ends with a FIN, its last bytes (a kick for the second login) read and
+        // dropped, so neither side sees a reset.
+        pipe.backend.shutdown_write();
+        pipe.backend.linger(LINGER).await;
+        MoveEnd::Over(RelayEnd::Moved)
+    }
+
+    /// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`
+    /// reach the backend (at most [`CATCH_UP_TIMEOUT`]), then the switchboard's state.
+    async fn hand_over(&mut self, pipe: &mut Pipe<'_>, take: &Take) -> MoveAnswer {
+        let refused = |why: String| MoveAnswer::Refused { why };
+        if take.received != self.stream_out {
+            return refused(format!("the client received {} bytes, {} were sent", take.received, self.stream_out));
+        }
+        let stall = pipe.up.stall;
+        let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
+            let mut batch = BytesMut::new();
+            while self.stream_in < take.sent {
+                match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
+                    Ok(n) if n > 0 => {}
+                    _ => return Err("the old connection ended".to_string()),
+                }
+                let turn = self.decode(&mut batch, RELAY_CHUNK).await;
+                pipe.up.process_owned(&mut batch);
+                pipe.backend.write_all(&batch, stall).await.map_err(|e| format!("backend write failed: {e}"))?;
+                batch.clear();
+                if !matches!(turn, Turn::Continue) {
+                    return Err("the old connection ended".to_string());
+                }
+            }
+            Ok(())
+        })
+        .await;
+        match caught_up {
+            Ok(Ok(())) if self.stream_in == take.sent => {}
+            Ok(Ok(())) => return refused(format!("the client sent {} bytes, {} arrived", take.sent, self.stream_in)),
+            Ok(Err(why)) => return refused(why),
+            Err(_) => return refused("the client's last bytes did not arrive in time".into()),
+        }
+        let Some(board) = pipe.backend.board() else { return refused("no switchboard".into()) };
+        board.flush().await;
+        let claim = board.registration().and_then(crate::players::Registration::claim);
+        match board.move_parts() {
+            Ok(parts) => MoveAnswer::State(Box::new(MoveState::new(parts, self.stream_out, self.stream_in, claim))),
+            Err(why) => refused(why.to_string()),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! A player moved between instances of a network (docs/cluster.md, "Drain"): what the draining instance's
+//! switchboard hands over ([`MoveParts`]), and the switchboard the receiving instance starts with, whose only
+//! backend is the one it just logged the player in to again ([`Switchboard::arrived`]). From there the move
+//! runs as a server switch does: a Forge client's handshake is reset and run again at the new connection's
+//! first `FML|HS` message, and the new connection's Join Game becomes the two Respawns, with entity ids
+//! rewritten from then on.
+
+use bytes::BytesMut;
+use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::backend::Link;
+use super::board::{PlayerEnd, Switchboard};
+use super::common::{registration, Ctx};
+use super::forge::{Forge, ServerStep};
+use super::keep_alive::OWN_KEEP_ALIVE_INTERVAL;
+use super::switch::{Switch, SwitchStep, Trigger};
+use crate::backend::{Backend, Identity};
+use crate::players::Command;
+
+/// What a draining instance's switchboard hands to the instance a player moves to.
+#[derive(Debug)]
+pub(crate) struct MoveParts {
+    pub(crate) identity: Identity,
+    /// The backend the player is on.
+    pub(crate) backend: String,
+    /// The entity id the client learned from its first Join Game.
+    pub(crate) client_entity: i32,
+    /// The current backend's Forge handshake record (`None` when it was too large or there is none).
+    pub(crate) forge_record: Option<Vec<u8>>,
+    /// Whole clientbound frames that remove what the current backend left on the client (scoreboard, teams,
+    /// tab list, an open window), for the player before anything of the new connection.
+    pub(crate) clear: Vec<u8>,
+    /// Serverbound bytes after the last whole frame the current backend got (the start of the next frame).
+    pub(crate) partial: Vec<u8>,
+}
+
+/// The rest of what [`Switchboard::arrived`] starts from.
+pub(crate) struct Arrival {
+    /// The backend connection, logged in (its Login Success read), and what came after the Login Success.
+    pub(crate) stream: TcpStream,
+    pub(crate) early: BytesMut,
+    /// The client's entity id, its Forge record and the frames that clear the old backend's leftovers.
+    pub(crate) client_entity: i32,
+    pub(crate) forge_record: Option<Vec<u8>>,
+    pub(crate) clear: Vec<u8>,
+    /// Serverbound bytes the draining instance read after the last whole frame.
+    pub(crate) partial: Vec<u8>,
+    pub(crate) commands: Option<mpsc::Receiver<Command>>,
+}
+
+impl Switchboard {
+    /// The drain asked this session to move (a [`Command::Move`]); true once, and only for a session that can
+    /// move (the relay then sends `move`). A session that cannot is counted `not_movable` and stays.
+    pub(crate) fn take_move_request(&mut self) -> bool {
+        std::mem::take(&mut self.move_asked)
+    }
+
+    /// Whether the drain asked this session to move (and it can).
+    pub(crate) fn move_asked(&self) -> bool {
+        self.move_asked
+    }
+
+    /// The player's name (for logs).
+    pub(crate) fn player_name(&self) -> &str {
+        &self.ctx.identity.name
+    }
+
+    /// The player's place in this proxy's player table.
+    pub(crate) fn registration(&self) -> Option<&crate::players::Registration> {
+        self.ctx.registration.as_ref()
+    }
+
+    /// Whether the session is at a point where it can be handed over: no switch under way, no replay, the
+    /// player in play, the player's output delivered, and no serverbound frame half-written to the backend.
+    pub(crate) fn movable_now(&self) -> Result<(), &'static str> {
+        if self.switch.is_some() || self.forge.replaying {
+            return Err("a server switch is under way");
+        }
+        if self.current.is_none() || self.ended.is_some() {
+            return Err("no backend serves the player");
+        }
+        if self.client_entity.is_none() {
+            return Err("the player has not joined yet");
+        }
+        if self.player.tail.0 > 0 && !self.player.tail_orphaned {
+            return Err("a serverbound frame is half-written to the backend");
+        }
+        if !self.out.to_player.is_empty() {
+            return Err("frames for the player are still pending");
+        }
+        Ok(())
+    }
+
+    /// What the instance the player moves to needs (see [`MoveParts`]).
+    ///
+    /// # Errors
+    /// Why the session cannot be handed over now ([`Self::movable_now`]).
+    pub(crate) fn move_parts(&self) -> Result<MoveParts, &'static str> {
+        self.movable_now()?;
+        let (Some(current), Some(client_entity)) = (&self.current, self.client_entity) else {
+            return Err("no backend serves the player");
+        };
+        let mut clear = BytesMut::new();
+        // A copy: if the move is refused, the player stays with what this instance knows.
+        let _ = self.leftovers.clone().clear(&mut clear);
+        Ok(MoveParts {
+            identity: self.ctx.identity.clone(),
+            backend: current.backend.name.clone(),
+            client_entity,
+            forge_record: self.forge.record.as_ref().map(|r| r.to_vec()),
+            clear: clear.to_vec(),
+            partial: self.player.up_buffered().to_vec(),
+        })
+    }
+
+    /// The switchboard of a player who moved here from a draining instance: no current backend, and a switch
+    /// to `target` whose login is done (`a.stream`), waiting for its Join Game (and, for a Forge client, running
+    /// the handshake again). The player first gets the frames that clear the old backend's leftovers.
+    pub(super) fn arrived(ctx: Ctx, target: Backend, a: Arrival) -> Self {
+        let started = Instant::now();
+        let forge = ctx.identity.is_forge();
+        let deadline = started
+            + if forge {
+                ctx.live.tunables.transfer.forge_handshake_timeout()
+            } else {
+                ctx.live.tunables.transfer.switch_timeout()
+            };
+        let mut up = FrameDecoder::new(MAX_FRAME_LEN);
+        up.queue_slice(&a.partial);
+        let visited = vec![target.name.clone()];
+        let mut board = Self::empty(
+            ctx,
+            PlayerEnd::starting_with(up),
+            Forge { record: a.forge_record.map(|r| BytesMut::from(&r[..])), replaying: false },
+            a.commands,
+            visited,
+        );
+        board.client_entity = Some(a.client_entity);
+        board.out.to_player.extend_from_slice(&a.clear);
+        let registration = registration(&board.ctx.live);
+        board.out.to_target.extend_from_slice(&registration);
+        board.switch = Some(Switch {
+            target: target.clone(),
+            trigger: Trigger::Arrived,
+            started,
+            deadline,
+            step: SwitchStep::Joining(Link::new(target, a.stream, &a.early)),
+            reset_sent: false,
+            delivered: ServerStep::None,
+            held: BytesMut::new(),
+            record: Some(BytesMut::new()),
+        });
+        board.keep_alive.own_at = started + OWN_KEEP_ALIVE_INTERVAL;
+        let step = board.joining_frames();
+        board.settle(step);
+        board
+    }
+}
