@@ -468,6 +468,13 @@ impl Metrics {
         self.resumes.with_label_values(&[outcome]).inc();
     }
 
+    /// Connections in the handshake or login stage, every transport's (a drain waits for their logins).
+    pub(crate) fn logging_in(&self) -> i64 {
+        let stages = Stage::ALL.len();
+        let counted = |i: &usize| [Stage::Handshake as usize, Stage::Login as usize].contains(&(i % stages));
+        self.stages.iter().enumerate().filter(|(i, _)| counted(i)).map(|(_, g)| g.get()).sum()
+    }
+
     /// Counts a drain move by outcome (one of [`DRAIN_OUTCOMES`]).
     pub(crate) fn drain_move(&self, outcome: &str) {
         self.drain_moves.with_label_values(&[outcome]).inc();

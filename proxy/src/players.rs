@@ -163,6 +163,8 @@ struct Entry {
     claim: Option<String>,
     /// A drain can move the player.
     movable: bool,
+    /// A drain took the player already (asked it to move, or shut it).
+    drained: bool,
 }
 
 impl Entry {
@@ -241,7 +243,7 @@ impl PlayerTable {
                 return Registration { table: Arc::clone(self), key, id };
             }
         }
-        let entry = Entry { id, name, uuid, address, server, commands, stop, claim, movable };
+        let entry = Entry { id, name, uuid, address, server, commands, stop, claim, movable, drained: false };
         self.changed(&key, Change::Plays(entry.record()), entry.claim.clone());
         let older = table.insert(key.clone(), entry);
         drop(table);
@@ -349,10 +351,12 @@ impl PlayerTable {
         sender.is_some_and(|s| s.try_send(command).is_ok())
     }
 
-    /// For a drain: the command channels of the players that can move, and the stop signals of the others.
+    /// For a drain: the command channels of the players that can move, and the stop signals of the others;
+    /// each player once (a later call returns only the players registered since).
     pub(crate) fn drain_split(&self) -> (Vec<mpsc::Sender<Command>>, Vec<Arc<Stop>>) {
         let (mut movers, mut others) = (Vec::new(), Vec::new());
-        for e in self.lock().values() {
+        for e in self.lock().values_mut().filter(|e| !e.drained) {
+            e.drained = true;
             match (&e.commands, &e.stop) {
                 (Some(tx), _) if e.movable => movers.push(tx.clone()),
                 (_, Some(stop)) => others.push(Arc::clone(stop)),

@@ -95,7 +95,11 @@ struct Player {
 impl Player {
     /// Connects to `url` and logs in as `name`; the first frame the backend (or proxy) answered with.
     fn login(url: &str, options: Options, name: &str) -> (Self, Frame) {
-        let conn = Connection::connect(url, options).unwrap();
+        Self::login_over(Connection::connect(url, options).unwrap(), name)
+    }
+
+    /// Logs in as `name` over an open connection; the first frame the backend (or proxy) answered with.
+    fn login_over(conn: Connection, name: &str) -> (Self, Frame) {
         send_login(&conn, name, false);
         let player = Self { conn, dec: std::sync::Mutex::new(moonbridge_protocol::FrameDecoder::new(1 << 21)) };
         let first = player.next(STEP);
@@ -131,8 +135,19 @@ impl Player {
 
     /// Sends a chat message and reads until its echo; panics on a disconnect.
     fn chat(&self, message: &str) {
+        self.chat_through(message, None);
+    }
+
+    /// Sends a chat message and reads until its echo. With `moving: Some(sent)` (the player's chats so far),
+    /// also until the world reset of a move (the two Respawns, S07): the old backend's answers after the
+    /// draining instance's `move` are not delivered (as after a server switch), so the echo of a chat the old
+    /// backend got just before never comes; the echo of one the new backend got may come after the reset,
+    /// during the next chat (an echo of an earlier message of `sent` is passed over then). Panics on a
+    /// disconnect or an echo out of order (of something never sent, while moving).
+    fn chat_through(&self, message: &str, moving: Option<&[String]>) {
         self.conn.send(&chat_frame(message)).unwrap();
         self.conn.end_tick().unwrap();
+        let mut respawns = 0;
         loop {
             let f = self.next(STEP);
             match f.id {
@@ -143,8 +158,20 @@ impl Player {
                 }
                 0x02 => {
                     let text = chat_message_text(&f).unwrap_or_default();
-                    assert_eq!(text, format!("echo:{message}"), "echoes arrive once each, in order");
-                    return;
+                    if text == format!("echo:{message}") {
+                        return;
+                    }
+                    let sent = moving.unwrap_or_else(|| panic!("echoes arrive once each, in order: {text}"));
+                    assert!(
+                        sent.iter().any(|m| text == format!("echo:{m}")),
+                        "an echo of a message sent before: {text}"
+                    );
+                }
+                0x07 if moving.is_some() => {
+                    respawns += 1;
+                    if respawns == 2 {
+                        return;
+                    }
                 }
                 0x40 => panic!("disconnected: {:?}", f.decode::<PlayDisconnect>().map(|d| d.reason_json)),
                 _ => {}
@@ -688,15 +715,15 @@ async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
     }
 }
 
-/// A player through the balancer who chats until `stop`, then once more: the chats it sent, in order.
+/// A player through the balancer who logs in as `name` over `conn`, chats until `stop`, then once more: the
+/// chats it sent, in order.
 fn player_until(
-    url: &str,
-    options: Options,
+    conn: Connection,
     name: &str,
     ready: tokio::sync::mpsc::UnboundedSender<()>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Vec<String> {
-    let (p, first) = Player::login(url, options, name);
+    let (p, first) = Player::login_over(conn, name);
     assert_eq!(first.id, LoginSuccess::ID, "{name} logs in");
     let mut sent = Vec::new();
     let mut i = 0;
@@ -704,7 +731,7 @@ fn player_until(
         let m = format!("{name}-{i}");
         i += 1;
         sent.push(m.clone());
-        chat_through_move(p, &m, sent);
+        p.chat_through(&m, Some(sent));
     };
     chat(&p, &mut sent);
     ready.send(()).unwrap();
@@ -717,42 +744,6 @@ fn player_until(
     chat(&p, &mut sent);
     p.conn.close();
     sent
-}
-
-/// Sends a chat message and reads until its echo, or until the world reset of a move (the two Respawns, S07):
-/// the old backend's answers after the draining instance's `move` are not delivered (as after a server switch),
-/// so the echo of a chat the old backend got just before never comes; the echo of one the new backend got may
-/// come after the reset, during the next chat (an echo of an earlier message of `sent` is passed over then).
-/// Panics on a disconnect or an echo of something never sent.
-fn chat_through_move(p: &Player, message: &str, sent: &[String]) {
-    p.conn.send(&chat_frame(message)).unwrap();
-    p.conn.end_tick().unwrap();
-    let mut respawns = 0;
-    loop {
-        let f = p.next(STEP);
-        match f.id {
-            0x00 => {
-                let ka: KeepAlive = f.decode().unwrap();
-                p.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
-                p.conn.end_tick().unwrap();
-            }
-            0x02 => {
-                let text = chat_message_text(&f).unwrap_or_default();
-                if text == format!("echo:{message}") {
-                    return;
-                }
-                assert!(sent.iter().any(|m| text == format!("echo:{m}")), "an echo of a message sent before: {text}");
-            }
-            0x07 => {
-                respawns += 1;
-                if respawns == 2 {
-                    return;
-                }
-            }
-            0x40 => panic!("disconnected: {:?}", f.decode::<PlayDisconnect>().map(|d| d.reason_json)),
-            _ => {}
-        }
-    }
 }
 
 /// `series` at the `[metrics]` listener `addr`; `None` once it no longer answers.
@@ -770,34 +761,62 @@ async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
     moonbridge_tests::proxy::sample(reply.split_once("\r\n\r\n")?.1, series)
 }
 
-/// Instance A's configuration for the drain tests: `grace` seconds of shutdown grace.
-fn drain_config(backend: SocketAddr, redis: &Redis, key: &std::path::Path, cert: &TestCert, grace: u64) -> String {
-    format!(
-        "{}[metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = {grace}\n",
-        instance_config(backend, redis, key, "kick_existing", Some(cert))
-    )
+/// The client library's options for the drain tests' players: the test CA, a Ping every second.
+fn options_for(cert: &TestCert) -> Options {
+    Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 1000 }).to_string())).unwrap()
+}
+
+/// The drain tests' network: two instances on one `redis-server` and `backend` (tcp, ws and wss listeners,
+/// metrics, `grace` seconds of shutdown grace), each seeing the other.
+struct Pair {
+    a: Proxy,
+    b: Proxy,
+    cert: TestCert,
+    _redis: Redis,
+    _dir: TestDir,
+}
+
+impl Pair {
+    async fn start(name: &str, backend: SocketAddr, grace: u64) -> Self {
+        let redis = Redis::start().await;
+        let dir = TestDir::new(&format!("moonbridge-{name}")).unwrap();
+        let key = secret(&dir);
+        let cert = TestCert::generate(name, KeyType::Ec).unwrap();
+        let config = format!(
+            "{}[metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = {grace}\n",
+            instance_config(backend, &redis, &key, "kick_existing", Some(&cert))
+        );
+        let (a, b) = (Proxy::start(&config).await, Proxy::start(&config).await);
+        for p in [&a, &b] {
+            wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
+        }
+        Self { a, b, cert, _redis: redis, _dir: dir }
+    }
+
+    /// HAProxy balancing round robin over the two instances, without affinity: one front per transport.
+    async fn balancer(&self, transports: &[(&str, Transport)]) -> Haproxy {
+        let groups: Vec<_> = transports.iter().map(|(n, t)| (*n, vec![self.a.addr(*t), self.b.addr(*t)])).collect();
+        Haproxy::start(&groups).await
+    }
+
+    /// Names the instance the only player is on `a`.
+    fn player_on_a(&mut self) {
+        if self.a.stats.stats().connections != 1 {
+            std::mem::swap(&mut self.a, &mut self.b);
+        }
+        assert_eq!(self.a.stats.stats().connections, 1, "the player is on one instance");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
-    let redis = Redis::start().await;
     // A vanilla server's rule: a second login of a name in play kicks the older connection.
     let (mut node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "kick_existing" })).await;
-    let dir = TestDir::new("moonbridge-network-drain").unwrap();
-    let key = secret(&dir);
-    let cert = TestCert::generate("network-drain", KeyType::Ec).unwrap();
     const GRACE: u64 = 10;
-    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    for p in [&a, &b] {
-        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
-    }
+    let pair = Pair::start("network-drain", backend, GRACE).await;
     // Round robin over [A, B], no affinity: every other connection of each group lands on A.
-    let haproxy = Haproxy::start(&[
-        ("ws", vec![a.addr(Transport::Ws), b.addr(Transport::Ws)]),
-        ("wss", vec![a.addr(Transport::Wss), b.addr(Transport::Wss)]),
-    ])
-    .await;
+    let haproxy = pair.balancer(&[("ws", Transport::Ws), ("wss", Transport::Wss)]).await;
+    let Pair { a, b, cert, _redis, _dir } = pair;
     const PER_GROUP: usize = 20;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -805,21 +824,54 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
     for (scheme, front) in [("ws", haproxy.fronts[0]), ("wss", haproxy.fronts[1])] {
         for n in 0..PER_GROUP {
             let url = format!("{scheme}://localhost:{}/mc", front.port());
-            let options =
-                Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 1000 }).to_string())).unwrap();
+            let options = options_for(&cert);
             let name = format!("{scheme}{n}");
             let (ready, stop) = (ready_tx.clone(), std::sync::Arc::clone(&stop));
             let thread_name = name.clone();
-            let h = std::thread::spawn(move || player_until(&url, options, &thread_name, ready, &stop));
+            let h = std::thread::spawn(move || {
+                player_until(Connection::connect(&url, options).unwrap(), &thread_name, ready, &stop)
+            });
             players.push((name, h));
             // One at a time, so round robin alternates A, B, A, … in each group.
             timeout(STEP, ready_rx.recv()).await.expect("the player chats within a step").expect("ready");
         }
     }
     assert_eq!(a.stats.stats().connections, PER_GROUP, "half of the players are on A");
+    // One more player's connection on A, its Login Start held back until the drain began: it is moved too.
+    let mut late = None;
+    let mut spare = None;
+    for n in 0..2 {
+        let (url, opts) = (format!("ws://localhost:{}/mc", haproxy.fronts[0].port()), options_for(&cert));
+        let conn = blocking(move || Connection::connect(&url, opts).unwrap()).await;
+        let open = 2 * PER_GROUP + 1 + n;
+        let deadline = Instant::now() + STEP;
+        while a.stats.stats().connections + b.stats.stats().connections < open {
+            assert!(Instant::now() < deadline, "the late connection is open at an instance within a step");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if a.stats.stats().connections > PER_GROUP {
+            late = Some(conn);
+            break;
+        }
+        spare = Some(conn); // on B: the next one alternates to A
+    }
+    let late = late.expect("a late connection on A");
+    let ops = a.metrics.unwrap();
     // SIGTERM to A: it moves its players to B and exits once they are gone, before its grace ends.
     let started = Instant::now();
-    a.shutdown().await;
+    let stopping = tokio::spawn(a.shutdown());
+    let deadline = Instant::now() + STEP;
+    while !moonbridge_tests::raw_http(ops, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await.starts_with("HTTP/1.1 503")
+    {
+        assert!(Instant::now() < deadline, "A is draining within a step");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let late_player = {
+        let (ready, stop) = (ready_tx.clone(), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || player_until(late, "Late", ready, &stop))
+    };
+    players.push(("Late".to_string(), late_player));
+    timeout(STEP, stopping).await.expect("A exits").unwrap();
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(GRACE - 3),
@@ -831,9 +883,11 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
         let sent = blocking(move || h.join()).await.unwrap_or_else(|_| panic!("{name} played on without an error"));
         sessions.push((name, sent));
     }
+    drop(spare);
     // The backend's transcript: every chat once, in order, per player; A's players logged in twice.
-    // Every chat, a login per player, and a second one for each of A's players.
-    let total: usize = sessions.iter().map(|(_, s)| s.len()).sum::<usize>() + 2 * PER_GROUP + PER_GROUP;
+    // Every chat, a login per player, and a second one for each of A's players (the late one's included).
+    let logins_in_all = (2 * PER_GROUP + 1) + (PER_GROUP + 1);
+    let total: usize = sessions.iter().map(|(_, s)| s.len()).sum::<usize>() + logins_in_all;
     let lines = node.next_lines(total, STEP * 2).await;
     assert!(lines.iter().all(|l| l["event"] != "client_error"), "{lines:?}");
     for (name, sent) in &sessions {
@@ -846,26 +900,19 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
     }
     let logins = |name: &str| lines.iter().filter(|l| l["event"] == "login" && l["username"] == name).count();
     let twice = sessions.iter().filter(|(n, _)| logins(n) == 2).count();
-    assert_eq!(twice, PER_GROUP, "A's players logged in again through B");
+    assert_eq!(twice, PER_GROUP + 1, "A's players, the late one too, logged in again through B");
+    assert_eq!(logins("Late"), 2, "the player whose login ended during the drain was moved too");
     b.wait_connections(0, STEP).await;
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_until_its_grace() {
-    let redis = Redis::start().await;
     // A server that refuses a second login of a name in play: the move's login is turned away.
     let (mut node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "refuse_new" })).await;
-    let dir = TestDir::new("moonbridge-network-drain-refused").unwrap();
-    let key = secret(&dir);
-    let cert = TestCert::generate("network-drain-refused", KeyType::Ec).unwrap();
     const GRACE: u64 = 7;
-    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    for p in [&a, &b] {
-        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
-    }
-    let haproxy = Haproxy::start(&[("ws", vec![a.addr(Transport::Ws), b.addr(Transport::Ws)])]).await;
+    let mut pair = Pair::start("network-drain-refused", backend, GRACE).await;
+    let haproxy = pair.balancer(&[("ws", Transport::Ws)]).await;
     let url = format!("ws://localhost:{}/mc", haproxy.fronts[0].port());
     let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -915,8 +962,8 @@ async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_u
     });
     timeout(STEP, ready_rx.recv()).await.expect("the player plays").expect("ready");
     // A is the instance the balancer sent the player to.
-    let (a, b) = if a.stats.stats().connections == 1 { (a, b) } else { (b, a) };
-    assert_eq!(a.stats.stats().connections, 1, "the player is on one instance");
+    pair.player_on_a();
+    let Pair { a, b, _redis, _dir, .. } = pair;
     let a_metrics = a.metrics.unwrap();
     // A TCP player on A cannot move: it gets the shutdown message at once, as without a network.
     let tcp_url = tcp_url(&a);
@@ -953,26 +1000,16 @@ async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
     use moonbridge_tests::forge::{forge_server, handshake, through_client_library, ForgeClient};
-    let redis = Redis::start().await;
     let (backend, log) = forge_server("survival", 1, false).await;
-    let dir = TestDir::new("moonbridge-network-drain-forge").unwrap();
-    let key = secret(&dir);
-    let cert = TestCert::generate("network-drain-forge", KeyType::Ec).unwrap();
     const GRACE: u64 = 10;
-    let a = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    let b = Proxy::start(&drain_config(backend, &redis, &key, &cert, GRACE)).await;
-    for p in [&a, &b] {
-        wait_metric(p, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
-    }
-    let haproxy = Haproxy::start(&[("wss", vec![a.addr(Transport::Wss), b.addr(Transport::Wss)])]).await;
+    let mut pair = Pair::start("network-drain-forge", backend, GRACE).await;
+    let haproxy = pair.balancer(&[("wss", Transport::Wss)]).await;
     let url = format!("wss://localhost:{}/mc", haproxy.fronts[0].port());
-    let options =
-        Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 1000 }).to_string())).unwrap();
-    let mut client = ForgeClient::over(through_client_library(&url, options).await, "Forger").await;
+    let mut client = ForgeClient::over(through_client_library(&url, options_for(&pair.cert)).await, "Forger").await;
     client.until(|seen| seen.iter().any(|s| s.starts_with("JoinGame"))).await;
     let joined = client.seen.len();
-    let (a, b) = if a.stats.stats().connections == 1 { (a, b) } else { (b, a) };
-    assert_eq!(a.stats.stats().connections, 1, "the player is on one instance");
+    pair.player_on_a();
+    let Pair { a, b, _redis, _dir, .. } = pair;
     // The operations endpoint starts the drain here (the other tests use the signal's path).
     let started = Instant::now();
     let ops = a.metrics.unwrap();

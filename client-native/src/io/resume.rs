@@ -38,22 +38,21 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
         };
         let cause = match end {
             WsEnd::End(e) => return e,
-            WsEnd::Move(ticket) => {
-                match tokio::time::timeout(MOVE_TIMEOUT, attempt_move(target, shared, &mut resume, ticket)).await {
-                    Ok(Ok(moved)) => {
-                        // The draining proxy expects this close: it ends the old connection quietly.
-                        let _ = tokio::time::timeout(CLOSE_LINGER, close_old(&mut stream)).await;
-                        (stream, zstd) = moved;
-                    }
-                    // Refused or failed: go on over the old connection.
-                    _ => {
-                        if let Err(e) = stay(&mut stream, shared).await {
-                            return e;
-                        }
-                    }
+            WsEnd::Move(ticket) => match attempt_move(target, shared, &mut resume, ticket).await {
+                Ok(moved) => {
+                    // The draining proxy expects this close: it ends the old connection quietly.
+                    let _ = tokio::time::timeout(CLOSE_LINGER, close_old(&mut stream)).await;
+                    (stream, zstd) = moved;
+                    continue;
                 }
-                continue;
-            }
+                // Refused or failed: go on over the old connection; if that is gone too, resume as after any
+                // drop.
+                Err(_) => match stay(&mut stream, shared).await {
+                    Ok(()) => continue,
+                    Err(e) if resume.token.is_some() => e,
+                    Err(e) => return e,
+                },
+            },
             WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
             WsEnd::Lost(e) => e,
         };
@@ -64,14 +63,18 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
     }
 }
 
-/// The longest a move may take, from the proxy's `move` to the new proxy's `moved` (connect, TLS, upgrade, the
-/// state fetched from the draining instance and the backend's second login): 10 seconds. Past it the client
-/// stays on the draining instance (`stay`).
-pub(super) const MOVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a move's new connection may take to open (connect, TLS, upgrade): 10 seconds. Past it the
+/// client stays on the draining instance (`stay`).
+pub(super) const MOVE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest the client waits for the new proxy's answer (`moved` or close 4006) once it sent `moving`:
+/// 10 seconds, longer than the 8 s the proxy takes at most to fetch the state and log the player in again,
+/// so the client never stays behind a move that then succeeds. Past it the client stays (`stay`).
+pub(super) const MOVE_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Closes the old connection of a session that moved (Close 1000, reason `moved`).
 async fn close_old(stream: &mut Stream) {
-    let frame = Some(super::ws::close_frame(moonbridge_protocol::ws::CLOSE_NORMAL, "moved"));
+    let frame = Some(super::ws::close_frame(moonbridge_protocol::ws::CLOSE_NORMAL, v2::CLOSE_REASON_MOVED));
     let _ = match stream {
         Stream::Ws(ws, _) => (**ws).close(frame).await,
         Stream::Wss(ws, _) => (**ws).close(frame).await,
@@ -99,17 +102,26 @@ async fn attempt_move(
     resume: &mut Resume,
     ticket: v2::ResumeToken,
 ) -> Result<(Stream, Option<WsZstd>), Attempt> {
-    let mut stream = establish(target, &shared.options).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+    let opened = tokio::time::timeout(MOVE_CONNECT_TIMEOUT, establish(target, &shared.options)).await;
+    let mut stream = match opened {
+        Ok(r) => r.map_err(|e| Attempt::Failed(e.to_string()))?,
+        Err(_) => return Err(Attempt::Failed("the new connection did not open in time".into())),
+    };
     if !stream.v2() {
         return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
     }
     let mut zstd = WsZstd::for_stream(&stream).map_err(|e| Attempt::Failed(e.to_string()))?;
     let request = Control::Moving { ticket, received: resume.received, sent: resume.sent() };
-    match &mut stream {
-        Stream::Ws(ws, _) => answer_on(ws, shared, resume, &mut zstd, request).await?,
-        Stream::Wss(ws, _) => answer_on(ws, shared, resume, &mut zstd, request).await?,
+    let answered = match &mut stream {
+        Stream::Ws(ws, _) => {
+            tokio::time::timeout(MOVE_ANSWER_TIMEOUT, answer_on(ws, shared, resume, &mut zstd, request)).await
+        }
+        Stream::Wss(ws, _) => {
+            tokio::time::timeout(MOVE_ANSWER_TIMEOUT, answer_on(ws, shared, resume, &mut zstd, request)).await
+        }
         Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
-    }
+    };
+    answered.map_err(|_| Attempt::Failed("no answer to the move in time".into()))??;
     Ok((stream, zstd))
 }
 

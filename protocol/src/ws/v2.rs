@@ -60,6 +60,11 @@ pub const CLOSE_TAKEN_OVER: u16 = 4005;
 /// the backend refused the player's second login); the client goes on over its old WebSocket (`stay`).
 pub const CLOSE_MOVE_REFUSED: u16 = 4006;
 
+/// The reason of the Close 1000 with which a client ends its old WebSocket once the new one answered `moved`;
+/// the draining proxy counts the move as done only on this Close (any other end of the old connection is a
+/// lost link there).
+pub const CLOSE_REASON_MOVED: &str = "moved";
+
 /// The request header by which a client offers moves (`docs/carriage.md`, "Moving to another instance"):
 /// `MoonBridge-Move: 1`. A proxy sends `move` only to a client that sent it.
 pub const MOVE_HEADER: &str = "MoonBridge-Move";

@@ -284,64 +284,79 @@ pub(crate) async fn kick(
         let mut stream = dial(peer).await?;
         let request = Request::Kick { name: name.to_string(), claim: claim.to_string(), reason: reason.to_string() };
         let opened = open(&mut stream, secret, &[], &request).await?;
-        let answer: KickAnswer = read_answer(&mut stream, secret, &opened).await?;
+        let answer: KickAnswer = read_answer(&mut stream, secret, &opened, SMALL_ANSWER).await?;
         Ok(answer.kicked)
     })
     .await
     .map_err(|_| LinkError::Timeout)?
 }
 
-/// Reads the listener's answer on an opened link: one `u16`-prefixed JSON object of at most
-/// [`MAX_REQUEST_BYTES`] and its MAC (module documentation).
+/// How an answer's length is written on a link: its width in bytes (2 or 4, big-endian) and the most it may
+/// say, in bytes of JSON (checked before anything is buffered).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AnswerSize {
+    /// Bytes of the length field: 2 or 4.
+    pub(crate) width: usize,
+    /// The largest JSON body, in bytes.
+    pub(crate) max: usize,
+}
+
+/// The answers of kicks and the like: a `u16` length, at most [`MAX_REQUEST_BYTES`].
+pub(crate) const SMALL_ANSWER: AnswerSize = AnswerSize { width: 2, max: MAX_REQUEST_BYTES };
+
+/// Reads the listener's answer on an opened link: one length-prefixed JSON object (`size`) and its MAC
+/// (module documentation).
+///
+/// # Errors
+/// [`LinkError::TooLong`] past `size.max` (before buffering), [`LinkError::BadMac`], a bad JSON object, or
+/// the stream's error.
 pub(crate) async fn read_answer<T: serde::de::DeserializeOwned, S: AsyncRead + Unpin>(
     stream: &mut S,
     secret: &Secret,
     opened: &Opened,
+    size: AnswerSize,
 ) -> Result<T, LinkError> {
-    let len = stream.read_u16().await?;
-    if usize::from(len) > MAX_REQUEST_BYTES {
-        return Err(LinkError::TooLong(usize::from(len)));
+    let mut field = [0u8; 4];
+    let field = field.get_mut(..size.width).ok_or(LinkError::TooLong(size.width))?;
+    stream.read_exact(field).await?;
+    let n = field.iter().fold(0usize, |n, b| n << 8 | usize::from(*b));
+    if n > size.max {
+        return Err(LinkError::TooLong(n));
     }
-    let mut json = vec![0u8; usize::from(len)];
+    let mut json = vec![0u8; n];
     stream.read_exact(&mut json).await?;
     let mut tag = [0u8; MAC_LEN];
     stream.read_exact(&mut tag).await?;
-    let parts: [&[u8]; 6] =
-        [ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, &len.to_be_bytes(), &json];
+    let parts: [&[u8]; 6] = [ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, field, &json];
     if !secret.verify(&parts, &tag) {
         return Err(LinkError::BadMac);
     }
     serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
 }
 
-/// Writes the listener's answer on an opened link: one `u16`-prefixed JSON object and its MAC.
+/// Writes the listener's answer on an opened link: one length-prefixed JSON object (`size`) and its MAC.
+///
+/// # Errors
+/// [`LinkError::TooLong`] when the JSON is over `size.max`, or the stream's error.
 pub(crate) async fn write_answer<T: serde::Serialize, S: AsyncWrite + Unpin>(
     stream: &mut S,
     secret: &Secret,
     opened: &Opened,
     value: &T,
+    size: AnswerSize,
 ) -> Result<(), LinkError> {
     let json = serde_json::to_vec(value).map_err(|e| LinkError::BadRequest(e.to_string()))?;
-    let len = u16::try_from(json.len()).ok().filter(|l| usize::from(*l) <= MAX_REQUEST_BYTES);
-    let len = len.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
-    let tag = secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, &len, &json]);
-    let mut out = Vec::with_capacity(2 + json.len() + MAC_LEN);
-    out.extend_from_slice(&len);
+    let n = u32::try_from(json.len()).ok().filter(|_| json.len() <= size.max);
+    let n = n.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
+    let field = n.get(4usize.saturating_sub(size.width)..).unwrap_or_default();
+    let tag = secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, field, &json]);
+    let mut out = Vec::with_capacity(field.len() + json.len() + MAC_LEN);
+    out.extend_from_slice(field);
     out.extend_from_slice(&json);
     out.extend_from_slice(tag.as_ref());
     stream.write_all(&out).await?;
     stream.flush().await?;
     Ok(())
-}
-
-/// The MAC of an answer whose length field is `len` (any width) and body `json`.
-pub(crate) fn answer_mac(secret: &Secret, opened: &Opened, len: &[u8], json: &[u8]) -> hmac::Tag {
-    secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, len, json])
-}
-
-/// Whether `tag` is [`answer_mac`] of `len` and `json` (constant time).
-pub(crate) fn answer_mac_ok(secret: &Secret, opened: &Opened, len: &[u8], json: &[u8], tag: &[u8]) -> bool {
-    secret.verify(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, len, json], tag)
 }
 
 /// The TLS client configuration of links that carry a `wss` player: the listener's certificate is not
@@ -418,12 +433,12 @@ mod tests {
         let (got, at_listener) = accepted.unwrap();
         assert_eq!(got, request);
         // The answer arrives with its MAC; the same answer under another link's nonces is refused.
-        write_answer(&mut b, &secret, &at_listener, &KickAnswer { kicked: true }).await.unwrap();
-        let answer: KickAnswer = read_answer(&mut a, &secret, &opened).await.unwrap();
+        write_answer(&mut b, &secret, &at_listener, &KickAnswer { kicked: true }, SMALL_ANSWER).await.unwrap();
+        let answer: KickAnswer = read_answer(&mut a, &secret, &opened, SMALL_ANSWER).await.unwrap();
         assert!(answer.kicked);
         let other = Opened { dialler: [1; NONCE_LEN], listener: [2; NONCE_LEN], binding: b"bind".to_vec() };
-        write_answer(&mut b, &secret, &other, &KickAnswer { kicked: false }).await.unwrap();
-        let forged = read_answer::<KickAnswer, _>(&mut a, &secret, &opened).await;
+        write_answer(&mut b, &secret, &other, &KickAnswer { kicked: false }, SMALL_ANSWER).await.unwrap();
+        let forged = read_answer::<KickAnswer, _>(&mut a, &secret, &opened, SMALL_ANSWER).await;
         assert!(matches!(forged, Err(LinkError::BadMac)));
 
         // A request changed on the path (after the dialler's MAC) is refused: "Alex" becomes "Blex".

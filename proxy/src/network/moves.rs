@@ -27,10 +27,14 @@ use crate::transfer::MoveParts;
 /// a partial frame of at most 2 MiB, each as hexadecimal, and the rest).
 pub(crate) const MAX_STATE_BYTES: usize = 12 * 1024 * 1024;
 
-/// How long the instance the player reached waits for the draining one's answer (the link's opening, the
-/// player's last bytes reaching the draining instance, the state): 8 seconds, within the client's
-/// 10-second move timeout.
-pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(8);
+/// A move's answer on the link: a `u32` length, at most [`MAX_STATE_BYTES`].
+const STATE_ANSWER: link::AnswerSize = link::AnswerSize { width: 4, max: MAX_STATE_BYTES };
+
+/// How long the instance the player reached takes at most, from the `moving` message to `moved` or close
+/// 4006: the state fetched over the link (the player's last bytes reaching the draining instance included),
+/// the backend's second login and its Join Game: 8 seconds, within the client library's 10-second wait for
+/// the answer, so a client never gives up on a move that then succeeds.
+pub(crate) const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// How long the draining relay waits for the player's bytes up to the count the client named: 5 seconds.
 pub(crate) const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -130,51 +134,86 @@ impl MoveState {
     }
 }
 
-/// The drain (on shutdown with live peers): asks every player here to move, `rate` per second, then waits
-/// until none is left or `until` (what is left then gets the shutdown message as before).
+/// How often a drain looks for players whose login ended after it began (they are moved, or shut, too): 50 ms.
+const DRAIN_LOOK: Duration = Duration::from_millis(50);
+
+/// The drain (on shutdown with live peers): asks every player here to move, `rate` per second, players who
+/// finish their login meanwhile included, until no player is left and no login is under way, or `until`
+/// (what is left then gets the shutdown message as before).
 pub(crate) async fn drain(state: &crate::state::ProxyState, rate: u32, until: tokio::time::Instant) {
-    let (movers, others) = state.players.drain_split();
-    let players = state.players.local_count();
-    // Players who cannot move (TCP, carriage v1, a client that did not offer moves, online mode) get the
-    // shutdown message at once, as without a network.
-    for stop in &others {
-        stop.shut();
-        state.metrics.drain_move("not_movable");
-    }
-    let started = tokio::time::Instant::now();
+    use tokio::sync::mpsc::error::TrySendError;
+    use tokio::time::Instant;
+    let started = Instant::now();
+    let mut queue = std::collections::VecDeque::new();
+    let movable = take_new(state, &mut queue);
     tracing::info!(
-        players,
-        movable = movers.len(),
+        players = state.players.local_count(),
+        movable,
         rate,
         "draining: moving players to the other instances of the network"
     );
     let every = Duration::from_secs(1) / rate.max(1);
-    let mut next = started;
-    for tx in movers {
-        if tokio::time::Instant::now() >= until {
-            break;
+    let (mut next, mut looked) = (started, started);
+    while Instant::now() < until {
+        if looked.elapsed() >= DRAIN_LOOK {
+            take_new(state, &mut queue);
+            looked = Instant::now();
         }
-        let _ = tx.try_send(crate::players::Command::Move);
-        next += every;
-        tokio::time::sleep_until(next.min(until)).await;
+        match queue.pop_front() {
+            Some(tx) => {
+                match tx.try_send(crate::players::Command::Move) {
+                    Ok(()) | Err(TrySendError::Closed(_)) => {}
+                    // A session whose command queue is full: asked again after the others.
+                    Err(TrySendError::Full(_)) => queue.push_back(tx),
+                }
+                next += every;
+                tokio::time::sleep_until(next.min(until)).await;
+            }
+            // Done when no player is left and no login is under way (it would end in play here).
+            None if state.players.local_count() == 0 && state.metrics.logging_in() == 0 => break,
+            None => {
+                tokio::time::sleep_until((Instant::now() + DRAIN_LOOK).min(until)).await;
+                next = Instant::now();
+            }
+        }
     }
-    // Checked every 50 ms: a shutdown waits on players leaving anyway.
-    while state.players.local_count() > 0 && tokio::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let unasked = queue.iter().filter(|tx| !tx.is_closed()).count();
+    for _ in 0..unasked {
+        state.metrics.drain_move("failed");
     }
     let left = state.players.local_count();
     tracing::info!(
         left,
+        unasked,
         ms = started.elapsed().as_millis() as u64,
         "draining: {}",
         if left == 0 { "no player left here" } else { "the players left here get the shutdown message" }
     );
 }
 
+/// Takes the players the drain has not seen yet: the movable ones join `queue` (how many is returned); the
+/// others (TCP, carriage v1, a client that did not offer moves, online mode) get the shutdown message at once,
+/// as without a network.
+fn take_new(state: &crate::state::ProxyState, queue: &mut std::collections::VecDeque<PlayerCommands>) -> usize {
+    let (movers, others) = state.players.drain_split();
+    for stop in &others {
+        stop.shut();
+        state.metrics.drain_move("not_movable");
+    }
+    let n = movers.len();
+    queue.extend(movers);
+    n
+}
+
+/// A player's command channel, as a drain holds it.
+type PlayerCommands = tokio::sync::mpsc::Sender<crate::players::Command>;
+
 /// Asks the instance at `peer` for the session of `ticket` (the player's `moving` request).
 ///
+/// The caller bounds the wait (the arrival's [`ARRIVAL_TIMEOUT`]).
+///
 /// # Errors
-/// [`LinkError`] when the link cannot be opened or answered within [`FETCH_TIMEOUT`].
+/// [`LinkError`] when the link cannot be opened or answered.
 pub(crate) async fn fetch(
     peer: &str,
     secret: &Secret,
@@ -182,14 +221,10 @@ pub(crate) async fn fetch(
     received: u64,
     sent: u64,
 ) -> Result<MoveAnswer, LinkError> {
-    tokio::time::timeout(FETCH_TIMEOUT, async {
-        let mut stream = link::dial(peer).await?;
-        let request = Request::Move { ticket: ticket.to_string(), received, sent };
-        let opened = link::open(&mut stream, secret, &[], &request).await?;
-        read_state(&mut stream, secret, &opened).await
-    })
-    .await
-    .map_err(|_| LinkError::Timeout)?
+    let mut stream = link::dial(peer).await?;
+    let request = Request::Move { ticket: ticket.to_string(), received, sent };
+    let opened = link::open(&mut stream, secret, &[], &request).await?;
+    link::read_answer(&mut stream, secret, &opened, STATE_ANSWER).await
 }
 
 /// Where a move ticket's `moving` request reaches its draining session (registered in the resume table under
@@ -224,51 +259,8 @@ pub(crate) async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
             }
         }
     };
-    write_state(stream, secret, opened, &answer).await?;
+    link::write_answer(stream, secret, opened, &answer, STATE_ANSWER).await?;
     Ok(answer)
-}
-
-/// Writes `answer` as a `u32`-prefixed JSON object and its MAC ([`link::answer_mac`]).
-async fn write_state<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    secret: &Secret,
-    opened: &Opened,
-    answer: &MoveAnswer,
-) -> Result<(), LinkError> {
-    use tokio::io::AsyncWriteExt;
-    let json = serde_json::to_vec(answer).map_err(|e| LinkError::BadRequest(e.to_string()))?;
-    let len = u32::try_from(json.len()).ok().filter(|l| (*l as usize) <= MAX_STATE_BYTES);
-    let len = len.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
-    let tag = link::answer_mac(secret, opened, &len, &json);
-    let mut out = Vec::with_capacity(4 + json.len() + tag.as_ref().len());
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&json);
-    out.extend_from_slice(tag.as_ref());
-    stream.write_all(&out).await?;
-    stream.flush().await?;
-    Ok(())
-}
-
-/// Reads what [`write_state`] wrote, checking its length before buffering and its MAC before parsing.
-async fn read_state<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    secret: &Secret,
-    opened: &Opened,
-) -> Result<MoveAnswer, LinkError> {
-    use tokio::io::AsyncReadExt;
-    let len = stream.read_u32().await?;
-    let n = len as usize;
-    if n > MAX_STATE_BYTES {
-        return Err(LinkError::TooLong(n));
-    }
-    let mut json = vec![0u8; n];
-    stream.read_exact(&mut json).await?;
-    let mut tag = [0u8; 32];
-    stream.read_exact(&mut tag).await?;
-    if !link::answer_mac_ok(secret, opened, &len.to_be_bytes(), &json, &tag) {
-        return Err(LinkError::BadMac);
-    }
-    serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
 }
 
 /// Bytes as lower-case hexadecimal in JSON.
@@ -368,12 +360,14 @@ mod tests {
             tokio::join!(link::open(&mut a, &secret, &[], &request), link::accept(&mut b, &secret, &[]));
         let (opened, (got, at_listener)) = (opened.unwrap(), accepted.unwrap());
         assert_eq!(got, request);
-        write_state(&mut b, &secret, &at_listener, &MoveAnswer::Refused { why: "no".into() }).await.unwrap();
-        let answer = read_state(&mut a, &secret, &opened).await.unwrap();
+        let refused = MoveAnswer::Refused { why: "no".into() };
+        link::write_answer(&mut b, &secret, &at_listener, &refused, STATE_ANSWER).await.unwrap();
+        let answer: MoveAnswer = link::read_answer(&mut a, &secret, &opened, STATE_ANSWER).await.unwrap();
         assert!(matches!(answer, MoveAnswer::Refused { why } if why == "no"));
         // A length over the limit is refused before anything is buffered.
         use tokio::io::AsyncWriteExt;
         b.write_all(&((MAX_STATE_BYTES as u32) + 1).to_be_bytes()).await.unwrap();
-        assert!(matches!(read_state(&mut a, &secret, &opened).await, Err(LinkError::TooLong(_))));
+        let over = link::read_answer::<MoveAnswer, _>(&mut a, &secret, &opened, STATE_ANSWER).await;
+        assert!(matches!(over, Err(LinkError::TooLong(n)) if n == MAX_STATE_BYTES + 1), "{over:?}");
     }
 }

@@ -131,7 +131,8 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         Request::Kick { name, claim, reason } => {
             let kicked = state.players.kick_claim(&name.to_lowercase(), &claim, &reason);
             info!(player = %name, kicked, via = %peer, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
-            link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }).await
+            link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }, link::SMALL_ANSWER)
+                .await
         }
         Request::Move { ticket, received, sent } => {
             let session = match ticket.parse::<moonbridge_protocol::ws::v2::ResumeToken>() {

@@ -1,10 +1,11 @@
 //! The draining side of a move (docs/cluster.md, "Drain"; docs/carriage.md, "Moving to another instance"): the
 //! player gets `move <ticket>`, then nothing more from this instance. The instance the player reconnects to
 //! asks for the session with the ticket ([`Take`]); the relay reads the player's bytes up to the count the
-//! client named, answers with the session's state, and ends once the player closes this connection. A `stay`
-//! from the player (the other instance refused the move, even after it fetched the state: the backend turned
-//! the second login away), a refused hand-over, or the wait's end before anyone asked puts the relay back to
-//! work as if nothing happened.
+//! client named, answers with the session's state, and ends once the player closes this connection with
+//! 1000 `moved` (any other end is a lost link, parked for a resume as always). A `stay` from the player (the
+//! other instance refused the move, even after it fetched the state: the backend turned the second login
+//! away), a refused hand-over, the instance's shutdown or the wait's end before anyone asked puts the relay
+//! back to work as if nothing happened (after a shutdown, the relay then sends the shutdown message).
 
 use std::io;
 use std::time::Duration;
@@ -22,19 +23,34 @@ use crate::network::moves::{MoveAnswer, MoveState, Take, TicketTx, CATCH_UP_TIME
 use crate::wire::{Side, LINGER, RELAY_CHUNK};
 use crate::ws_link::{Turn, WsLink};
 
-/// How long the draining relay waits for the move: the client library's move timeout (10 s) and 2 s more.
-/// Past it, a player whose state was not asked for goes on here; one whose state was handed over is gone.
+/// How long the draining relay waits at each step of a move: for the other instance's request after `move`
+/// (the client library opens its new connection within 10 s), then, once the state was handed over, for the
+/// player's Close (the other instance answers within 8 s, the client waits 10 s for it): 12 seconds each.
+/// Past the first, the player goes on here; past the second, the session ends here (the other instance may
+/// hold the player).
 pub(crate) const MOVE_WAIT: Duration = Duration::from_secs(12);
 
 /// How a move ended for the draining relay.
 pub(super) enum MoveEnd<L> {
-    /// Not moved: the relay goes on (the player said `stay`, the hand-over was refused, or the wait ended
-    /// before anyone asked).
+    /// Not moved: the relay goes on (the player said `stay`, the hand-over was refused, the wait ended before
+    /// anyone asked, or the instance stops before anyone asked: the relay then sends the shutdown message).
     Stay,
     /// The session is over here (moved, or ended while moving).
     Over(RelayEnd),
     /// The link was lost or taken over meanwhile: the v2 relay handles it as usual.
     Stretch(StretchEnd<L>),
+}
+
+/// What the draining relay's wait turned up.
+enum Event {
+    /// The other instance's request.
+    Take(Take),
+    /// The player's bytes (the read's result), or `None` for bytes already buffered.
+    Read(Option<io::Result<usize>>),
+    /// The session's shutdown signal, before the hand-over.
+    Shutdown,
+    /// The step's wait ended.
+    Timeout,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
@@ -49,14 +65,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
         }
         info!(player = %player, "draining: the player was asked to move to another instance");
-        let deadline = tokio::time::Instant::now() + MOVE_WAIT;
+        let mut deadline = tokio::time::Instant::now() + MOVE_WAIT;
         let mut batch = BytesMut::new();
         let mut handed = false;
         let metrics = std::sync::Arc::clone(&r.metrics);
         let stall = pipe.up.stall;
+        let shutdown = pipe.shutdown;
         loop {
-            tokio::select! {
-                Some(take) = rx.recv(), if !handed => {
+            let event = if self.decode_backlog() {
+                Event::Read(None)
+            } else {
+                tokio::select! {
+                    Some(take) = rx.recv(), if !handed => Event::Take(take),
+                    res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => Event::Read(Some(res)),
+                    // After the hand-over the other instance may hold the player: its answer is awaited still.
+                    () = shutdown.cancelled(), if !handed => Event::Shutdown,
+                    () = tokio::time::sleep_until(deadline) => Event::Timeout,
+                }
+            };
+            match event {
+                Event::Take(take) => {
                     let answer = self.hand_over(pipe, &take).await;
                     let state = matches!(answer, MoveAnswer::State(_));
                     if let MoveAnswer::Refused { why } = &answer {
@@ -67,54 +95,67 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     }
                     // Handed over only when the other instance got it (it may have given up waiting).
                     handed = state && take.reply.send(answer).is_ok();
+                    if handed {
+                        deadline = tokio::time::Instant::now() + MOVE_WAIT;
+                    }
+                    continue;
                 }
-                res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
-                    if let Some(k) = &mut self.keepalive {
-                        k.on_receive(std::time::Instant::now());
-                    }
-                    if !matches!(res, Ok(n) if n > 0) {
-                        self.peer_closed = true;
-                        return self.moved_or_lost(handed, pipe, &metrics, &player, "connection closed").await;
-                    }
-                    let turn = self.decode(&mut batch, RELAY_CHUNK).await;
-                    // After a `stay`, what the client sent behind it goes on here too.
-                    if !batch.is_empty() && (!handed || self.peer_stay) {
-                        // Bytes the player sent before it read `move`: they reach the backend as usual.
-                        pipe.up.process_owned(&mut batch);
-                        if let Err(e) = pipe.backend.write_all(&batch, stall).await {
-                            return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
-                        }
-                    }
-                    batch.clear();
-                    // Also after the state was handed over: the other instance refused once the backend turned the
-                    // second login away, and the player goes on here.
-                    if std::mem::take(&mut self.peer_stay) {
-                        info!(player = %player, "draining: the move was refused at the other instance; the player stays");
-                        metrics.drain_move("failed");
-                        return MoveEnd::Stay;
-                    }
-                    match turn {
-                        Turn::Continue => {}
-                        Turn::Closed => return self.moved_or_lost(handed, pipe, &metrics, &player, "Close").await,
-                        Turn::Fault(e) => return MoveEnd::Over(RelayEnd::Error(Side::Player, e)),
-                    }
+                Event::Shutdown => {
+                    info!(player = %player, "draining: the instance stops before the move; the player stays");
+                    metrics.drain_move("failed");
+                    return MoveEnd::Stay;
                 }
-                () = tokio::time::sleep_until(deadline) => {
+                Event::Timeout => {
                     metrics.drain_move("failed");
                     if handed {
+                        // The other instance may hold the player and the name's claim.
+                        self.forget_claim(pipe);
                         let e = io::Error::new(io::ErrorKind::TimedOut, "moved, but the old connection was not closed");
                         return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
                     }
                     info!(player = %player, "draining: no instance asked for the player within {}s; the player stays", MOVE_WAIT.as_secs());
                     return MoveEnd::Stay;
                 }
+                Event::Read(Some(res)) => {
+                    if let Some(k) = &mut self.keepalive {
+                        k.on_receive(std::time::Instant::now());
+                    }
+                    if !matches!(res, Ok(n) if n > 0) {
+                        self.peer_closed = true;
+                        return self.left(handed, pipe, &metrics, &player, "connection closed").await;
+                    }
+                }
+                Event::Read(None) => {}
+            }
+            let turn = self.decode(&mut batch, RELAY_CHUNK).await;
+            // After a `stay`, what the client sent behind it goes on here too.
+            if !batch.is_empty() && (!handed || self.peer_stay) {
+                // Bytes the player sent before it read `move`: they reach the backend as usual.
+                pipe.up.process_owned(&mut batch);
+                if let Err(e) = pipe.backend.write_all(&batch, stall).await {
+                    return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
+                }
+            }
+            batch.clear();
+            // Also after the state was handed over: the other instance refused once the backend turned the
+            // second login away, and the player goes on here.
+            if std::mem::take(&mut self.peer_stay) {
+                info!(player = %player, "draining: the move was refused at the other instance; the player stays");
+                metrics.drain_move("failed");
+                return MoveEnd::Stay;
+            }
+            match turn {
+                Turn::Continue => {}
+                Turn::Closed => return self.left(handed, pipe, &metrics, &player, "Close").await,
+                Turn::Fault(e) => return MoveEnd::Over(RelayEnd::Error(Side::Player, e)),
             }
         }
     }
 
-    /// The end of the old connection during a move: the move is done when the state was handed over;
-    /// otherwise a lost link, as any other.
-    async fn moved_or_lost(
+    /// The end of the old connection during a move: the move is done when the state was handed over and the
+    /// client closed with 1000 `moved` (it took the other instance's `moved`); any other end is a lost link, as
+    /// always.
+    async fn left(
         &mut self,
         handed: bool,
         pipe: &mut Pipe<'_>,
@@ -122,13 +163,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         player: &str,
         how: &str,
     ) -> MoveEnd<Self> {
-        if !handed {
+        if handed {
+            // The other instance may hold the name's claim now.
+            self.forget_claim(pipe);
+        }
+        if !(handed && self.peer_moved) {
             metrics.drain_move("failed");
             return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
-        }
-        // The other instance holds the name's claim now.
-        if let Some(g) = pipe.backend.board().and_then(|b| b.registration()) {
-            g.forget_claim();
         }
         metrics.drain_move("moved");
         info!(player = %player, "draining: the player moved to another instance");
@@ -137,6 +178,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         pipe.backend.shutdown_write();
         pipe.backend.linger(LINGER).await;
         MoveEnd::Over(RelayEnd::Moved)
+    }
+
+    /// Leaves the player's claim of its name to the instance the state was handed to.
+    fn forget_claim(&self, pipe: &mut Pipe<'_>) {
+        if let Some(g) = pipe.backend.board().and_then(|b| b.registration()) {
+            g.forget_claim();
+        }
     }
 
     /// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`
@@ -150,9 +198,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
             let mut batch = BytesMut::new();
             while self.stream_in < take.sent {
-                match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
-                    Ok(n) if n > 0 => {}
-                    _ => return Err("the old connection ended".to_string()),
+                // What is buffered first: a read would wait for bytes that may never come.
+                if !self.decode_backlog() {
+                    match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return Err("the old connection ended".to_string()),
+                    }
                 }
                 let turn = self.decode(&mut batch, RELAY_CHUNK).await;
                 pipe.up.process_owned(&mut batch);

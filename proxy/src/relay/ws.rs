@@ -157,13 +157,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 }
             }
-            // A drain's move, once the switchboard is between two frames both ways (v2 only).
-            if v2.is_some() && pipe.backend.move_due() {
-                return StretchEnd::Move;
-            }
             if self.decode_backlog() {
                 pending = self.decode(&mut batch, RELAY_CHUNK).await;
                 continue;
+            }
+            // A drain's move, once the switchboard is between two frames both ways and everything the player
+            // sent so far was decoded (v2 only).
+            if v2.is_some() && pipe.backend.move_due() {
+                return StretchEnd::Move;
             }
             let room = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
             tokio::select! {

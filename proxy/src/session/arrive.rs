@@ -3,9 +3,10 @@
 //! instance link; the player is logged in to the same backend again (the backend may kick the older
 //! connection for the duplicate login: that connection is the draining instance's, and the kick never reaches
 //! the player); then the session runs as after a server switch, on the switchboard. Anything that fails before
-//! the second login succeeded closes this connection with 4006, and the player goes on with the draining
-//! instance.
+//! the second login succeeded (all of it within [`ARRIVAL_TIMEOUT`], shorter than the client's wait for the
+//! answer) closes this connection with 4006, and the player goes on with the draining instance.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,16 +14,19 @@ use bytes::BytesMut;
 use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
 use moonbridge_protocol::packets::{JoinGame, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{fml, is_channel};
-use tokio::io::AsyncReadExt;
-
 use moonbridge_protocol::ws::v2::Control;
 use moonbridge_protocol::FrameScanner;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::login::duplicate;
 use super::{Finish, Player, Session, Summary};
+use crate::backend::Backend;
 use crate::metrics::Stage;
-use crate::network::moves::{fetch, MoveAnswer};
+use crate::network::moves::{fetch, MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
 use crate::players::{Seen, Stop, COMMAND_QUEUE};
 use crate::relay::resume::{hex_id, ResumeStart};
 use crate::relay::{BackendSide, Follow, RelayStart};
@@ -32,7 +36,7 @@ use crate::transfer::{self, Arrival, MAX_HELD_BYTES};
 /// server, its first `FML|HS` message: the second login is then in play. A Play Disconnect first (a backend
 /// that refuses a second login of a name in play), the connection's end, more than
 /// [`MAX_HELD_BYTES`] before it, or `limit` passing is why not.
-async fn until_play(stream: &mut tokio::net::TcpStream, early: &mut BytesMut, limit: Duration) -> Result<(), String> {
+async fn until_play(stream: &mut TcpStream, early: &mut BytesMut, limit: Duration) -> Result<(), String> {
     let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
     frames.queue_slice(early);
     let read = async {
@@ -73,70 +77,78 @@ async fn refuse<P: Player>(player: &mut P, info: &super::ConnInfo, mut summary: 
     summary
 }
 
-/// Runs the session of a player who presented a move ticket.
-pub(super) async fn arrive<P: Player>(s: Session<'_, P>, moving: Control) -> Summary {
-    let Control::Moving { ticket, received, sent } = moving else { return Summary::new("not a move request") };
-    let state = Arc::clone(s.state);
-    let live = Arc::clone(s.live);
-    let mut summary = Summary::new("");
-    let Some(net) = state.network() else {
-        return refuse(s.player, s.info, summary, "this instance is in no network".into()).await;
-    };
+/// One step of an arrival: `work` while watching the player, until the arrival's `deadline` or the instance's
+/// shutdown, whichever comes first; why not as the refusal's reason.
+async fn step<P: Player, T>(
+    player: &mut P,
+    shutdown: &CancellationToken,
+    deadline: Instant,
+    work: impl Future<Output = T>,
+) -> Result<T, String> {
+    tokio::select! {
+        r = tokio::time::timeout_at(deadline, player.during(work)) => match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(gone)) => Err(gone.to_string()),
+            Err(_) => Err(format!("not done within the move's {} s", ARRIVAL_TIMEOUT.as_secs())),
+        },
+        () = shutdown.cancelled() => Err("this instance is shutting down".into()),
+    }
+}
+
+/// What an arrival has once the second login is in play: the state, the backend and its new connection.
+struct Landed {
+    state: MoveState,
+    backend: Backend,
+    stream: TcpStream,
+    early: BytesMut,
+    /// The resume window here.
+    window: Duration,
+}
+
+/// The arrival up to the second login in play (all of it within [`ARRIVAL_TIMEOUT`] of the `moving`
+/// message): the state fetched from the ticket's instance, the counts checked, the same backend logged in
+/// again and its Join Game read. Why not, as the refusal's reason.
+async fn land<P: Player>(s: &mut Session<'_, P>, moving: Control, summary: &mut Summary) -> Result<Landed, String> {
+    let deadline = Instant::now() + ARRIVAL_TIMEOUT;
+    let Control::Moving { ticket, received, sent } = moving else { return Err("not a move request".into()) };
+    let net = s.state.network().ok_or("this instance is in no network")?;
     let owner = hex_id(&ticket.instance);
-    let Some(peer) = net.peer_of(&owner).filter(|_| owner != net.id) else {
-        return refuse(s.player, s.info, summary, format!("instance {owner} is not a live peer")).await;
+    let peer = net.peer_of(&owner).filter(|_| owner != net.id).ok_or(format!("instance {owner} is not a live peer"))?;
+    let window = s.live.tunables.limits.resume_window().ok_or("resume is off here (resume_window_seconds = 0)")?;
+    let fetched = step(s.player, s.shutdown, deadline, fetch(&peer, &net.secret, &ticket, received, sent)).await?;
+    let state = match fetched.map_err(|e| e.to_string())? {
+        MoveAnswer::State(st) => *st,
+        MoveAnswer::Refused { why } => return Err(format!("{owner} refused: {why}")),
     };
-    let Some(window) = live.tunables.limits.resume_window() else {
-        return refuse(s.player, s.info, summary, "resume is off here (resume_window_seconds = 0)".into()).await;
-    };
-    let fetched = tokio::select! {
-        r = s.player.during(fetch(&peer, &net.secret, &ticket, received, sent)) => r,
-        () = s.shutdown.cancelled() => return refuse(s.player, s.info, summary, "this instance is shutting down".into()).await,
-    };
-    let st = match fetched {
-        Ok(Ok(MoveAnswer::State(st))) => st,
-        Ok(Ok(MoveAnswer::Refused { why })) => {
-            return refuse(s.player, s.info, summary, format!("{owner} refused: {why}")).await
-        }
-        Ok(Err(e)) => return refuse(s.player, s.info, summary, e.to_string()).await,
-        Err(gone) => return refuse(s.player, s.info, summary, gone.to_string()).await,
-    };
-    summary.player = Some(st.name.clone());
-    if st.received != sent || st.sent != received {
-        return refuse(s.player, s.info, summary, "the counts do not match the draining instance's".into()).await;
+    summary.player = Some(state.name.clone());
+    if state.received != sent || state.sent != received {
+        return Err("the counts do not match the draining instance's".into());
     }
-    let Some(backend) = live.backend_named(&st.backend).cloned() else {
-        return refuse(s.player, s.info, summary, format!("no backend named {} here", st.backend)).await;
-    };
+    let backend =
+        s.live.backend_named(&state.backend).cloned().ok_or(format!("no backend named {} here", state.backend))?;
     summary.backend = Some(backend.name.clone());
-    let identity = st.identity();
-    let connect_timeout = live.tunables.limits.backend_connect_timeout();
-    let login = transfer::log_in_again(backend.clone(), identity.clone(), connect_timeout);
-    let logged_in = tokio::select! {
-        r = s.player.during(login) => r,
-        () = s.shutdown.cancelled() => return refuse(s.player, s.info, summary, "this instance is shutting down".into()).await,
-    };
-    let (mut stream, mut early) = match logged_in {
-        Ok(Ok(v)) => v,
-        Ok(Err(why)) => {
-            return refuse(s.player, s.info, summary, format!("{} refused the second login: {why}", backend.name)).await
-        }
-        Err(gone) => return refuse(s.player, s.info, summary, gone.to_string()).await,
-    };
+    let connect_timeout = s.live.tunables.limits.backend_connect_timeout();
+    let login = transfer::log_in_again(backend.clone(), state.identity(), connect_timeout);
+    let refused = |why: String| format!("{} refused the second login: {why}", backend.name);
+    let (mut stream, mut early) = step(s.player, s.shutdown, deadline, login).await?.map_err(refused)?;
     // In play there: its Join Game (or, for Forge, its handshake's first message) came, not a Play Disconnect.
-    let limit = live.tunables.transfer.switch_timeout();
-    let played = tokio::select! {
-        r = s.player.during(until_play(&mut stream, &mut early, limit)) => r,
-        () = s.shutdown.cancelled() => return refuse(s.player, s.info, summary, "this instance is shutting down".into()).await,
+    let limit = s.live.tunables.transfer.switch_timeout();
+    step(s.player, s.shutdown, deadline, until_play(&mut stream, &mut early, limit)).await?.map_err(refused)?;
+    info!(player = %state.name, from = %owner, backend = %backend.name, "player moved here from a draining instance");
+    Ok(Landed { state, backend, stream, early, window })
+}
+
+/// Runs the session of a player who presented a move ticket.
+pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) -> Summary {
+    let mut summary = Summary::new("");
+    let landed = match land(&mut s, moving, &mut summary).await {
+        Ok(l) => l,
+        Err(why) => return refuse(s.player, s.info, summary, why).await,
     };
-    match played {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => {
-            return refuse(s.player, s.info, summary, format!("{} refused the second login: {why}", backend.name)).await
-        }
-        Err(gone) => return refuse(s.player, s.info, summary, gone.to_string()).await,
-    }
+    let Landed { state: st, backend, stream, early, window } = landed;
+    let (state, live) = (s.state, s.live);
     s.stage.set(Stage::Play);
+    let identity = st.identity();
     let stop = Stop::child_of(s.shutdown);
     let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_QUEUE);
     let seen = Seen {
@@ -147,16 +159,15 @@ pub(super) async fn arrive<P: Player>(s: Session<'_, P>, moving: Control) -> Sum
         movable: s.player.can_move(),
     };
     let registration =
-        state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), st.claim.clone(), duplicate(&state));
+        state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), st.claim.clone(), duplicate(state));
     let ticket = transfer::Ticket {
-        live: Arc::clone(&live),
+        live: Arc::clone(live),
         identity,
         metrics: Arc::clone(&state.metrics),
         backend: backend.clone(),
         registration: Some(registration),
         movable: s.player.can_move(),
     };
-    let st = *st;
     let arrival = Arrival {
         stream,
         early,
@@ -166,8 +177,8 @@ pub(super) async fn arrive<P: Player>(s: Session<'_, P>, moving: Control) -> Sum
         partial: st.partial,
         commands: Some(rx),
     };
-    info!(player = %st.name, from = %owner, backend = %backend.name, "player moved here from a draining instance");
-    s.player.continue_counts(sent, received);
+    // The counts go on from the draining instance's (received from the player, sent to it).
+    s.player.continue_counts(st.received, st.sent);
     let start = RelayStart {
         shutdown: &stop,
         follow: Follow::Frames(FrameScanner::new()),
@@ -185,14 +196,6 @@ pub(super) async fn arrive<P: Player>(s: Session<'_, P>, moving: Control) -> Sum
         })),
     };
     let report = s.player.relay(BackendSide::Board(ticket.arrived(arrival)), start).await;
-    summary.up = report.up;
-    summary.down = report.down;
-    summary.reason = match stop.kicked() {
-        Some(reason) => format!("kicked: {reason}"),
-        None => report.end.to_string(),
-    };
-    if let Some(visited) = report.visited {
-        summary.backend = Some(visited.join(","));
-    }
+    summary.relay_ended(report, &stop);
     summary
 }

@@ -358,16 +358,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     };
     let report = s.player.relay(side, start).await;
     drop(registration);
-    summary.up = report.up;
-    summary.down = report.down;
-    summary.reason = match stop.kicked() {
-        Some(reason) => format!("kicked: {reason}"),
-        None => report.end.to_string(),
-    };
-    if let Some(visited) = report.visited {
-        // The session's end line names every backend the player was on, in order.
-        summary.backend = Some(visited.join(","));
-    }
+    summary.relay_ended(report, &stop);
     summary
 }
 

@@ -146,6 +146,20 @@ impl Summary {
     pub(crate) fn new(reason: impl Into<String>) -> Self {
         Self { player: None, backend: None, up: 0, down: 0, reason: reason.into(), outcome: None }
     }
+
+    /// Takes the relay's end: the byte counts, the reason (a kick through `stop` first) and, after server
+    /// switches, every backend the player was on, in order.
+    pub(crate) fn relay_ended(&mut self, report: crate::relay::RelayReport, stop: &crate::players::Stop) {
+        self.up = report.up;
+        self.down = report.down;
+        self.reason = match stop.kicked() {
+            Some(reason) => format!("kicked: {reason}"),
+            None => report.end.to_string(),
+        };
+        if let Some(visited) = report.visited {
+            self.backend = Some(visited.join(","));
+        }
+    }
 }
 
 /// What cut the handshake stage short.

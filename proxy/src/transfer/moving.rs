@@ -53,7 +53,7 @@ pub(crate) struct Arrival {
 
 impl Switchboard {
     /// The drain asked this session to move (a [`Command::Move`]); true once, and only for a session that can
-    /// move (the relay then sends `move`). A session that cannot is counted `not_movable` and stays.
+    /// move (the relay then sends `move`); the drain shuts the others instead.
     pub(crate) fn take_move_request(&mut self) -> bool {
         std::mem::take(&mut self.move_asked)
     }

@@ -151,10 +151,9 @@ impl Switchboard {
                 self.move_asked = true;
                 Ok(())
             }
-            Command::Move => {
-                self.ctx.metrics.drain_move("not_movable");
-                Ok(())
-            }
+            // The drain sends `Move` only to players who can move; a stray one is ignored here (a relay that
+            // cannot send `move` would otherwise wake up for it again and again).
+            Command::Move => Ok(()),
         }
     }
 

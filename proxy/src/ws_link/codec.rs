@@ -110,6 +110,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         wsframe::CloseReceived::NoCode => 1005,
                         wsframe::CloseReceived::Code(code, _) => *code,
                     });
+                    self.peer_moved = matches!(&c, wsframe::CloseReceived::Code(carriage::CLOSE_NORMAL, r)
+                        if r == moonbridge_protocol::ws::v2::CLOSE_REASON_MOVED);
                     let _ = self.write_frame(&pongs).await;
                     self.send_close(c.reply_code(), "").await;
                     return Turn::Closed;

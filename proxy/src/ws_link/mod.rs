@@ -82,6 +82,8 @@ pub(crate) struct WsLink<S> {
     pub(crate) peer_ack: Option<u64>,
     /// The code of the player's Close, when one arrived (1005 for a Close without a code).
     pub(crate) peer_close_code: Option<u16>,
+    /// The player's Close was 1000 with the reason `moved`: it left after a move (docs/carriage.md).
+    pub(crate) peer_moved: bool,
     /// Stream bytes decoded but not yet taken by the session (sent ahead during the login stage).
     pub(crate) early: BytesMut,
     /// The close code earned by bad input, sent when the session finishes.
@@ -144,6 +146,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             stream_out: 0,
             peer_ack: None,
             peer_close_code: None,
+            peer_moved: false,
             early: BytesMut::new(),
             fault: None,
             peer_closed: false,
