@@ -573,4 +573,19 @@ mod tests {
         drop(stage);
         assert!(m.render().lines().any(|l| l == "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 0"));
     }
+
+    #[test]
+    fn logging_in_counts_the_handshake_and_login_stages_of_every_transport() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let gauges: Vec<_> = [Transport::Tcp, Transport::Ws, Transport::Wss].map(|t| m.stage(t)).into();
+        assert_eq!(m.logging_in(), 3, "a new connection is in its handshake");
+        gauges[0].set(Stage::Login);
+        gauges[1].set(Stage::Status);
+        assert_eq!(m.logging_in(), 2);
+        gauges[2].set(Stage::Play);
+        gauges[0].set(Stage::Play);
+        assert_eq!(m.logging_in(), 0, "status and play are not logins");
+        drop(gauges);
+        assert_eq!(m.logging_in(), 0);
+    }
 }

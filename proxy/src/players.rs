@@ -472,6 +472,24 @@ mod tests {
     }
 
     #[test]
+    fn a_drain_takes_each_player_once_and_the_ones_registered_later() {
+        let table = Arc::new(PlayerTable::default());
+        let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
+        let mover = Seen { movable: true, ..seen("Mover", "s") };
+        let _a = table.register(mover, Some(tx), None, None, Duplicate::Replace);
+        let stop = Stop::child_of(&tokio_util::sync::CancellationToken::new());
+        let _b = table.register(seen("Tcp", "s"), None, Some(stop), None, Duplicate::Replace);
+        let (movers, others) = table.drain_split();
+        assert_eq!((movers.len(), others.len()), (1, 1));
+        let (movers, others) = table.drain_split();
+        assert_eq!((movers.len(), others.len()), (0, 0), "each player once");
+        let (tx, _rx2) = mpsc::channel(COMMAND_QUEUE);
+        let _c = table.register(Seen { movable: true, ..seen("Late", "s") }, Some(tx), None, None, Duplicate::Replace);
+        let (movers, others) = table.drain_split();
+        assert_eq!((movers.len(), others.len()), (1, 0), "a player registered since");
+    }
+
+    #[test]
     fn a_full_queue_drops_commands() {
         let table = Arc::new(PlayerTable::default());
         let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);

@@ -783,7 +783,7 @@ impl Pair {
         let key = secret(&dir);
         let cert = TestCert::generate(name, KeyType::Ec).unwrap();
         let config = format!(
-            "{}[metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = {grace}\n",
+            "{}[metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = {grace}\nhandshake_timeout_seconds = 30\n",
             instance_config(backend, &redis, &key, "kick_existing", Some(&cert))
         );
         let (a, b) = (Proxy::start(&config).await, Proxy::start(&config).await);
@@ -1038,6 +1038,93 @@ async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
     assert_eq!(heard.iter().filter(|l| *l == "closed").count(), 1, "{heard:?}");
     assert_eq!(heard.last().map(String::as_str), Some("chat hello"), "{heard:?}");
     drop(client);
+    b.wait_connections(0, STEP).await;
+    b.shutdown().await;
+}
+
+/// After the state was handed over, the draining instance counts the move as done only on the client's
+/// Close 1000 `moved`: a raw carriage v2 client that offered moves takes `moved` from B, then drops its old
+/// connection without a Close. A counts it `failed` (a lost link there, not a move), and the player plays on
+/// through B (a chat echoed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_hand_over_only_the_clients_moved_close_counts_as_moved() {
+    use futures_util::{SinkExt, StreamExt};
+    use moonbridge_tests::Message;
+    let (_node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "kick_existing" })).await;
+    const GRACE: u64 = 7;
+    let Pair { a, b, _redis, _dir, .. } = Pair::start("network-drain-raw", backend, GRACE).await;
+    let headers = [("Sec-WebSocket-Protocol", "moonbridge.v2"), ("MoonBridge-Move", "1")];
+    let url = format!("ws://127.0.0.1:{}/mc", a.addr(Transport::Ws).port());
+    let (mut old, _) = moonbridge_tests::ws_connect(a.addr(Transport::Ws), &url, &headers, None).await.unwrap();
+    let sent = moonbridge_tests::hs_ls();
+    old.send(Message::Binary(sent.clone().into())).await.unwrap();
+    let ops = a.metrics.unwrap();
+    // In play at A (Join Game read), then SIGTERM: the binary bytes up to `move` are what the client received.
+    let mut received = 0u64;
+    let mut frames = moonbridge_protocol::FrameDecoder::new(1 << 21);
+    let mut joined = false;
+    let mut stopping = None;
+    let mut a = Some(a);
+    let ticket = loop {
+        match timeout(STEP, old.next()).await.expect("A writes within a step") {
+            Some(Ok(Message::Binary(bytes))) => {
+                received += bytes.len() as u64;
+                frames.queue_slice(&bytes);
+                while let Some(f) = frames.try_next_frame().unwrap() {
+                    joined |= f.id == 0x01;
+                }
+            }
+            Some(Ok(Message::Text(t))) if t.starts_with("move ") => break t["move ".len()..].to_string(),
+            Some(Ok(_)) => {}
+            other => panic!("A ended before `move`: {other:?}"),
+        }
+        if joined && stopping.is_none() {
+            stopping = Some(tokio::spawn(a.take().unwrap().shutdown()));
+        }
+    };
+    // The move, at B: the state comes over the link, the backend takes the second login.
+    let b_url = format!("ws://127.0.0.1:{}/mc", b.addr(Transport::Ws).port());
+    let (mut new, _) = moonbridge_tests::ws_connect(b.addr(Transport::Ws), &b_url, &headers, None).await.unwrap();
+    new.send(Message::Text(format!("moving {ticket} {received} {}", sent.len()).into())).await.unwrap();
+    let moved = loop {
+        match timeout(STEP, new.next()).await.expect("B answers within a step") {
+            Some(Ok(Message::Text(t))) => break t.to_string(),
+            Some(Ok(_)) => {}
+            other => panic!("B ended without an answer: {other:?}"),
+        }
+    };
+    assert!(moved.starts_with(&format!("moved {} ", sent.len())), "B holds every byte sent: {moved}");
+    // The old connection ends without the client's Close: not a move at A.
+    drop(old);
+    let deadline = Instant::now() + STEP;
+    while metric_at(ops, "moonbridge_drain_moves_total{outcome=\"failed\"}").await != Some(1.0) {
+        assert!(Instant::now() < deadline, "A counts the lost link as failed within a step");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric_at(ops, "moonbridge_drain_moves_total{outcome=\"moved\"}").await, Some(0.0));
+    // The player plays on through B.
+    new.send(Message::Binary(chat_frame("after the move").into())).await.unwrap();
+    let mut frames = moonbridge_protocol::FrameDecoder::new(1 << 21);
+    let echoed = timeout(STEP, async {
+        loop {
+            match new.next().await {
+                Some(Ok(Message::Binary(bytes))) => {
+                    frames.queue_slice(&bytes);
+                    while let Some(f) = frames.try_next_frame().unwrap() {
+                        if f.id == 0x02 && chat_message_text(&f).as_deref() == Some("echo:after the move") {
+                            return;
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("B ended: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert!(echoed.is_ok(), "the chat is echoed through B");
+    timeout(Duration::from_secs(GRACE + 5), stopping.unwrap()).await.expect("A stops by its grace").unwrap();
+    drop(new);
     b.wait_connections(0, STEP).await;
     b.shutdown().await;
 }

@@ -45,9 +45,15 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
                     (stream, zstd) = moved;
                     continue;
                 }
-                // Refused or failed: go on over the old connection; if that is gone too, resume as after any
-                // drop.
-                Err(_) => match stay(&mut stream, shared).await {
+                // The new proxy holds the session, but its connection failed right after `moved`: the old one is
+                // done with, and the session resumes (with the new token) as after any drop.
+                Err(MoveMiss::Lost(why)) => {
+                    let _ = tokio::time::timeout(CLOSE_LINGER, close_old(&mut stream)).await;
+                    ClientError::Io(format!("the connection after a move failed: {why}"))
+                }
+                // Refused or failed before `moved`: go on over the old connection; if that is gone too, resume as
+                // after any drop.
+                Err(MoveMiss::Stay) => match stay(&mut stream, shared).await {
                     Ok(()) => continue,
                     Err(e) if resume.token.is_some() => e,
                     Err(e) => return e,
@@ -93,36 +99,52 @@ async fn stay(stream: &mut Stream, shared: &Shared) -> Result<(), ClientError> {
     sent
 }
 
-/// One move (`docs/carriage.md`, "Moving to another instance"): connect to the same URL, present the ticket
-/// with the counts, and take the `moved` answer (the new proxy then holds every byte sent; anything past its
-/// count is sent again).
+/// How a move ended without a working new connection.
+enum MoveMiss {
+    /// Refused, or failed before the new proxy answered `moved`: the session goes on over the old connection
+    /// (`stay`). The client library keeps no log; the draining proxy logs the outcome.
+    Stay,
+    /// The new proxy answered `moved` (it holds the session now), then its connection failed: the session
+    /// resumes with the new token.
+    Lost(String),
+}
+
+/// One move (`docs/carriage.md`, "Moving to another instance"): connect to the same URL within
+/// [`MOVE_CONNECT_TIMEOUT`], present the ticket with the counts, take the `moved` answer within
+/// [`MOVE_ANSWER_TIMEOUT`] (the new proxy then holds every byte sent; anything past its count is sent again).
 async fn attempt_move(
     target: &Target,
     shared: &Shared,
     resume: &mut Resume,
     ticket: v2::ResumeToken,
-) -> Result<(Stream, Option<WsZstd>), Attempt> {
+) -> Result<(Stream, Option<WsZstd>), MoveMiss> {
+    let stay = |_: Attempt| MoveMiss::Stay;
     let opened = tokio::time::timeout(MOVE_CONNECT_TIMEOUT, establish(target, &shared.options)).await;
     let mut stream = match opened {
-        Ok(r) => r.map_err(|e| Attempt::Failed(e.to_string()))?,
-        Err(_) => return Err(Attempt::Failed("the new connection did not open in time".into())),
+        Ok(r) => r.map_err(|_| MoveMiss::Stay)?,
+        Err(_) => return Err(MoveMiss::Stay),
     };
     if !stream.v2() {
-        return Err(Attempt::Refused("the server no longer offers carriage v2".into()));
+        return Err(MoveMiss::Stay);
     }
-    let mut zstd = WsZstd::for_stream(&stream).map_err(|e| Attempt::Failed(e.to_string()))?;
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|_| MoveMiss::Stay)?;
     let request = Control::Moving { ticket, received: resume.received, sent: resume.sent() };
     let answered = match &mut stream {
-        Stream::Ws(ws, _) => {
-            tokio::time::timeout(MOVE_ANSWER_TIMEOUT, answer_on(ws, shared, resume, &mut zstd, request)).await
-        }
-        Stream::Wss(ws, _) => {
-            tokio::time::timeout(MOVE_ANSWER_TIMEOUT, answer_on(ws, shared, resume, &mut zstd, request)).await
-        }
-        Stream::Tcp(_) => return Err(Attempt::Refused("not a WebSocket".into())),
+        Stream::Ws(ws, _) => tokio::time::timeout(MOVE_ANSWER_TIMEOUT, ask(ws, request)).await,
+        Stream::Wss(ws, _) => tokio::time::timeout(MOVE_ANSWER_TIMEOUT, ask(ws, request)).await,
+        Stream::Tcp(_) => return Err(MoveMiss::Stay),
     };
-    answered.map_err(|_| Attempt::Failed("no answer to the move in time".into()))??;
-    Ok((stream, zstd))
+    let (received, token) = answered.map_err(|_| MoveMiss::Stay)?.map_err(stay)?;
+    let taken = match &mut stream {
+        Stream::Ws(ws, _) => take_over(ws, shared, resume, &mut zstd, received, token).await,
+        Stream::Wss(ws, _) => take_over(ws, shared, resume, &mut zstd, received, token).await,
+        Stream::Tcp(_) => Ok(()),
+    };
+    match taken {
+        Ok(()) => Ok((stream, zstd)),
+        Err(Attempt::Refused(_)) => Err(MoveMiss::Stay),
+        Err(Attempt::Failed(why)) => Err(MoveMiss::Lost(why)),
+    }
 }
 
 /// Why one resume attempt did not work.
@@ -210,18 +232,16 @@ pub(super) async fn resume_on<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), Attempt> {
     let token = resume.token.ok_or_else(|| Attempt::Refused("no resume token".into()))?;
     let request = Control::Resume { token, received: resume.received, sent: resume.sent() };
-    answer_on(ws, shared, resume, zstd, request).await
+    let (received, token) = ask(ws, request).await?;
+    take_over(ws, shared, resume, zstd, received, token).await
 }
 
-/// Sends `request` (`resume` or `moving`) as the first message of `ws` and takes the answer (`resumed` or
-/// `moved`): the new token, an `ack`, and what the proxy lacks sent again.
-async fn answer_on<S: AsyncRead + AsyncWrite + Unpin>(
+/// Sends `request` (`resume` or `moving`) as the first message of `ws` and reads the answer (`resumed` or
+/// `moved`): the proxy's count and the next token.
+async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
     ws: &mut WebSocketStream<S>,
-    shared: &Shared,
-    resume: &mut Resume,
-    zstd: &mut Option<WsZstd>,
     request: Control,
-) -> Result<(), Attempt> {
+) -> Result<(u64, v2::ResumeToken), Attempt> {
     let failed = |e: WsError| Attempt::Failed(e.to_string());
     let moving = matches!(request, Control::Moving { .. });
     ws.send(Message::Text(request.encode().into())).await.map_err(failed)?;
@@ -229,19 +249,7 @@ async fn answer_on<S: AsyncRead + AsyncWrite + Unpin>(
         match ws.next().await {
             Some(Ok(Message::Text(t))) => match (Control::parse(t.as_bytes()), moving) {
                 (Ok(Control::Resumed { received, token }), false) | (Ok(Control::Moved { received, token }), true) => {
-                    let replay = resume
-                        .retained
-                        .resume_from(received)
-                        .map_err(|e| Attempt::Refused(format!("the proxy's count is wrong: {e}")))?;
-                    resume.token = Some(token);
-                    // Tells the proxy at once that the new token arrived (the old one is then spent).
-                    let ack = Control::Ack(resume.received).encode();
-                    ws.feed(Message::Text(ack.into())).await.map_err(failed)?;
-                    for batch in replay {
-                        feed_batch(ws, batch, zstd, shared).await.map_err(|e| Attempt::Failed(e.to_string()))?;
-                    }
-                    ws.flush().await.map_err(failed)?;
-                    return Ok(());
+                    return Ok((received, token))
                 }
                 _ => return Err(Attempt::Refused("unexpected answer to the resume request".into())),
             },
@@ -261,4 +269,29 @@ async fn answer_on<S: AsyncRead + AsyncWrite + Unpin>(
             None => return Err(Attempt::Failed("connection closed".into())),
         }
     }
+}
+
+/// After the proxy's answer: the new token, an `ack`, and what the proxy lacks (past its count `received`)
+/// sent again. `Refused` when the count is wrong; `Failed` when the new connection fails.
+async fn take_over<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    shared: &Shared,
+    resume: &mut Resume,
+    zstd: &mut Option<WsZstd>,
+    received: u64,
+    token: v2::ResumeToken,
+) -> Result<(), Attempt> {
+    let failed = |e: WsError| Attempt::Failed(e.to_string());
+    let replay = resume
+        .retained
+        .resume_from(received)
+        .map_err(|e| Attempt::Refused(format!("the proxy's count is wrong: {e}")))?;
+    resume.token = Some(token);
+    // Tells the proxy at once that the new token arrived (the old one is then spent).
+    let ack = Control::Ack(resume.received).encode();
+    ws.feed(Message::Text(ack.into())).await.map_err(failed)?;
+    for batch in replay {
+        feed_batch(ws, batch, zstd, shared).await.map_err(|e| Attempt::Failed(e.to_string()))?;
+    }
+    ws.flush().await.map_err(failed)
 }

@@ -346,7 +346,9 @@ pub(crate) async fn write_answer<T: serde::Serialize, S: AsyncWrite + Unpin>(
     size: AnswerSize,
 ) -> Result<(), LinkError> {
     let json = serde_json::to_vec(value).map_err(|e| LinkError::BadRequest(e.to_string()))?;
-    let n = u32::try_from(json.len()).ok().filter(|_| json.len() <= size.max);
+    // At most `size.max`, and what the length field's width can say.
+    let fits = size.width >= 4 || json.len() >> (8 * size.width) == 0;
+    let n = u32::try_from(json.len()).ok().filter(|_| fits && json.len() <= size.max);
     let n = n.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
     let field = n.get(4usize.saturating_sub(size.width)..).unwrap_or_default();
     let tag = secret.mac(&[ANSWER_ROLE, &opened.dialler, &opened.listener, &opened.binding, field, &json]);
@@ -440,6 +442,17 @@ mod tests {
         write_answer(&mut b, &secret, &other, &KickAnswer { kicked: false }, SMALL_ANSWER).await.unwrap();
         let forged = read_answer::<KickAnswer, _>(&mut a, &secret, &opened, SMALL_ANSWER).await;
         assert!(matches!(forged, Err(LinkError::BadMac)));
+        // Over the limit (or past what a 2-byte length can say) is refused on both sides, before buffering.
+        let long = "x".repeat(MAX_REQUEST_BYTES);
+        let over = write_answer(&mut b, &secret, &at_listener, &long, SMALL_ANSWER).await;
+        assert!(matches!(over, Err(LinkError::TooLong(n)) if n == MAX_REQUEST_BYTES + 2), "{over:?}");
+        let wide = AnswerSize { width: 2, max: usize::MAX };
+        let over = write_answer(&mut b, &secret, &at_listener, &"x".repeat(70_000), wide).await;
+        assert!(matches!(over, Err(LinkError::TooLong(_))), "{over:?}");
+        use tokio::io::AsyncWriteExt;
+        b.write_all(&u16::try_from(MAX_REQUEST_BYTES + 1).unwrap().to_be_bytes()).await.unwrap();
+        let over = read_answer::<KickAnswer, _>(&mut a, &secret, &opened, SMALL_ANSWER).await;
+        assert!(matches!(over, Err(LinkError::TooLong(n)) if n == MAX_REQUEST_BYTES + 1), "{over:?}");
 
         // A request changed on the path (after the dialler's MAC) is refused: "Alex" becomes "Blex".
         let (mut dial_end, mut relay_in) = tokio::io::duplex(4096);

@@ -162,14 +162,17 @@ pub(crate) async fn drain(state: &crate::state::ProxyState, rate: u32, until: to
         match queue.pop_front() {
             Some(tx) => {
                 match tx.try_send(crate::players::Command::Move) {
-                    Ok(()) | Err(TrySendError::Closed(_)) => {}
+                    Ok(()) => {}
+                    // A session that ended meanwhile takes no slot.
+                    Err(TrySendError::Closed(_)) => continue,
                     // A session whose command queue is full: asked again after the others.
                     Err(TrySendError::Full(_)) => queue.push_back(tx),
                 }
                 next += every;
                 tokio::time::sleep_until(next.min(until)).await;
             }
-            // Done when no player is left and no login is under way (it would end in play here).
+            // Done when no player is left and no connection is in its handshake or login (it may end in play
+            // here).
             None if state.players.local_count() == 0 && state.metrics.logging_in() == 0 => break,
             None => {
                 tokio::time::sleep_until((Instant::now() + DRAIN_LOOK).min(until)).await;

@@ -53,6 +53,16 @@ enum Event {
     Timeout,
 }
 
+impl Pipe<'_> {
+    /// Leaves the player's claim of its name to the instance the session's state was handed to (this
+    /// session's end then releases nothing).
+    pub(super) fn leave_claim(&mut self) {
+        if let Some(g) = self.backend.board().and_then(|b| b.registration()) {
+            g.forget_claim();
+        }
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     /// Moves the player off this instance (see the module documentation).
     pub(super) async fn move_out(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> MoveEnd<Self> {
@@ -61,14 +71,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let player = board.player_name().to_string();
         let (tx, mut rx) = mpsc::channel::<Take>(1);
         let ticket = r.table.insert::<TicketTx>(tx);
+        let metrics = std::sync::Arc::clone(&r.metrics);
         if let Err(e) = self.send_control(&Control::Move { ticket: ticket.token }).await {
+            metrics.drain_move("failed");
             return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
         }
         info!(player = %player, "draining: the player was asked to move to another instance");
         let mut deadline = tokio::time::Instant::now() + MOVE_WAIT;
         let mut batch = BytesMut::new();
         let mut handed = false;
-        let metrics = std::sync::Arc::clone(&r.metrics);
         let stall = pipe.up.stall;
         let shutdown = pipe.shutdown;
         loop {
@@ -101,7 +112,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     continue;
                 }
                 Event::Shutdown => {
-                    info!(player = %player, "draining: the instance stops before the move; the player stays");
+                    info!(player = %player, "draining: the session ends (shutdown or kick) before the move; the player stays");
                     metrics.drain_move("failed");
                     return MoveEnd::Stay;
                 }
@@ -109,7 +120,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     metrics.drain_move("failed");
                     if handed {
                         // The other instance may hold the player and the name's claim.
-                        self.forget_claim(pipe);
+                        pipe.leave_claim();
                         let e = io::Error::new(io::ErrorKind::TimedOut, "moved, but the old connection was not closed");
                         return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
                     }
@@ -122,7 +133,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     }
                     if !matches!(res, Ok(n) if n > 0) {
                         self.peer_closed = true;
-                        return self.left(handed, pipe, &metrics, &player, "connection closed").await;
+                        return self.left(handed, r, pipe, &metrics, &player, "connection closed").await;
                     }
                 }
                 Event::Read(None) => {}
@@ -133,6 +144,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 // Bytes the player sent before it read `move`: they reach the backend as usual.
                 pipe.up.process_owned(&mut batch);
                 if let Err(e) = pipe.backend.write_all(&batch, stall).await {
+                    metrics.drain_move("failed");
+                    if handed {
+                        pipe.leave_claim();
+                    }
                     return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
                 }
             }
@@ -146,8 +161,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             }
             match turn {
                 Turn::Continue => {}
-                Turn::Closed => return self.left(handed, pipe, &metrics, &player, "Close").await,
-                Turn::Fault(e) => return MoveEnd::Over(RelayEnd::Error(Side::Player, e)),
+                Turn::Closed => return self.left(handed, r, pipe, &metrics, &player, "Close").await,
+                // A Pong that could not be written: the link is lost, not broken by the player.
+                Turn::Fault(e) if self.fault.is_none() => {
+                    return self.left(handed, r, pipe, &metrics, &player, &format!("write failed ({e})")).await
+                }
+                Turn::Fault(e) => {
+                    metrics.drain_move("failed");
+                    if handed {
+                        pipe.leave_claim();
+                    }
+                    return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
+                }
             }
         }
     }
@@ -158,19 +183,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
     async fn left(
         &mut self,
         handed: bool,
+        r: &mut Resumable<Self>,
         pipe: &mut Pipe<'_>,
         metrics: &crate::metrics::Metrics,
         player: &str,
         how: &str,
     ) -> MoveEnd<Self> {
-        if handed {
-            // The other instance may hold the name's claim now.
-            self.forget_claim(pipe);
-        }
         if !(handed && self.peer_moved) {
             metrics.drain_move("failed");
+            // After the hand-over the player may have moved: unless it resumes here, the session's end leaves
+            // the name's claim to the other instance (crate::relay::ws_resume).
+            r.handed_over = handed;
             return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
         }
+        pipe.leave_claim();
         metrics.drain_move("moved");
         info!(player = %player, "draining: the player moved to another instance");
         // The old backend connection ends with a FIN, its last bytes (a kick for the second login) read and
@@ -178,13 +204,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         pipe.backend.shutdown_write();
         pipe.backend.linger(LINGER).await;
         MoveEnd::Over(RelayEnd::Moved)
-    }
-
-    /// Leaves the player's claim of its name to the instance the state was handed to.
-    fn forget_claim(&self, pipe: &mut Pipe<'_>) {
-        if let Some(g) = pipe.backend.board().and_then(|b| b.registration()) {
-            g.forget_claim();
-        }
     }
 
     /// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`

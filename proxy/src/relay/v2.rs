@@ -47,6 +47,9 @@ pub(super) struct Resumable<L> {
     pub(super) window: Duration,
     /// `limits.resume_buffer_bytes`.
     pub(super) buffer: usize,
+    /// A drain handed the session's state to another instance and the link was lost before the player said
+    /// where it went: if it does not resume here, the other instance holds it and the name's claim.
+    pub(super) handed_over: bool,
 }
 
 impl<L: Send + 'static> Resumable<L> {
@@ -58,6 +61,7 @@ impl<L: Send + 'static> Resumable<L> {
             retained: Retained::starting_at(sent),
             acks: AckSchedule::new(received),
             backend_eof: false,
+            handed_over: false,
             registration,
             previous: None,
             tx,

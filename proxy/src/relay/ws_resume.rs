@@ -66,6 +66,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
 
     /// The whole v2 relay: connected stretches, parking and resumes.
     async fn run(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>, inbound: Inbound, moved: bool) -> RelayEnd {
+        let end = self.stretches(pipe, r, inbound, moved).await;
+        if pipe.backend.board().is_some_and(|b| b.move_asked()) {
+            // Asked to move by a drain, but the session ended before the move could start.
+            r.metrics.drain_move("failed");
+        }
+        if r.handed_over {
+            // Not back here after a drain's hand-over: the other instance holds the player and the name's claim,
+            // which this session's end must not release.
+            pipe.leave_claim();
+        }
+        end
+    }
+
+    /// [`Self::run`]'s loop.
+    async fn stretches(
+        &mut self,
+        pipe: &mut Pipe<'_>,
+        r: &mut Resumable<Self>,
+        inbound: Inbound,
+        moved: bool,
+    ) -> RelayEnd {
         let session = if moved {
             // A moved player holds everything it sent: nothing is sent again.
             Control::Moved { received: self.stream_in, token: r.registration.token }
@@ -115,7 +136,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     }
                 }
             };
-            step = match self.adopt(resumption, r, &cause, lost_at).await {
+            let adopted = self.adopt(resumption, r, &cause, lost_at).await;
+            if adopted.is_ok() {
+                // Back here: the move did not happen, the claim stays this session's.
+                r.handed_over = false;
+            }
+            step = match adopted {
                 Ok(()) if r.backend_eof => {
                     self.close(carriage::CLOSE_NORMAL, "").await;
                     return RelayEnd::Closed(Side::Backend);

@@ -147,7 +147,6 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
     };
     let Landed { state: st, backend, stream, early, window } = landed;
     let (state, live) = (s.state, s.live);
-    s.stage.set(Stage::Play);
     let identity = st.identity();
     let stop = Stop::child_of(s.shutdown);
     let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_QUEUE);
@@ -160,6 +159,7 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
     };
     let registration =
         state.players.register(seen, Some(tx), Some(Arc::clone(&stop)), st.claim.clone(), duplicate(state));
+    s.stage.set(Stage::Play);
     let ticket = transfer::Ticket {
         live: Arc::clone(live),
         identity,

@@ -238,11 +238,11 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let logged_in = matches!(first_id, Ok(Some(id)) if id == LoginSuccess::ID);
     // In play (and logged in) from here: counted, with the bytes so far, before the player can see its Login
     // Success.
-    if matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID) {
+    let refused = matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID);
+    if refused {
         // The backend turned the player away (whitelist, ban, full): relayed as it is, counted as refused.
         summary.outcome = Some("backend_refused");
     } else {
-        s.stage.set(Stage::Play);
         // Counted now, not when the session ends: a login succeeded when play begins.
         state.metrics.login(match state.auth {
             AuthMode::Passthrough => "passthrough_ok",
@@ -340,6 +340,10 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             Err(_) => Follow::Nothing,
         }
     };
+    if !refused {
+        // In play from here, once registered: a drain never sees the player in neither stage nor table.
+        s.stage.set(Stage::Play);
+    }
     let down = first.len() as u64;
     if let Some(e) = encryptor(&mut cipher) {
         e.apply(&mut first);
