@@ -837,7 +837,7 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
         }
     }
     assert_eq!(a.stats.stats().connections, PER_GROUP, "half of the players are on A");
-    // One more player's connection on A, its Login Start held back until the drain began: it is moved too.
+    // One more player's connection on A, its Login Start held back until the others moved: it is moved too.
     let mut late = None;
     let mut spare = None;
     for n in 0..2 {
@@ -864,6 +864,17 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
     while !moonbridge_tests::raw_http(ops, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await.starts_with("HTTP/1.1 503")
     {
         assert!(Instant::now() < deadline, "A is draining within a step");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its Login Start only once A's other players have all moved: A waits for the login under way, then moves it.
+    let deadline = Instant::now() + STEP * 2;
+    loop {
+        match metric_at(ops, "moonbridge_drain_moves_total{outcome=\"moved\"}").await {
+            Some(n) if n == PER_GROUP as f64 => break,
+            Some(_) => {}
+            None => panic!("A exited while a connection on it had not logged in yet"),
+        }
+        assert!(Instant::now() < deadline, "A's {PER_GROUP} players moved within two steps");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let late_player = {
