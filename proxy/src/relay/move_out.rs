@@ -69,6 +69,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
         board.take_move_request();
         let player = board.player_name().to_string();
+        // A `stay` from before this move (a stray one) says nothing about it.
+        self.peer_stay = false;
         let (tx, mut rx) = mpsc::channel::<Take>(1);
         let ticket = r.table.insert::<TicketTx>(tx);
         let metrics = std::sync::Arc::clone(&r.metrics);
@@ -108,6 +110,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     handed = state && take.reply.send(answer).is_ok();
                     if handed {
                         deadline = tokio::time::Instant::now() + MOVE_WAIT;
+                        if let Some(board) = pipe.backend.board() {
+                            board.handed_away(true);
+                        }
                     }
                     continue;
                 }
@@ -155,6 +160,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
             // Also after the state was handed over: the other instance refused once the backend turned the
             // second login away, and the player goes on here.
             if std::mem::take(&mut self.peer_stay) {
+                if let Some(board) = pipe.backend.board() {
+                    board.handed_away(false);
+                }
                 info!(player = %player, "draining: the move was refused at the other instance; the player stays");
                 metrics.drain_move("failed");
                 return MoveEnd::Stay;

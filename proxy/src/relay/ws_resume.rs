@@ -137,9 +137,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 }
             };
             let adopted = self.adopt(resumption, r, &cause, lost_at).await;
-            if adopted.is_ok() {
+            if adopted.is_ok() && r.handed_over {
                 // Back here: the move did not happen, the claim stays this session's.
                 r.handed_over = false;
+                if let Some(board) = pipe.backend.board() {
+                    board.handed_away(false);
+                }
             }
             step = match adopted {
                 Ok(()) if r.backend_eof => {

@@ -88,6 +88,8 @@ pub(crate) struct Switchboard {
     current_ready: bool,
     /// The drain asked this session to move to another instance ([`Self::take_move_request`]).
     pub(super) move_asked: bool,
+    /// The session's state went to another instance ([`Self::handed_away`]): no more switches here.
+    pub(super) handed_away: bool,
 }
 
 /// What woke the switchboard.
@@ -158,6 +160,7 @@ impl Switchboard {
             goodbye: false,
             current_ready: false,
             move_asked: false,
+            handed_away: false,
         }
     }
 
@@ -408,8 +411,8 @@ impl Switchboard {
     /// the player goes to its fallback when it has one (failover), or the session ends as the backend ended it.
     pub(super) fn lost_current(&mut self, why: &str) {
         let Some(link) = self.current.take() else { return };
-        if self.switch.is_some() || self.player.closed || self.goodbye {
-            // A switch under way decides; a player who left is not moved.
+        if self.switch.is_some() || self.player.closed || self.goodbye || self.handed_away {
+            // A switch under way decides; a player who left (or went to another instance) is not moved.
             return;
         }
         let from = link.backend.name.clone();
@@ -580,7 +583,8 @@ impl Switchboard {
                     }
                     continue;
                 }
-                PlayDisconnect::ID if self.switch.is_none() => {
+                // (After a drain's hand-over the player may be on another instance: no fallback from here.)
+                PlayDisconnect::ID if self.switch.is_none() && !self.handed_away => {
                     let from = link.backend.name.clone();
                     let now = Instant::now();
                     self.fallbacks.retain(|t| now.duration_since(*t) < FALLBACK_WINDOW);

@@ -21,7 +21,9 @@ impl Switchboard {
         let name = if name.chars().count() > MAX_SHOWN_NAME { "(a name too long)" } else { name };
         let transfer = &self.ctx.live.tunables.transfer;
         let allowed = trigger.is_fallback() || transfer.targets.iter().any(|t| t == name);
-        let refusal = if self.switch.is_some() || self.forge.replaying {
+        let refusal = if self.handed_away {
+            Some("You are moving to another proxy instance".to_string())
+        } else if self.switch.is_some() || self.forge.replaying {
             Some("You are already being moved to another server".to_string())
         } else if self.current.as_ref().is_some_and(|l| l.backend.name == name) {
             Some("You are already connected to this server".to_string())

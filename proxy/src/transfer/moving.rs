@@ -58,6 +58,13 @@ impl Switchboard {
         std::mem::take(&mut self.move_asked)
     }
 
+    /// The session's state went to another instance (`away`), which may hold the player now: this switchboard
+    /// makes no more switches (no fallback for the old backend's kick of the second login, no requested
+    /// switch); or the player is back (`stay`, a resume here).
+    pub(crate) fn handed_away(&mut self, away: bool) {
+        self.handed_away = away;
+    }
+
     /// Whether the drain asked this session to move (and it can).
     pub(crate) fn move_asked(&self) -> bool {
         self.move_asked
