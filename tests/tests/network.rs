@@ -138,15 +138,25 @@ impl Player {
         self.chat_through(message, None);
     }
 
-    /// Sends a chat message and reads until its echo. With `moving: Some(sent)` (the player's chats so far),
-    /// also until the world reset of a move (the two Respawns, S07): the old backend's answers after the
-    /// draining instance's `move` are not delivered (as after a server switch), so the echo of a chat the old
-    /// backend got just before never comes; the echo of one the new backend got may come after the reset,
-    /// during the next chat (an echo of an earlier message of `sent` is passed over then). Panics on a
-    /// disconnect or an echo out of order (of something never sent, while moving).
+    /// Sends a chat message and reads until its echo; panics on a disconnect (see [`Self::try_chat`]).
     fn chat_through(&self, message: &str, moving: Option<&[String]>) {
-        self.conn.send(&chat_frame(message)).unwrap();
-        self.conn.end_tick().unwrap();
+        if let Err(reason) = self.try_chat(message, moving) {
+            panic!("disconnected: {reason}");
+        }
+    }
+
+    /// Sends a chat message and reads until its echo; `Err` with the Play Disconnect's reason (JSON) when the
+    /// player is disconnected instead (also when the send fails: the connection closed behind its Play
+    /// Disconnect, which is then read). With `moving: Some(sent)` (the player's chats so far), also until the
+    /// world reset of a move (the two Respawns, S07): the old backend's answers after the draining instance's
+    /// `move` are not delivered (as after a server switch), so the echo of a chat the old backend got just
+    /// before never comes; the echo of one the new backend got may come after the reset, during the next chat
+    /// (an echo of an earlier message of `sent` is passed over then). Panics on an echo out of order (of
+    /// something never sent, while moving) and on a world reset without `moving`.
+    fn try_chat(&self, message: &str, moving: Option<&[String]>) -> Result<(), String> {
+        if self.conn.send(&chat_frame(message)).and_then(|()| self.conn.end_tick()).is_err() {
+            return Err(self.disconnected());
+        }
         let mut respawns = 0;
         loop {
             let f = self.next(STEP);
@@ -159,7 +169,7 @@ impl Player {
                 0x02 => {
                     let text = chat_message_text(&f).unwrap_or_default();
                     if text == format!("echo:{message}") {
-                        return;
+                        return Ok(());
                     }
                     let sent = moving.unwrap_or_else(|| panic!("echoes arrive once each, in order: {text}"));
                     assert!(
@@ -170,10 +180,11 @@ impl Player {
                 0x07 if moving.is_some() => {
                     respawns += 1;
                     if respawns == 2 {
-                        return;
+                        return Ok(());
                     }
                 }
-                0x40 => panic!("disconnected: {:?}", f.decode::<PlayDisconnect>().map(|d| d.reason_json)),
+                0x07 => panic!("the player was not moved, yet its world was reset"),
+                0x40 => return Err(f.decode::<PlayDisconnect>().unwrap().reason_json),
                 _ => {}
             }
         }
@@ -936,36 +947,10 @@ async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_u
         let _ = ready_tx.send(());
         let mut echoed_after = 0;
         for i in 0.. {
-            let m = format!("Stays-{i}");
-            if p.conn.send(&chat_frame(&m)).and_then(|()| p.conn.end_tick()).is_err() {
-                // Closed after its Play Disconnect, which is still to be read.
-                return (echoed_after, p.disconnected(), p.conn.stats().resumes);
-            }
-            loop {
-                let f = p.next(STEP);
-                match f.id {
-                    0x00 => {
-                        let ka: KeepAlive = f.decode().unwrap();
-                        p.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
-                        p.conn.end_tick().unwrap();
-                    }
-                    0x02 => {
-                        assert_eq!(chat_message_text(&f).unwrap_or_default(), format!("echo:{m}"), "in order, once");
-                        if seen_refused.load(std::sync::atomic::Ordering::Relaxed) {
-                            echoed_after += 1;
-                        }
-                        break;
-                    }
-                    0x07 => panic!("the player was not moved, yet its world was reset"),
-                    0x40 => {
-                        return (
-                            echoed_after,
-                            f.decode::<PlayDisconnect>().unwrap().reason_json,
-                            p.conn.stats().resumes,
-                        )
-                    }
-                    _ => {}
-                }
+            match p.try_chat(&format!("Stays-{i}"), None) {
+                Ok(()) if seen_refused.load(std::sync::atomic::Ordering::Relaxed) => echoed_after += 1,
+                Ok(()) => {}
+                Err(reason) => return (echoed_after, reason, p.conn.stats().resumes),
             }
             std::thread::sleep(Duration::from_millis(100));
         }
