@@ -19,6 +19,7 @@
 //! | `limits.rs` | the `max_handshaking` slots and rate-limited log lines |
 //! | `workers.rs` | the thread-per-core runtime: worker threads, each session on the least-loaded one |
 //! | `wire.rs` | what every stage does to a socket alike: read sizes, the write-stall bound, linger, scratch reads |
+//! | `labels.rs` | the metrics' label values, one closed enum per label (a value outside its set does not compile) |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
 //! | `config/schema.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
@@ -98,6 +99,7 @@ mod auth;
 mod backend;
 pub mod config;
 mod http_head;
+mod labels;
 mod limits;
 mod listen;
 mod memory;

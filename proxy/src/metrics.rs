@@ -15,60 +15,14 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::labels::{
+    DrainMove, HandshakeFailure, LoginOutcome, RefusedReason, ResumeOutcome, TlsVersion, TransferOutcome,
+};
 use crate::transport::Transport;
 
 /// Buckets of `moonbridge_backend_connect_seconds`, in seconds: 0.5 ms to about 8 s, doubling.
 const CONNECT_BUCKETS: [f64; 15] =
     [0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192];
-
-/// The `reason` values of `moonbridge_connections_refused_total`, exposed at 0 from the start.
-const REFUSED_REASONS: [&str; 3] = ["max_connections", "untrusted_proxy_peer", "rate_limit"];
-/// The `reason` values of `moonbridge_handshake_failures_total`.
-const HANDSHAKE_FAILURES: [&str; 8] =
-    ["timeout", "evicted", "closed", "tls", "bad_upgrade", "bad_proxy_header", "bad_frame", "bad_login_start"];
-/// The `outcome` values of `moonbridge_logins_total`.
-const LOGIN_OUTCOMES: [&str; 20] = [
-    "passthrough_ok",
-    "duplicate_refused",
-    "offline_ok",
-    "online_ok",
-    "unknown_host",
-    "bad_handshake",
-    "backend_unreachable",
-    "backend_closed",
-    "backend_timeout",
-    "backend_misconfigured",
-    "backend_refused",
-    "player_left",
-    "protocol_error",
-    "shutdown",
-    "rate_limited",
-    "online_not_verified",
-    "online_session_server_unavailable",
-    "online_encryption_timeout",
-    "online_bad_encryption_response",
-    "online_player_left",
-];
-/// The `outcome` values of `moonbridge_resumes_total` (carriage v2).
-const RESUME_OUTCOMES: [&str; 7] = [
-    "resumed",
-    "forwarded",
-    "refused_unknown",
-    "refused_other_instance",
-    "refused_out_of_range",
-    "refused_used",
-    "expired",
-];
-/// The `outcome` values of `moonbridge_transfers_total` (server transfers, docs/network.md).
-pub(crate) const TRANSFER_OUTCOMES: [&str; 6] =
-    ["moved", "refused", "failed", "fallback_failed", "failover", "failover_failed"];
-/// The `outcome` values of `moonbridge_drain_moves_total` (players moved off a draining instance,
-/// docs/cluster.md, "Drain"): `moved` (the player plays on through another instance), `failed` (the move was
-/// refused or timed out: the player stays until the grace ends), `not_movable` (a player who cannot be moved:
-/// TCP, carriage v1, a client that did not offer moves, online mode).
-pub(crate) const DRAIN_OUTCOMES: [&str; 3] = ["moved", "failed", "not_movable"];
-/// The `version` values of `moonbridge_tls_handshakes_total`.
-const TLS_VERSIONS: [&str; 3] = ["TLSv1.2", "TLSv1.3", "other"];
 
 /// Every listener transport, in the order of [`Metrics::stages`].
 const TRANSPORTS: [Transport; 3] = [Transport::Tcp, Transport::Ws, Transport::Wss];
@@ -351,13 +305,13 @@ impl Metrics {
             let _ = accepted.with_label_values(&[&t.to_string()]);
         }
         for (family, values) in [
-            (&refused, &REFUSED_REASONS[..]),
-            (&handshake_failures, &HANDSHAKE_FAILURES[..]),
-            (&logins, &LOGIN_OUTCOMES[..]),
-            (&tls_handshakes, &TLS_VERSIONS[..]),
-            (&resumes, &RESUME_OUTCOMES[..]),
-            (&transfers, &TRANSFER_OUTCOMES[..]),
-            (&drain_moves, &DRAIN_OUTCOMES[..]),
+            (&refused, RefusedReason::TEXTS),
+            (&handshake_failures, HandshakeFailure::TEXTS),
+            (&logins, LoginOutcome::TEXTS),
+            (&tls_handshakes, TlsVersion::TEXTS),
+            (&resumes, ResumeOutcome::TEXTS),
+            (&transfers, TransferOutcome::TEXTS),
+            (&drain_moves, DrainMove::TEXTS),
         ] {
             for v in values {
                 let _ = family.with_label_values(&[v]);
@@ -454,18 +408,18 @@ impl Metrics {
     }
 
     /// Counts a connection refused before any protocol.
-    pub(crate) fn refused(&self, reason: &str) {
-        self.refused.with_label_values(&[reason]).inc();
+    pub(crate) fn refused(&self, reason: RefusedReason) {
+        self.refused.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts a connection that ended in the handshake stage.
-    pub(crate) fn handshake_failed(&self, reason: &str) {
-        self.handshake_failures.with_label_values(&[reason]).inc();
+    pub(crate) fn handshake_failed(&self, reason: HandshakeFailure) {
+        self.handshake_failures.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// Counts a resume attempt (or a session whose window passed) by outcome.
-    pub(crate) fn resume(&self, outcome: &str) {
-        self.resumes.with_label_values(&[outcome]).inc();
+    pub(crate) fn resume(&self, outcome: ResumeOutcome) {
+        self.resumes.with_label_values(&[outcome.as_str()]).inc();
     }
 
     /// Connections in the handshake or login stage, every transport's (a drain waits for their logins).
@@ -475,24 +429,24 @@ impl Metrics {
         self.stages.iter().enumerate().filter(|(i, _)| counted(i)).map(|(_, g)| g.get()).sum()
     }
 
-    /// Counts a drain move by outcome (one of [`DRAIN_OUTCOMES`]).
-    pub(crate) fn drain_move(&self, outcome: &str) {
-        self.drain_moves.with_label_values(&[outcome]).inc();
+    /// Counts a drain move by outcome.
+    pub(crate) fn drain_move(&self, outcome: DrainMove) {
+        self.drain_moves.with_label_values(&[outcome.as_str()]).inc();
     }
 
-    /// Counts a server transfer by outcome (one of [`TRANSFER_OUTCOMES`]).
-    pub(crate) fn transfer(&self, outcome: &str) {
-        self.transfers.with_label_values(&[outcome]).inc();
+    /// Counts a server transfer by outcome.
+    pub(crate) fn transfer(&self, outcome: TransferOutcome) {
+        self.transfers.with_label_values(&[outcome.as_str()]).inc();
     }
 
     /// Counts a login by outcome.
-    pub(crate) fn login(&self, outcome: &str) {
-        self.logins.with_label_values(&[outcome]).inc();
+    pub(crate) fn login(&self, outcome: LoginOutcome) {
+        self.logins.with_label_values(&[outcome.as_str()]).inc();
     }
 
     /// Counts a completed TLS handshake.
-    pub(crate) fn tls_handshake(&self, version: &str) {
-        self.tls_handshakes.with_label_values(&[version]).inc();
+    pub(crate) fn tls_handshake(&self, version: TlsVersion) {
+        self.tls_handshakes.with_label_values(&[version.as_str()]).inc();
     }
 
     /// A new connection's stage gauge on a `transport` listener, starting in [`Stage::Handshake`].
@@ -553,7 +507,7 @@ mod tests {
         b.connected(Duration::from_millis(3), true);
         b.connected(Duration::from_millis(3), false);
         b.to_backend.inc_by(10);
-        m.login("passthrough_ok");
+        m.login(LoginOutcome::PassthroughOk);
         let stage = m.stage(Transport::Ws);
         stage.set(Stage::Play);
         let text = m.render();

@@ -14,9 +14,11 @@ use super::tcp::TcpSetupError;
 use super::upgrade::{Carriages, UpgradeError};
 use super::ws::{tls_handshake, websocket, WsSetup, WsSetupError};
 use crate::config::WsSettings;
+use crate::labels::{HandshakeFailure, RefusedReason};
 use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 use crate::rate::Bucket;
+use crate::relay::ws_resume::Delivered;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::Tls;
@@ -107,22 +109,24 @@ impl Conn {
                 carried.run().await;
             }
             Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => {}
-            Err(SetupError::Ws(WsSetupError::Resume(outcome))) if outcome != "bad_request" => {}
+            Err(SetupError::Ws(WsSetupError::Resume(delivered))) if delivered != Delivered::BadRequest => {}
             Err(reason) => {
                 let metrics = &self.state.metrics;
                 match &reason {
                     SetupError::Cut(HandshakeCut::Shutdown) => {}
-                    SetupError::Cut(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
-                    SetupError::Cut(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
-                    SetupError::Tcp(super::tcp::TcpSetupError::Untrusted(_)) => metrics.refused("untrusted_proxy_peer"),
-                    SetupError::Tcp(_) => metrics.handshake_failed("bad_proxy_header"),
-                    SetupError::Ws(WsSetupError::Tls(_)) => metrics.handshake_failed("tls"),
-                    SetupError::Ws(WsSetupError::Upgrade(UpgradeError::Closed | UpgradeError::Io(_))) => {
-                        metrics.handshake_failed("closed")
+                    SetupError::Cut(HandshakeCut::Timeout(_)) => metrics.handshake_failed(HandshakeFailure::Timeout),
+                    SetupError::Cut(HandshakeCut::Evicted) => metrics.handshake_failed(HandshakeFailure::Evicted),
+                    SetupError::Tcp(super::tcp::TcpSetupError::Untrusted(_)) => {
+                        metrics.refused(RefusedReason::UntrustedProxyPeer)
                     }
-                    SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed("bad_upgrade"),
-                    SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed("bad_frame"),
-                    SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed("timeout"),
+                    SetupError::Tcp(_) => metrics.handshake_failed(HandshakeFailure::BadProxyHeader),
+                    SetupError::Ws(WsSetupError::Tls(_)) => metrics.handshake_failed(HandshakeFailure::Tls),
+                    SetupError::Ws(WsSetupError::Upgrade(UpgradeError::Closed | UpgradeError::Io(_))) => {
+                        metrics.handshake_failed(HandshakeFailure::Closed)
+                    }
+                    SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed(HandshakeFailure::BadUpgrade),
+                    SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed(HandshakeFailure::BadFrame),
+                    SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed(HandshakeFailure::Timeout),
                     SetupError::Ws(WsSetupError::Carried(_)) => {}
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {

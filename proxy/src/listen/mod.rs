@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info_span, warn, Instrument};
 
 use crate::config::{Listener, ListenerKind, Transport};
+use crate::labels::RefusedReason;
 use crate::rate::Bucket;
 use crate::state::ProxyState;
 use crate::tls::{TLS_LIBRARY, TLS_VERSIONS};
@@ -110,7 +111,7 @@ pub(crate) async fn accept_loop(
         };
         l.accepted.inc();
         let Some(permit) = state.conn_limit.try_acquire() else {
-            state.metrics.refused("max_connections");
+            state.metrics.refused(RefusedReason::MaxConnections);
             if let Some(suppressed) = state.limit_log.allow() {
                 warn!(suppressed, client = %peer.ip(), "max_connections ({}) reached: closing new connection", state.live().tunables.limits.max_connections);
             }
@@ -126,7 +127,7 @@ pub(crate) async fn accept_loop(
             Accept::Tcp { .. } => false,
         };
         if checked && !state.rate.allow(&live.tunables.rate_limits, peer.ip(), Bucket::Connection) {
-            state.metrics.refused("rate_limit");
+            state.metrics.refused(RefusedReason::RateLimit);
             if let Some(suppressed) = state.limit_log.allow() {
                 warn!(suppressed, client = %peer.ip(), "rate_limits.connections_per_second reached: closing new connection before its handshake");
             }

@@ -17,10 +17,12 @@ use tracing::debug;
 
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
+use crate::labels::TlsVersion;
 use crate::metrics::Metrics;
 use crate::network::peer::{forward_resume, Carried, Forwarded};
 use crate::relay::resume::hex_id;
 use crate::relay::ws_resume::deliver_resumption;
+use crate::relay::ws_resume::Delivered;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 use crate::state::{Live, ProxyState};
@@ -37,7 +39,7 @@ pub(super) enum WsSetupError {
     Upgrade(#[from] UpgradeError),
     /// The connection carried a carriage v2 resume request (handed to its session, or refused).
     #[error("resume request: {0}")]
-    Resume(&'static str),
+    Resume(Delivered),
     /// A carriage v2 resume for a session held by another instance of the network: the instance link is open,
     /// and the copy runs once the setup is over (not an error; the connection's task runs it).
     #[error("resume carried to another instance")]
@@ -80,9 +82,9 @@ pub(super) async fn tls_handshake(
     let stream = tls.acceptor.accept(stream).await.map_err(WsSetupError::Tls)?;
     let (_, conn) = stream.get_ref();
     metrics.tls_handshake(match conn.protocol_version() {
-        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
-        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
-        _ => "other",
+        Some(rustls::ProtocolVersion::TLSv1_3) => TlsVersion::Tls13,
+        Some(rustls::ProtocolVersion::TLSv1_2) => TlsVersion::Tls12,
+        _ => TlsVersion::Other,
     });
     debug!(
         sni = conn.server_name().unwrap_or("-"),
@@ -150,7 +152,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                             let how = Forwarded { secure, zstd: up.zstd, client: up.client };
                             return match forward_resume(link, &control, peer, how, net, &state.metrics).await {
                                 Ok(carried) => Err(WsSetupError::Carried(carried)),
-                                Err(outcome) => Err(WsSetupError::Resume(outcome)),
+                                Err(outcome) => Err(WsSetupError::Resume(Delivered::Refused(outcome))),
                             };
                         }
                     }
@@ -160,7 +162,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             }
             Err(_) => {
                 link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
-                return Err(WsSetupError::Resume("bad_request"));
+                return Err(WsSetupError::Resume(Delivered::BadRequest));
             }
         }
     }

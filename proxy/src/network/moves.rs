@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use super::link::{self, LinkError, Opened, Request, Secret};
 use crate::backend::Identity;
+use crate::labels::DrainMove;
 use crate::transfer::MoveParts;
 
 /// The most a move's state may take on the link, in bytes of JSON: 12 MiB (a Forge record of at most 2 MiB and
@@ -182,7 +183,7 @@ pub(crate) async fn drain(state: &crate::state::ProxyState, rate: u32, until: to
     }
     let unasked = queue.iter().filter(|tx| !tx.is_closed()).count();
     for _ in 0..unasked {
-        state.metrics.drain_move("failed");
+        state.metrics.drain_move(DrainMove::Failed);
     }
     let left = state.players.local_count();
     tracing::info!(
@@ -201,7 +202,7 @@ fn take_new(state: &crate::state::ProxyState, queue: &mut std::collections::VecD
     let (movers, others) = state.players.drain_split();
     for stop in &others {
         stop.shut();
-        state.metrics.drain_move("not_movable");
+        state.metrics.drain_move(DrainMove::NotMovable);
     }
     let n = movers.len();
     queue.extend(movers);

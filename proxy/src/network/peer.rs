@@ -24,6 +24,7 @@ use tracing::{debug, info};
 use super::link::{self, LinkError, Request, AUTH_TIMEOUT};
 use super::Network;
 use crate::config::WsSettings;
+use crate::labels::ResumeOutcome;
 use crate::relay::resume::Refusal;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::state::ProxyState;
@@ -171,7 +172,7 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
                 return Err(LinkError::BadRequest("malformed resume request".into()));
             };
             let outcome = deliver_resumption(link, control, &state.resume, &state.metrics, &state.bad_input_log).await;
-            info!(client = %client, via = %peer, outcome, "resume carried over an instance link");
+            info!(client = %client, via = %peer, %outcome, "resume carried over an instance link");
             Ok(())
         }
     }
@@ -222,7 +223,7 @@ pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 's
     how: Forwarded,
     net: &Arc<Network>,
     resumes: &crate::metrics::Metrics,
-) -> Result<Carried, &'static str> {
+) -> Result<Carried, ResumeOutcome> {
     let request = Request::Resume { secure: how.secure, zstd: how.zstd, client: how.client, control: control.encode() };
     let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
         let mut tcp = link::dial(&peer).await?;
@@ -249,7 +250,7 @@ pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 's
             return Err(refusal.outcome);
         }
     };
-    resumes.resume("forwarded");
+    resumes.resume(ResumeOutcome::Forwarded);
     let stall = player.write_stall();
     let (stream, leftover) = player.into_raw();
     let net = Arc::clone(net);

@@ -19,6 +19,7 @@ use tracing::info;
 use super::v2::{Resumable, StretchEnd};
 use super::ws::Pipe;
 use super::RelayEnd;
+use crate::labels::DrainMove;
 use crate::network::moves::{MoveAnswer, MoveState, Take, TicketTx, CATCH_UP_TIMEOUT};
 use crate::wire::{Side, LINGER, RELAY_CHUNK};
 use crate::ws_link::{Turn, WsLink};
@@ -75,7 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let ticket = r.table.insert::<TicketTx>(tx);
         let metrics = std::sync::Arc::clone(&r.metrics);
         if let Err(e) = self.send_control(&Control::Move { ticket: ticket.token }).await {
-            metrics.drain_move("failed");
+            metrics.drain_move(DrainMove::Failed);
             return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
         }
         info!(player = %player, "draining: the player was asked to move to another instance");
@@ -102,7 +103,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     let state = matches!(answer, MoveAnswer::State(_));
                     if let MoveAnswer::Refused { why } = &answer {
                         info!(player = %player, "draining: the move was refused here: {why}");
-                        metrics.drain_move("failed");
+                        metrics.drain_move(DrainMove::Failed);
                         let _ = take.reply.send(answer);
                         return MoveEnd::Stay;
                     }
@@ -118,11 +119,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 }
                 Event::Shutdown => {
                     info!(player = %player, "draining: the session ends (shutdown or kick) before the move; the player stays");
-                    metrics.drain_move("failed");
+                    metrics.drain_move(DrainMove::Failed);
                     return MoveEnd::Stay;
                 }
                 Event::Timeout => {
-                    metrics.drain_move("failed");
+                    metrics.drain_move(DrainMove::Failed);
                     if handed {
                         // The other instance may hold the player and the name's claim.
                         pipe.leave_claim();
@@ -149,7 +150,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                 // Bytes the player sent before it read `move`: they reach the backend as usual.
                 pipe.up.process_owned(&mut batch);
                 if let Err(e) = pipe.backend.write_all(&batch, stall).await {
-                    metrics.drain_move("failed");
+                    metrics.drain_move(DrainMove::Failed);
                     if handed {
                         pipe.leave_claim();
                     }
@@ -164,7 +165,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     board.handed_away(false);
                 }
                 info!(player = %player, "draining: the move was refused at the other instance; the player stays");
-                metrics.drain_move("failed");
+                metrics.drain_move(DrainMove::Failed);
                 return MoveEnd::Stay;
             }
             match turn {
@@ -175,7 +176,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                     return self.left(handed, r, pipe, &metrics, &player, &format!("write failed ({e})")).await
                 }
                 Turn::Fault(e) => {
-                    metrics.drain_move("failed");
+                    metrics.drain_move(DrainMove::Failed);
                     if handed {
                         pipe.leave_claim();
                     }
@@ -198,14 +199,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         how: &str,
     ) -> MoveEnd<Self> {
         if !(handed && self.peer_moved) {
-            metrics.drain_move("failed");
+            metrics.drain_move(DrainMove::Failed);
             // After the hand-over the player may have moved: unless it resumes here, the session's end leaves
             // the name's claim to the other instance (crate::relay::ws_resume).
             r.handed_over = handed;
             return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
         }
         pipe.leave_claim();
-        metrics.drain_move("moved");
+        metrics.drain_move(DrainMove::Moved);
         info!(player = %player, "draining: the player moved to another instance");
         // The old backend connection ends with a FIN, its last bytes (a kick for the second login) read and
         // dropped, so neither side sees a reset.

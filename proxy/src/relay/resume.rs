@@ -17,6 +17,8 @@ use moonbridge_protocol::ws::v2::{
     ResumeToken, CLOSE_RESUME_OTHER_INSTANCE, CLOSE_RESUME_UNKNOWN, CLOSE_RESUME_USED, INSTANCE_LEN, SECRET_LEN,
 };
 use rand_core::{OsRng, RngCore};
+
+use crate::labels::ResumeOutcome;
 use tokio::sync::mpsc;
 
 /// Used secrets remembered to answer a replayed token with 4004 (older ones get 4001), in secrets.
@@ -86,26 +88,26 @@ impl Inner {
 pub(crate) struct Refusal {
     pub(crate) code: u16,
     /// The `outcome` label of `moonbridge_resumes_total`.
-    pub(crate) outcome: &'static str,
+    pub(crate) outcome: ResumeOutcome,
     /// The close reason.
     pub(crate) reason: &'static str,
 }
 
 impl Refusal {
     pub(crate) const UNKNOWN: Self =
-        Self { code: CLOSE_RESUME_UNKNOWN, outcome: "refused_unknown", reason: "unknown session" };
+        Self { code: CLOSE_RESUME_UNKNOWN, outcome: ResumeOutcome::RefusedUnknown, reason: "unknown session" };
     pub(crate) const OTHER_INSTANCE: Self = Self {
         code: CLOSE_RESUME_OTHER_INSTANCE,
-        outcome: "refused_other_instance",
+        outcome: ResumeOutcome::RefusedOtherInstance,
         reason: "session held by another proxy instance",
     };
     pub(crate) const OUT_OF_RANGE: Self = Self {
         code: moonbridge_protocol::ws::v2::CLOSE_RESUME_OUT_OF_RANGE,
-        outcome: "refused_out_of_range",
+        outcome: ResumeOutcome::RefusedOutOfRange,
         reason: "count outside the retained bytes",
     };
     pub(crate) const USED: Self =
-        Self { code: CLOSE_RESUME_USED, outcome: "refused_used", reason: "token already used" };
+        Self { code: CLOSE_RESUME_USED, outcome: ResumeOutcome::RefusedUsed, reason: "token already used" };
 }
 
 /// An instance id as text (16 lowercase hexadecimal digits), as in a token.

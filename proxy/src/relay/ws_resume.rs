@@ -29,6 +29,7 @@ use super::resume::{Refusal, ResumeStart, ResumeTable, Resumption};
 use super::v2::{Resumable, StretchEnd};
 use super::ws::{Inbound, Pipe};
 use super::{BackendSide, RelayEnd, RelayReport, RelayStart};
+use crate::labels::{DrainMove, ResumeOutcome};
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
 use crate::transfer::LOST;
@@ -69,7 +70,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let end = self.stretches(pipe, r, inbound, moved).await;
         if pipe.backend.board().is_some_and(|b| b.move_asked()) {
             // Asked to move by a drain, but the session ended before the move could start.
-            r.metrics.drain_move("failed");
+            r.metrics.drain_move(DrainMove::Failed);
         }
         if r.handed_over {
             // Not back here after a drain's hand-over: the other instance holds the player and the name's claim,
@@ -128,7 +129,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
                         Ok(h) => (h, cause, lost_at),
                         Err(end) => {
                             if matches!(end, RelayEnd::NotResumed { .. }) {
-                                r.metrics.resume("expired");
+                                r.metrics.resume(ResumeOutcome::Expired);
                                 info!(cause = %cause, window_s = r.window.as_secs(), retained = r.retained.len(), "player not back within the resume window: closing the backend connection");
                             }
                             return end;
@@ -275,7 +276,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         if !old.peer_closed || !old.close_sent {
             tokio::spawn(close_old(old));
         }
-        r.metrics.resume("resumed");
+        r.metrics.resume(ResumeOutcome::Resumed);
         info!(
             cause = %cause,
             gap_ms = lost_at.elapsed().as_millis() as u64,
@@ -303,23 +304,44 @@ async fn close_old<S: AsyncRead + AsyncWrite + Unpin + Send>(mut old: WsLink<S>)
     old.close(v2::CLOSE_TAKEN_OVER, "resumed on another connection").await;
 }
 
+/// What became of a resume request ([`deliver_resumption`]), for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivered {
+    /// The link went to its session.
+    HandedOver,
+    /// The first message was not a resume request (closed 1002).
+    BadRequest,
+    /// Refused (closed with the refusal's code), counted under this outcome.
+    Refused(ResumeOutcome),
+}
+
+impl std::fmt::Display for Delivered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::HandedOver => f.write_str("handed_over"),
+            Self::BadRequest => f.write_str("bad_request"),
+            Self::Refused(outcome) => f.write_str(outcome.as_str()),
+        }
+    }
+}
+
 /// A resume request arrived on `link` (its first message): hands the link to its session, or closes it with
-/// the refusal's code. Returns the outcome label for the log.
+/// the refusal's code.
 pub(crate) async fn deliver_resumption<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut link: WsLink<S>,
     control: Control,
     table: &ResumeTable,
     metrics: &Metrics,
     log: &LogLimiter,
-) -> &'static str {
+) -> Delivered {
     let Control::Resume { token, received, sent } = control else {
         link.close(carriage::CLOSE_PROTOCOL_ERROR, "expected a resume request").await;
-        return "bad_request";
+        return Delivered::BadRequest;
     };
     let at = Instant::now();
     let refusal = match table.take::<WsLink<S>>(&token) {
         Ok(tx) => match tx.send(Resumption { link, token, received, sent, at }).await {
-            Ok(()) => return "handed_over",
+            Ok(()) => return Delivered::HandedOver,
             Err(mpsc::error::SendError(h)) => {
                 link = h.link;
                 Refusal::UNKNOWN
@@ -333,5 +355,5 @@ pub(crate) async fn deliver_resumption<S: AsyncRead + AsyncWrite + Unpin + Send 
         info!(token = ?token, code = refusal.code, suppressed, "resume refused: {}", refusal.reason);
     }
     link.close(refusal.code, refusal.reason).await;
-    refusal.outcome
+    Delivered::Refused(refusal.outcome)
 }

@@ -20,6 +20,7 @@ use super::online::{authenticate, encryptor};
 use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Identity;
 use crate::config::{AuthMode, DuplicateLogin};
+use crate::labels::LoginOutcome;
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
@@ -81,14 +82,14 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         }
         login_disconnect(s.player, TOO_MANY_LOGINS, None, Finish::Normal).await;
         summary.reason = "rate limited: too many logins from this address".into();
-        summary.outcome = Some("rate_limited");
+        summary.outcome = Some(LoginOutcome::RateLimited);
         return summary;
     }
     let host = HostField::parse(&handshake.server_address);
     let Some(backend) = live.route(&host.routing_key()) else {
         login_disconnect(s.player, &format!("Unknown server address {}", host.hostname), None, Finish::Normal).await;
         summary.reason = format!("no route for host {:?}", host.hostname);
-        summary.outcome = Some("unknown_host");
+        summary.outcome = Some(LoginOutcome::UnknownHost);
         return summary;
     };
     summary.backend = Some(backend.name.clone());
@@ -132,7 +133,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             login_disconnect(s.player, ALREADY_PLAYING, encryptor(&mut cipher), Finish::Normal).await;
             summary.reason =
                 "refused: the name is already playing on the network (duplicate_login = refuse_new)".into();
-            summary.outcome = Some("duplicate_refused");
+            summary.outcome = Some(LoginOutcome::DuplicateRefused);
             return summary;
         }
     }
@@ -145,7 +146,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
             .await;
         summary.reason = "forwarded handshake too long".into();
-        summary.outcome = Some("bad_handshake");
+        summary.outcome = Some(LoginOutcome::BadHandshake);
         return summary;
     };
     drop(rest);
@@ -171,7 +172,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         () = s.shutdown.cancelled() => {
             login_disconnect(s.player, SHUTDOWN_REASON, encryptor(&mut cipher), Finish::Shutdown).await;
             summary.reason = "proxy shutdown".into();
-            summary.outcome = Some("shutdown");
+            summary.outcome = Some(LoginOutcome::Shutdown);
             return summary;
         }
     };
@@ -181,13 +182,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             warn!(backend = %backend.name, "{e}");
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = e.to_string();
-            summary.outcome = Some("backend_unreachable");
+            summary.outcome = Some(LoginOutcome::BackendUnreachable);
             return summary;
         }
         Ok(Err(BackendWait::Write(e))) => {
             login_disconnect(s.player, &unreachable, encryptor(&mut cipher), Finish::BackendUnavailable).await;
             summary.reason = format!("backend write failed: {e}");
-            summary.outcome = Some("backend_unreachable");
+            summary.outcome = Some(LoginOutcome::BackendUnreachable);
             return summary;
         }
         Err(gone) => {
@@ -195,7 +196,11 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             let finish = Finish::after(&gone);
             s.player.finish(finish).await;
             summary.reason = format!("{gone} (while waiting for the backend)");
-            summary.outcome = Some(if matches!(gone, PlayerGone::Fault(_)) { "protocol_error" } else { "player_left" });
+            summary.outcome = Some(if matches!(gone, PlayerGone::Fault(_)) {
+                LoginOutcome::ProtocolError
+            } else {
+                LoginOutcome::PlayerLeft
+            });
             return summary;
         }
     };
@@ -204,15 +209,17 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         Ok(Ok(_)) => Some((
             format!("Server {} closed the connection during login", backend.name),
             "backend closed during login".to_string(),
-            "backend_closed",
+            LoginOutcome::BackendClosed,
         )),
-        Ok(Err(e)) => Some((unreachable.clone(), format!("backend read failed: {e}"), "backend_unreachable")),
+        Ok(Err(e)) => {
+            Some((unreachable.clone(), format!("backend read failed: {e}"), LoginOutcome::BackendUnreachable))
+        }
         Err(_) => {
             warn!(backend = %backend.name, "backend did not answer the login within {}s", live.tunables.limits.login_timeout_seconds);
             Some((
                 format!("Server {} did not answer the login in time", backend.name),
                 "backend login timeout".into(),
-                "backend_timeout",
+                LoginOutcome::BackendTimeout,
             ))
         }
     };
@@ -224,7 +231,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             Some((
                 format!("Server {} is misconfigured (online mode behind an online-mode proxy)", backend.name),
                 "backend is in online mode".into(),
-                "backend_misconfigured",
+                LoginOutcome::BackendMisconfigured,
             ))
         }
         _ => None,
@@ -241,13 +248,13 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     let refused = matches!(first_id, Ok(Some(id)) if id == LoginDisconnect::ID);
     if refused {
         // The backend turned the player away (whitelist, ban, full): relayed as it is, counted as refused.
-        summary.outcome = Some("backend_refused");
+        summary.outcome = Some(LoginOutcome::BackendRefused);
     } else {
         // Counted now, not when the session ends: a login succeeded when play begins.
         state.metrics.login(match state.auth {
-            AuthMode::Passthrough => "passthrough_ok",
-            AuthMode::Offline => "offline_ok",
-            AuthMode::Online => "online_ok",
+            AuthMode::Passthrough => LoginOutcome::PassthroughOk,
+            AuthMode::Offline => LoginOutcome::OfflineOk,
+            AuthMode::Online => LoginOutcome::OnlineOk,
         });
     }
     backend.metrics.to_backend.inc_by(up);

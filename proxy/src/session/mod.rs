@@ -27,6 +27,7 @@ use bytes::BytesMut;
 use tokio::time::timeout_at;
 use tokio_util::sync::CancellationToken;
 
+use crate::labels::LoginOutcome;
 use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
@@ -139,7 +140,7 @@ pub(crate) struct Summary {
     pub(crate) reason: String,
     /// For a login that failed: the `outcome` label of `moonbridge_logins_total` (counted when the session
     /// ends; a successful login is counted when play begins).
-    pub(crate) outcome: Option<&'static str>,
+    pub(crate) outcome: Option<LoginOutcome>,
 }
 
 impl Summary {

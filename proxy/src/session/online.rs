@@ -16,6 +16,7 @@ use tracing::warn;
 use super::opening::{next_frame, OpeningError};
 use super::{Finish, Player, Session};
 use crate::auth::{OnlineAuth, Profile};
+use crate::labels::LoginOutcome;
 use crate::limits::HandshakeSlot;
 use crate::relay::{ClientCipher, SHUTDOWN_REASON};
 
@@ -49,14 +50,14 @@ impl AuthFailure {
     }
 
     /// The `outcome` label of `moonbridge_logins_total` for this failure (`online_` and what went wrong).
-    pub(super) fn outcome(&self) -> &'static str {
+    pub(super) fn outcome(&self) -> LoginOutcome {
         match self.message {
-            None => "online_player_left",
-            Some(m) if m == SHUTDOWN_REASON => "shutdown",
-            Some(m) if m == TOOK_TOO_LONG => "online_encryption_timeout",
-            Some(m) if m == NOT_VERIFIED => "online_not_verified",
-            Some(m) if m == AUTH_SERVERS_DOWN => "online_session_server_unavailable",
-            Some(_) => "online_bad_encryption_response",
+            None => LoginOutcome::OnlinePlayerLeft,
+            Some(m) if m == SHUTDOWN_REASON => LoginOutcome::Shutdown,
+            Some(m) if m == TOOK_TOO_LONG => LoginOutcome::OnlineEncryptionTimeout,
+            Some(m) if m == NOT_VERIFIED => LoginOutcome::OnlineNotVerified,
+            Some(m) if m == AUTH_SERVERS_DOWN => LoginOutcome::OnlineSessionServerUnavailable,
+            Some(_) => LoginOutcome::OnlineBadEncryptionResponse,
         }
     }
 

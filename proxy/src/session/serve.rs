@@ -12,6 +12,7 @@ pub(crate) const TOO_MANY_CONNECTIONS: &str =
 
 use super::{arrive, login, opening, status};
 use super::{within_handshake, ConnInfo, Finish, HandshakeCut, Player, Session, Summary};
+use crate::labels::{HandshakeFailure, RefusedReason};
 use crate::limits::HandshakeSlot;
 use crate::metrics::{Stage, StageGauge};
 use crate::state::{Live, ProxyState};
@@ -78,11 +79,13 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
     let metrics = &s.state.metrics;
     match &opening {
         Ok(Ok(_)) | Err(HandshakeCut::Shutdown) => {}
-        Ok(Err(opening::OpeningError::Closed)) => metrics.handshake_failed("closed"),
-        Ok(Err(opening::OpeningError::BadLoginStart { .. })) => metrics.handshake_failed("bad_login_start"),
-        Ok(Err(_)) => metrics.handshake_failed("bad_frame"),
-        Err(HandshakeCut::Timeout(_)) => metrics.handshake_failed("timeout"),
-        Err(HandshakeCut::Evicted) => metrics.handshake_failed("evicted"),
+        Ok(Err(opening::OpeningError::Closed)) => metrics.handshake_failed(HandshakeFailure::Closed),
+        Ok(Err(opening::OpeningError::BadLoginStart { .. })) => {
+            metrics.handshake_failed(HandshakeFailure::BadLoginStart)
+        }
+        Ok(Err(_)) => metrics.handshake_failed(HandshakeFailure::BadFrame),
+        Err(HandshakeCut::Timeout(_)) => metrics.handshake_failed(HandshakeFailure::Timeout),
+        Err(HandshakeCut::Evicted) => metrics.handshake_failed(HandshakeFailure::Evicted),
     }
     let opening = match opening {
         Ok(Ok(o)) => o,
@@ -118,7 +121,7 @@ async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio:
         }
     };
     if s.info.rate_limited {
-        s.state.metrics.refused("rate_limit");
+        s.state.metrics.refused(RefusedReason::RateLimit);
         if let Some(suppressed) = s.state.limit_log.allow() {
             warn!(client = %s.info.client.ip(), suppressed, "rate_limits.connections_per_second reached: refusing connection");
         }

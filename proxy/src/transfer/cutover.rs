@@ -8,6 +8,8 @@ use moonbridge_protocol::transfer::{fml, is_channel, world_reset, Direction, Ent
 use tokio::time::Instant;
 use tracing::info;
 
+use crate::labels::TransferOutcome;
+
 use super::backend::dial;
 use super::board::Switchboard;
 use super::common::{chat_plain, encode, put_frame, End};
@@ -38,7 +40,7 @@ impl Switchboard {
         let (Some(target), None) = (target, refusal.as_ref()) else {
             let refusal = refusal.unwrap_or_default();
             info!(player = %self.ctx.identity.name, to = %name, "transfer refused: {refusal}");
-            self.ctx.metrics.transfer("refused");
+            self.ctx.metrics.transfer(TransferOutcome::Refused);
             self.out.chat(&refusal);
             match trigger {
                 Trigger::Fallback { disconnect, .. } => self.out.to_player.extend_from_slice(&disconnect),
@@ -171,8 +173,8 @@ impl Switchboard {
         match switch.trigger {
             // Counted by the draining instance (moonbridge_drain_moves_total).
             Trigger::Arrived => {}
-            Trigger::Lost { .. } => self.ctx.metrics.transfer("failover"),
-            _ => self.ctx.metrics.transfer("moved"),
+            Trigger::Lost { .. } => self.ctx.metrics.transfer(TransferOutcome::Failover),
+            _ => self.ctx.metrics.transfer(TransferOutcome::Switched),
         }
         if !matches!(switch.trigger, Trigger::Arrived) {
             self.ctx.metrics.transfer_seconds.observe(ms / 1000.0);
@@ -210,9 +212,9 @@ impl Switchboard {
         // for (a 1.7.10 client takes a HandshakeReset only once its handshake is done, so none is sent now).
         let replay = if switch.reset_sent { self.forge.rest_after(switch.delivered).map(Some) } else { Some(None) };
         match switch.trigger {
-            Trigger::Fallback { .. } => self.ctx.metrics.transfer("fallback_failed"),
-            Trigger::Lost { .. } => self.ctx.metrics.transfer("failover_failed"),
-            Trigger::Connect => self.ctx.metrics.transfer("failed"),
+            Trigger::Fallback { .. } => self.ctx.metrics.transfer(TransferOutcome::FallbackFailed),
+            Trigger::Lost { .. } => self.ctx.metrics.transfer(TransferOutcome::FailoverFailed),
+            Trigger::Connect => self.ctx.metrics.transfer(TransferOutcome::Failed),
             Trigger::Arrived => {}
         }
         if let (true, Some(replay)) = (self.current.is_some(), replay) {

@@ -1,0 +1,201 @@
+//! The label values of the proxy's metrics, one closed enum per label (`docs/operations.md` lists them with
+//! their meaning). A metric is counted with a variant, never with a string, so a label value that is not in
+//! its set does not compile; each enum's `TEXTS` is what [`crate::metrics::Metrics`] exposes at 0 from the start.
+
+/// Declares a label enum: its variants, their label text ([`as_str`](RefusedReason::as_str)) and `TEXTS`.
+macro_rules! labels {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) enum $name {
+            $($(#[$vdoc])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value's label text, in the order they are declared.
+            pub(crate) const TEXTS: &'static [&'static str] = &[$($text,)+];
+
+            /// The label value as Prometheus shows it.
+            pub(crate) const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+labels! {
+    /// The `reason` of `moonbridge_connections_refused_total`: why a connection was refused before any
+    /// protocol.
+    RefusedReason {
+        /// `limits.max_connections` reached.
+        MaxConnections => "max_connections",
+        /// A PROXY header from a peer outside `trusted_proxies`.
+        UntrustedProxyPeer => "untrusted_proxy_peer",
+        /// `[rate_limits]` of the player's address.
+        RateLimit => "rate_limit",
+    }
+}
+
+labels! {
+    /// The `reason` of `moonbridge_handshake_failures_total`: how a connection ended before its login.
+    HandshakeFailure {
+        /// `limits.handshake_timeout_seconds` passed.
+        Timeout => "timeout",
+        /// Its `max_handshaking` slot was taken by a newer connection.
+        Evicted => "evicted",
+        /// The peer closed.
+        Closed => "closed",
+        /// The TLS handshake failed.
+        Tls => "tls",
+        /// The HTTP upgrade was refused.
+        BadUpgrade => "bad_upgrade",
+        /// A malformed PROXY header.
+        BadProxyHeader => "bad_proxy_header",
+        /// A malformed frame (Minecraft or WebSocket).
+        BadFrame => "bad_frame",
+        /// A malformed Login Start.
+        BadLoginStart => "bad_login_start",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_logins_total`: how a login ended (the `_ok` ones when play began).
+    LoginOutcome {
+        /// Play began, `auth.mode = "passthrough"`.
+        PassthroughOk => "passthrough_ok",
+        /// The name is playing elsewhere on the network (`duplicate_login = "refuse_new"`).
+        DuplicateRefused => "duplicate_refused",
+        /// Play began, `auth.mode = "offline"`.
+        OfflineOk => "offline_ok",
+        /// Play began, `auth.mode = "online"`.
+        OnlineOk => "online_ok",
+        /// No route for the handshake's host.
+        UnknownHost => "unknown_host",
+        /// The handshake could not be forwarded.
+        BadHandshake => "bad_handshake",
+        /// The backend could not be reached (or written to).
+        BackendUnreachable => "backend_unreachable",
+        /// The backend closed during the login.
+        BackendClosed => "backend_closed",
+        /// The backend did not answer within `limits.login_timeout_seconds`.
+        BackendTimeout => "backend_timeout",
+        /// An online-mode backend behind an online-mode proxy.
+        BackendMisconfigured => "backend_misconfigured",
+        /// The backend answered with a Login Disconnect.
+        BackendRefused => "backend_refused",
+        /// The player left during the login.
+        PlayerLeft => "player_left",
+        /// The player broke the protocol during the login.
+        ProtocolError => "protocol_error",
+        /// The proxy shut down during the login.
+        Shutdown => "shutdown",
+        /// `rate_limits.logins_per_minute` of the player's address.
+        RateLimited => "rate_limited",
+        /// Online mode: the session server did not verify the player.
+        OnlineNotVerified => "online_not_verified",
+        /// Online mode: the session server could not be asked.
+        OnlineSessionServerUnavailable => "online_session_server_unavailable",
+        /// Online mode: no Encryption Response in time.
+        OnlineEncryptionTimeout => "online_encryption_timeout",
+        /// Online mode: a malformed Encryption Response.
+        OnlineBadEncryptionResponse => "online_bad_encryption_response",
+        /// Online mode: the player left during the encryption.
+        OnlinePlayerLeft => "online_player_left",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_resumes_total` (carriage v2).
+    ResumeOutcome {
+        /// The session went on over the new link.
+        Resumed => "resumed",
+        /// The resume was carried to its owner over an instance link.
+        Forwarded => "forwarded",
+        /// 4001: no such session.
+        RefusedUnknown => "refused_unknown",
+        /// 4002: the session's instance is gone (or out of reach).
+        RefusedOtherInstance => "refused_other_instance",
+        /// 4003: the count is outside the retained bytes.
+        RefusedOutOfRange => "refused_out_of_range",
+        /// 4004: the token was used already.
+        RefusedUsed => "refused_used",
+        /// The resume window passed without a resume.
+        Expired => "expired",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_transfers_total`: how a server transfer (a switch between backends,
+    /// `docs/servers.md`) ended.
+    TransferOutcome {
+        /// The player plays on the new backend (the label keeps its published name).
+        Switched => "moved",
+        /// The request named no backend of this proxy.
+        Refused => "refused",
+        /// The new backend did not take the player (`Connect`).
+        Failed => "failed",
+        /// The fallback did not take a kicked player.
+        FallbackFailed => "fallback_failed",
+        /// A lost backend's player plays on the fallback.
+        Failover => "failover",
+        /// The fallback did not take a lost backend's player.
+        FailoverFailed => "failover_failed",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_drain_moves_total` (players moved off a draining instance,
+    /// `docs/network.md`, "Drain").
+    DrainMove {
+        /// The player plays on through another instance.
+        Moved => "moved",
+        /// The move was refused or timed out: the player stays until the grace ends.
+        Failed => "failed",
+        /// A player who cannot be moved: TCP, carriage v1, a client that did not offer moves, online mode.
+        NotMovable => "not_movable",
+    }
+}
+
+labels! {
+    /// The `version` of `moonbridge_tls_handshakes_total`.
+    TlsVersion {
+        /// TLS 1.2.
+        Tls12 => "TLSv1.2",
+        /// TLS 1.3.
+        Tls13 => "TLSv1.3",
+        /// Anything else rustls negotiated.
+        Other => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_texts_are_distinct_within_each_label() {
+        fn distinct(texts: &[&str]) {
+            let set: std::collections::HashSet<_> = texts.iter().collect();
+            assert_eq!(set.len(), texts.len(), "{texts:?}");
+        }
+        distinct(RefusedReason::TEXTS);
+        distinct(HandshakeFailure::TEXTS);
+        distinct(LoginOutcome::TEXTS);
+        distinct(ResumeOutcome::TEXTS);
+        distinct(TransferOutcome::TEXTS);
+        distinct(DrainMove::TEXTS);
+        distinct(TlsVersion::TEXTS);
+        assert_eq!(LoginOutcome::TEXTS[0], LoginOutcome::PassthroughOk.as_str());
+        assert_eq!(TransferOutcome::Switched.as_str(), "moved", "the published label value");
+        assert_eq!(LoginOutcome::TEXTS.len(), 20);
+        assert_eq!(DrainMove::Failed.to_string(), "failed");
+    }
+}
