@@ -168,21 +168,53 @@ pub(crate) struct KickAnswer {
 
 /// Why a link failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub(crate) enum LinkError {
+    /// The connection failed.
     #[error("instance link: {0}")]
     Io(#[from] io::Error),
+    /// A MAC did not verify.
     #[error("instance link: the peer did not prove the network's secret")]
     BadMac,
+    /// The first bytes were not the link's magic.
     #[error("instance link: not a MoonBridge instance link")]
     BadMagic,
+    /// A request or answer over its size limit (bytes).
     #[error("instance link: request of {0} bytes (at most {MAX_REQUEST_BYTES})")]
     TooLong(usize),
+    /// A request or answer that is not the JSON object it should be.
     #[error("instance link: bad request: {0}")]
-    BadRequest(String),
+    Json(#[from] serde_json::Error),
+    /// A request this instance cannot carry out.
+    #[error("instance link: bad request: {0}")]
+    BadRequest(Unservable),
+    /// [`AUTH_TIMEOUT`] passed.
     #[error("instance link: timed out after {}s", AUTH_TIMEOUT.as_secs())]
     Timeout,
+    /// TLS failed.
     #[error("instance link: TLS: {0}")]
-    Tls(String),
+    Tls(#[from] rustls::Error),
+    /// The link's TLS server name does not parse.
+    #[error("instance link: TLS: {0}")]
+    ServerName(#[from] rustls::pki_types::InvalidDnsNameError),
+    /// A `wss` resume reached an instance without a `wss` listener.
+    #[error("instance link: TLS: no wss listener here")]
+    NoWssListener,
+}
+
+/// A well-formed request this instance cannot serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum Unservable {
+    /// A `wss` resume without TLS, or a `ws` one over TLS.
+    #[error("a wss resume must come over TLS, a ws one without")]
+    TransportMismatch,
+    /// No listener of the resumed session's transport here.
+    #[error("no listener of that transport here")]
+    NoListener,
+    /// The carried control message does not parse.
+    #[error("malformed resume request")]
+    MalformedResume,
 }
 
 fn nonce() -> [u8; NONCE_LEN] {
@@ -198,7 +230,7 @@ pub(crate) async fn open<S: AsyncRead + AsyncWrite + Unpin>(
     binding: &[u8],
     request: &Request,
 ) -> Result<Opened, LinkError> {
-    let json = serde_json::to_vec(request).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let json = serde_json::to_vec(request)?;
     let len = u16::try_from(json.len()).ok().filter(|l| usize::from(*l) <= MAX_REQUEST_BYTES);
     let len = len.ok_or(LinkError::TooLong(json.len()))?.to_be_bytes();
     let mine = nonce();
@@ -257,7 +289,7 @@ pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     if !secret.verify(&[CLIENT_ROLE, &mine, theirs, binding, len_bytes, &json], tag) {
         return Err(LinkError::BadMac);
     }
-    let request = serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let request = serde_json::from_slice(&json)?;
     let mut dialler = [0u8; NONCE_LEN];
     dialler.copy_from_slice(theirs);
     Ok((request, Opened { dialler, listener: mine, binding: binding.to_vec() }))
@@ -331,7 +363,7 @@ pub(crate) async fn read_answer<T: serde::de::DeserializeOwned, S: AsyncRead + U
     if !secret.verify(&parts, &tag) {
         return Err(LinkError::BadMac);
     }
-    serde_json::from_slice(&json).map_err(|e| LinkError::BadRequest(e.to_string()))
+    Ok(serde_json::from_slice(&json)?)
 }
 
 /// Writes the listener's answer on an opened link: one length-prefixed JSON object (`size`) and its MAC.
@@ -345,7 +377,7 @@ pub(crate) async fn write_answer<T: serde::Serialize, S: AsyncWrite + Unpin>(
     value: &T,
     size: AnswerSize,
 ) -> Result<(), LinkError> {
-    let json = serde_json::to_vec(value).map_err(|e| LinkError::BadRequest(e.to_string()))?;
+    let json = serde_json::to_vec(value)?;
     // At most `size.max`, and what the length field's width can say.
     let fits = size.width >= 4 || json.len() >> (8 * size.width) == 0;
     let n = u32::try_from(json.len()).ok().filter(|_| fits && json.len() <= size.max);
@@ -368,8 +400,7 @@ pub(crate) fn tls_client() -> Result<std::sync::Arc<rustls::ClientConfig>, LinkE
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let verifier = std::sync::Arc::new(AnyCertificate(std::sync::Arc::clone(&provider)));
     let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| LinkError::Tls(e.to_string()))?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
@@ -417,7 +448,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 
 /// The TLS binding of a link: 32 bytes of exported keying material.
 pub(crate) fn binding<D>(conn: &rustls::ConnectionCommon<D>) -> Result<[u8; 32], LinkError> {
-    conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None).map_err(|e| LinkError::Tls(e.to_string()))
+    Ok(conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None)?)
 }
 
 #[cfg(test)]

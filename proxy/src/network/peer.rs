@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
-use super::link::{self, LinkError, Request, AUTH_TIMEOUT};
+use super::link::{self, LinkError, Request, Unservable, AUTH_TIMEOUT};
 use super::Network;
 use crate::config::WsSettings;
 use crate::labels::ResumeOutcome;
@@ -100,7 +100,7 @@ async fn one(
     let mut first = [0u8; 1];
     tokio::time::timeout_at(deadline, stream.peek(&mut first)).await.map_err(|_| LinkError::Timeout)??;
     if first[0] == TLS_HANDSHAKE {
-        let Some((ws, tls)) = &carriers.wss else { return Err(LinkError::Tls("no wss listener here".into())) };
+        let Some((ws, tls)) = &carriers.wss else { return Err(LinkError::NoWssListener) };
         let opened = tokio::time::timeout_at(deadline, async {
             let mut stream = tls.acceptor.accept(stream).await?;
             let binding = link::binding(stream.get_ref().1)?;
@@ -150,9 +150,9 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         }
         Request::Resume { secure, zstd, client, control } => {
             if secure != tls {
-                return Err(LinkError::BadRequest("a wss resume must come over TLS, a ws one without".into()));
+                return Err(LinkError::BadRequest(Unservable::TransportMismatch));
             }
-            let Some(ws) = ws else { return Err(LinkError::BadRequest("no listener of that transport here".into())) };
+            let Some(ws) = ws else { return Err(LinkError::BadRequest(Unservable::NoListener)) };
             let live = state.live();
             let limits = &live.tunables.limits;
             let mut link = WsLink::new(
@@ -169,7 +169,7 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             }
             let Ok(control) = Control::parse(control.as_bytes()) else {
                 link.close(carriage::CLOSE_PROTOCOL_ERROR, "malformed control message").await;
-                return Err(LinkError::BadRequest("malformed resume request".into()));
+                return Err(LinkError::BadRequest(Unservable::MalformedResume));
             };
             let outcome = deliver_resumption(link, control, &state.resume, &state.metrics, &state.bad_input_log).await;
             info!(client = %client, via = %peer, %outcome, "resume carried over an instance link");
@@ -229,8 +229,7 @@ pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 's
         let mut tcp = link::dial(&peer).await?;
         if how.secure {
             let connector = tokio_rustls::TlsConnector::from(link::tls_client()?);
-            let name = rustls::pki_types::ServerName::try_from("moonbridge-instance-link")
-                .map_err(|e| LinkError::Tls(e.to_string()))?;
+            let name = rustls::pki_types::ServerName::try_from("moonbridge-instance-link")?;
             let mut tls = connector.connect(name, tcp).await?;
             let binding = link::binding(tls.get_ref().1)?;
             link::open(&mut tls, &net.secret, &binding, &request).await?;

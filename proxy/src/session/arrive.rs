@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::login::duplicate;
-use super::{Finish, Player, Session, Summary};
+use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
 use crate::metrics::Stage;
 use crate::network::moves::{fetch, MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
@@ -32,45 +32,124 @@ use crate::relay::resume::{hex_id, ResumeStart};
 use crate::relay::{BackendSide, Follow, RelayStart};
 use crate::transfer::{self, Arrival, MAX_HELD_BYTES};
 
+/// Why a move here was refused (the player goes on with the draining instance); the text is the log's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum ArrivalError {
+    /// The first message was not `moving`.
+    #[error("not a move request")]
+    NotAMoveRequest,
+    /// No `[network]` here.
+    #[error("this instance is in no network")]
+    NoNetwork,
+    /// The ticket names no live peer of this instance.
+    #[error("instance {0} is not a live peer")]
+    NotALivePeer(String),
+    /// `limits.resume_window_seconds = 0` here.
+    #[error("resume is off here (resume_window_seconds = 0)")]
+    ResumeOff,
+    /// The state could not be fetched over the instance link.
+    #[error("{0}")]
+    Fetch(#[from] crate::network::link::LinkError),
+    /// The ticket's instance refused.
+    #[error("{owner} refused: {why}")]
+    RefusedThere {
+        /// The ticket's instance.
+        owner: String,
+        /// Its reason.
+        why: String,
+    },
+    /// The `moving` counts are not the draining instance's.
+    #[error("the counts do not match the draining instance's")]
+    CountsDiffer,
+    /// The player's backend is not configured here.
+    #[error("no backend named {0} here")]
+    NoBackend(String),
+    /// The backend did not take the second login.
+    #[error("{backend} refused the second login: {why}")]
+    SecondLogin {
+        /// The backend's name.
+        backend: String,
+        /// Why.
+        why: SecondLogin,
+    },
+    /// The player left or broke the protocol during the arrival.
+    #[error("{0}")]
+    Player(#[from] PlayerGone),
+    /// [`ARRIVAL_TIMEOUT`] passed.
+    #[error("not done within the move's {} s", ARRIVAL_TIMEOUT.as_secs())]
+    Deadline,
+    /// This instance began to shut down.
+    #[error("this instance is shutting down")]
+    ShuttingDown,
+}
+
+/// Why the second login to the same backend did not reach play.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum SecondLogin {
+    /// It did not log in.
+    #[error("{0}")]
+    Dial(#[from] crate::transfer::DialError),
+    /// A frame that does not parse.
+    #[error("it sent a bad frame: {0}")]
+    BadFrame(#[from] moonbridge_protocol::FrameError),
+    /// A Play Disconnect, with its reason (chat JSON).
+    #[error("it disconnected the new connection: {0}")]
+    Disconnected(String),
+    /// Over [`MAX_HELD_BYTES`] before its Join Game.
+    #[error("it sent over {MAX_HELD_BYTES} bytes before its Join Game")]
+    TooMuch,
+    /// The connection ended.
+    #[error("it closed the new connection")]
+    Closed,
+    /// A read failed.
+    #[error("read failed: {0}")]
+    Read(#[source] std::io::Error),
+    /// No Join Game within the switch timeout (seconds).
+    #[error("no Join Game within {0}s")]
+    NoJoinGame(u64),
+}
+
 /// Reads the new backend connection (keeping every byte in `early`) until its Join Game or, for a Forge
 /// server, its first `FML|HS` message: the second login is then in play. A Play Disconnect first (a backend
 /// that refuses a second login of a name in play), the connection's end, more than
 /// [`MAX_HELD_BYTES`] before it, or `limit` passing is why not.
-async fn until_play(stream: &mut TcpStream, early: &mut BytesMut, limit: Duration) -> Result<(), String> {
+async fn until_play(stream: &mut TcpStream, early: &mut BytesMut, limit: Duration) -> Result<(), SecondLogin> {
     let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
     frames.queue_slice(early);
     let read = async {
         loop {
-            while let Some(f) = frames.try_next_frame().map_err(|e| format!("it sent a bad frame: {e}"))? {
+            while let Some(f) = frames.try_next_frame()? {
                 match f.id {
                     JoinGame::ID => return Ok(()),
                     PluginMessage::CLIENTBOUND_ID if is_channel(&f.body, fml::CHANNEL) => return Ok(()),
                     PlayDisconnect::ID => {
                         let reason = f.decode::<PlayDisconnect>().map(|d| d.reason_json).unwrap_or_default();
-                        return Err(format!("it disconnected the new connection: {reason}"));
+                        return Err(SecondLogin::Disconnected(reason));
                     }
                     _ => {}
                 }
             }
             if early.len() > MAX_HELD_BYTES {
-                return Err(format!("it sent over {MAX_HELD_BYTES} bytes before its Join Game"));
+                return Err(SecondLogin::TooMuch);
             }
             let mut chunk = BytesMut::with_capacity(16 * 1024);
             match stream.read_buf(&mut chunk).await {
-                Ok(0) => return Err("it closed the new connection".to_string()),
+                Ok(0) => return Err(SecondLogin::Closed),
                 Ok(_) => {
                     frames.queue_slice(&chunk);
                     early.extend_from_slice(&chunk);
                 }
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => return Err(SecondLogin::Read(e)),
             }
         }
     };
-    tokio::time::timeout(limit, read).await.map_err(|_| format!("no Join Game within {}s", limit.as_secs()))?
+    tokio::time::timeout(limit, read).await.map_err(|_| SecondLogin::NoJoinGame(limit.as_secs()))?
 }
 
 /// Closes a refused move's connection with 4006 (the player goes on with the draining instance).
-async fn refuse<P: Player>(player: &mut P, info: &super::ConnInfo, mut summary: Summary, why: String) -> Summary {
+async fn refuse<P: Player>(player: &mut P, info: &super::ConnInfo, mut summary: Summary, why: ArrivalError) -> Summary {
     info!(client = %info.client.ip(), "move refused: {why}");
     player.finish(Finish::MoveRefused).await;
     summary.reason = format!("move refused: {why}");
@@ -84,14 +163,14 @@ async fn step<P: Player, T>(
     shutdown: &CancellationToken,
     deadline: Instant,
     work: impl Future<Output = T>,
-) -> Result<T, String> {
+) -> Result<T, ArrivalError> {
     tokio::select! {
         r = tokio::time::timeout_at(deadline, player.during(work)) => match r {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(gone)) => Err(gone.to_string()),
-            Err(_) => Err(format!("not done within the move's {} s", ARRIVAL_TIMEOUT.as_secs())),
+            Ok(Err(gone)) => Err(gone.into()),
+            Err(_) => Err(ArrivalError::Deadline),
         },
-        () = shutdown.cancelled() => Err("this instance is shutting down".into()),
+        () = shutdown.cancelled() => Err(ArrivalError::ShuttingDown),
     }
 }
 
@@ -108,29 +187,34 @@ struct Landed {
 /// The arrival up to the second login in play (all of it within [`ARRIVAL_TIMEOUT`] of the `moving`
 /// message): the state fetched from the ticket's instance, the counts checked, the same backend logged in
 /// again and its Join Game read. Why not, as the refusal's reason.
-async fn land<P: Player>(s: &mut Session<'_, P>, moving: Control, summary: &mut Summary) -> Result<Landed, String> {
+async fn land<P: Player>(
+    s: &mut Session<'_, P>,
+    moving: Control,
+    summary: &mut Summary,
+) -> Result<Landed, ArrivalError> {
     let deadline = Instant::now() + ARRIVAL_TIMEOUT;
-    let Control::Moving { ticket, received, sent } = moving else { return Err("not a move request".into()) };
-    let net = s.state.network().ok_or("this instance is in no network")?;
+    let Control::Moving { ticket, received, sent } = moving else { return Err(ArrivalError::NotAMoveRequest) };
+    let net = s.state.network().ok_or(ArrivalError::NoNetwork)?;
     let owner = hex_id(&ticket.instance);
-    let peer = net.peer_of(&owner).filter(|_| owner != net.id).ok_or(format!("instance {owner} is not a live peer"))?;
-    let window = s.live.tunables.limits.resume_window().ok_or("resume is off here (resume_window_seconds = 0)")?;
+    let peer =
+        net.peer_of(&owner).filter(|_| owner != net.id).ok_or_else(|| ArrivalError::NotALivePeer(owner.clone()))?;
+    let window = s.live.tunables.limits.resume_window().ok_or(ArrivalError::ResumeOff)?;
     let fetched = step(s.player, s.shutdown, deadline, fetch(&peer, &net.secret, &ticket, received, sent)).await?;
-    let state = match fetched.map_err(|e| e.to_string())? {
+    let state = match fetched? {
         MoveAnswer::State(st) => *st,
-        MoveAnswer::Refused { why } => return Err(format!("{owner} refused: {why}")),
+        MoveAnswer::Refused { why } => return Err(ArrivalError::RefusedThere { owner, why }),
     };
     summary.player = Some(state.name.clone());
     if state.received != sent || state.sent != received {
-        return Err("the counts do not match the draining instance's".into());
+        return Err(ArrivalError::CountsDiffer);
     }
     let backend =
-        s.live.backend_named(&state.backend).cloned().ok_or(format!("no backend named {} here", state.backend))?;
+        s.live.backend_named(&state.backend).cloned().ok_or_else(|| ArrivalError::NoBackend(state.backend.clone()))?;
     summary.backend = Some(backend.name.clone());
     let connect_timeout = s.live.tunables.limits.backend_connect_timeout();
     let login = transfer::log_in_again(backend.clone(), state.identity(), connect_timeout);
-    let refused = |why: String| format!("{} refused the second login: {why}", backend.name);
-    let (mut stream, mut early) = step(s.player, s.shutdown, deadline, login).await?.map_err(refused)?;
+    let refused = |why: SecondLogin| ArrivalError::SecondLogin { backend: backend.name.clone(), why };
+    let (mut stream, mut early) = step(s.player, s.shutdown, deadline, login).await?.map_err(|e| refused(e.into()))?;
     // In play there: its Join Game (or, for Forge, its handshake's first message) came, not a Play Disconnect.
     let limit = s.live.tunables.transfer.switch_timeout();
     step(s.player, s.shutdown, deadline, until_play(&mut stream, &mut early, limit)).await?.map_err(refused)?;

@@ -32,19 +32,55 @@ impl Link {
     }
 }
 
-/// A new backend connection logged in: the stream and the Play bytes read after Login Success, or why not (a
-/// readable reason for the chat).
-pub(super) type Dialed = Result<(TcpStream, BytesMut), String>;
+/// A new backend connection logged in: the stream and the Play bytes read after Login Success, or why not.
+pub(super) type Dialed = Result<(TcpStream, BytesMut), DialError>;
+
+/// Why a new backend connection did not log in; its text is what the player reads in the chat (after "Could
+/// not connect you to <backend>: ").
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum DialError {
+    /// The connect timed out.
+    #[error("it did not accept the connection in time")]
+    ConnectTimeout,
+    /// The connect failed.
+    #[error("it is unreachable")]
+    Unreachable,
+    /// The handshake is too long to forward.
+    #[error("the handshake could not be forwarded")]
+    Handshake,
+    /// The opening could not be written.
+    #[error("it closed the connection")]
+    WriteFailed,
+    /// A Login Disconnect, with its reason as plain text.
+    #[error("it refused the login: {0}")]
+    Refused(String),
+    /// An Encryption Request: an online-mode backend.
+    #[error("it asked for encryption (online mode); backends behind MoonBridge run in offline mode")]
+    OnlineMode,
+    /// Another packet where Login Success belongs.
+    #[error("it answered the login with packet {0:#04x}")]
+    Unexpected(i32),
+    /// A frame that does not parse.
+    #[error("it sent a bad login frame: {0}")]
+    BadFrame(#[from] moonbridge_protocol::FrameError),
+    /// The connection ended before Login Success.
+    #[error("it closed the connection during login")]
+    Closed,
+    /// A read failed.
+    #[error("read failed: {0}")]
+    Read(#[source] io::Error),
+}
 
 /// Connects to `target`, sends the player's opening and reads up to Login Success: the stream and the Play
 /// bytes after it, or why not (a readable reason for the chat).
 pub(super) async fn dial(target: Backend, identity: Identity, connect_timeout: Duration) -> Dialed {
     let mut stream = target.connect(identity.client, connect_timeout).await.map_err(|e| match e {
-        crate::backend::BackendError::Timeout { .. } => "it did not accept the connection in time".to_string(),
-        _ => "it is unreachable".to_string(),
+        crate::backend::BackendError::Timeout { .. } => DialError::ConnectTimeout,
+        _ => DialError::Unreachable,
     })?;
-    let opening = identity.opening(&target, &[]).map_err(|_| "the handshake could not be forwarded".to_string())?;
-    stream.write_all(&opening).await.map_err(|_| "it closed the connection".to_string())?;
+    let opening = identity.opening(&target, &[]).map_err(|_| DialError::Handshake)?;
+    stream.write_all(&opening).await.map_err(|_| DialError::WriteFailed)?;
     target.metrics.to_backend.inc_by(opening.len() as u64);
     let mut frames = FrameDecoder::new(MAX_LOGIN_FRAME);
     let mut buf = vec![0; READ_CHUNK];
@@ -53,27 +89,21 @@ pub(super) async fn dial(target: Backend, identity: Identity, connect_timeout: D
             Ok(Some(f)) if f.id == LoginSuccess::ID => return Ok((stream, frames.take_buffered())),
             Ok(Some(f)) if f.id == LoginDisconnect::ID => {
                 let reason = f.decode::<LoginDisconnect>().map(|d| chat_plain(&d.reason_json)).unwrap_or_default();
-                return Err(format!("it refused the login: {reason}"));
+                return Err(DialError::Refused(reason));
             }
-            Ok(Some(f)) => {
-                return Err(if f.id == 0x01 {
-                    "it asked for encryption (online mode); backends behind MoonBridge run in offline mode".into()
-                } else {
-                    format!("it answered the login with packet {:#04x}", f.id)
-                })
-            }
+            Ok(Some(f)) => return Err(if f.id == 0x01 { DialError::OnlineMode } else { DialError::Unexpected(f.id) }),
             Ok(None) => {}
-            Err(e) => return Err(format!("it sent a bad login frame: {e}")),
+            Err(e) => return Err(e.into()),
         }
-        stream.readable().await.map_err(|e| format!("read failed: {e}"))?;
+        stream.readable().await.map_err(DialError::Read)?;
         match try_read(&stream, &mut buf) {
-            Ok(0) => return Err("it closed the connection during login".into()),
+            Ok(0) => return Err(DialError::Closed),
             Ok(n) => {
                 target.metrics.to_player.inc_by(n as u64);
                 frames.queue_slice(buf.get(..n).unwrap_or_default());
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("read failed: {e}")),
+            Err(e) => return Err(DialError::Read(e)),
         }
     }
 }

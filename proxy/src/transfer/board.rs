@@ -311,7 +311,7 @@ impl Switchboard {
                 self.out.to_target.extend_from_slice(&registration);
                 self.joining_frames()
             }
-            Event::Dialed(Err(why)) => self.fail(&why),
+            Event::Dialed(Err(why)) => self.fail(&why.to_string()),
             Event::Joining(ready) => {
                 let read = ready.and_then(|()| {
                     with_scratch(|buf| {

@@ -68,6 +68,7 @@ mod moving;
 mod requests;
 mod switch;
 
+pub(crate) use backend::DialError;
 pub(crate) use board::Switchboard;
 use common::Ctx;
 pub(crate) use common::{registration, Handed, LOST};
@@ -80,7 +81,7 @@ pub(crate) async fn log_in_again(
     target: Backend,
     identity: Identity,
     connect_timeout: std::time::Duration,
-) -> Result<(TcpStream, bytes::BytesMut), String> {
+) -> Result<(TcpStream, bytes::BytesMut), backend::DialError> {
     backend::dial(target, identity, connect_timeout).await
 }
 
