@@ -36,15 +36,17 @@
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `relay/resume.rs` | carriage v2 resume: the table of resumable sessions (single-use tokens), a new link handed to its session |
 //! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
+//! | `network/claims.rs` | one session per name: a login's claim in Redis, the scripts that release and renew claims |
 //! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client |
 //! | `network/mod.rs` | `[network]`: leases in Redis, the other instances' players, one session per name |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
-//! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers |
+//! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers, which frames it looks into |
 //! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
 //! | `transfer/keep_alive.rs` | whose Keep Alive an answer is; the proxy's own while no backend serves the player |
 //! | `transfer/backend.rs` | a backend connection in Play; dialling and logging in a new one |
 //! | `transfer/switch.rs` | a switch in progress |
 //! | `transfer/board.rs` | the switchboard, run inside the relay: frame by frame, runs of frames passed whole |
+//! | `transfer/frames.rs` | what the switchboard does to the frames it looks into, each direction |
 //! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
 //! | `transfer/moving.rs` | a player moved between instances: what a draining switchboard hands over, the switchboard a moved player starts with |
 //! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |

@@ -17,10 +17,12 @@
 //!   serves with local state (logins go on, resumes to other instances get 4002), logs once per change of
 //!   state and says so in `moonbridge_network_redis_up`.
 
+mod claims;
 pub(crate) mod link;
 pub(crate) mod moves;
 pub(crate) mod peer;
 
+pub(crate) use claims::{Admit, Claim, ALREADY_PLAYING, KICKED_ELSEWHERE};
 pub use link::NetworkError;
 
 use std::collections::HashMap;
@@ -35,7 +37,9 @@ use tracing::{info, warn};
 
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
+
 use crate::players::{Change, PlayerTable, Record, Update, Updates};
+use claims::{now_ms, release_of, CLAIMS_PER_CALL, RELEASE_CLAIM, RENEW_CLAIMS};
 
 /// How long an instance's and its players' entries live without a renewal: 10 seconds.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
@@ -53,92 +57,6 @@ const PRUNE_AFTER: Duration = Duration::from_secs(60);
 const REDIS_UNKNOWN: u8 = 0;
 const REDIS_UP: u8 = 1;
 const REDIS_DOWN: u8 = 2;
-/// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
-pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
-/// What a new login reads when `duplicate_login = "refuse_new"`.
-pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
-
-/// What a login may do about a name that is already playing.
-#[derive(Debug)]
-pub(crate) enum Admit {
-    /// Go on (nobody else had the name, or the older session was told to go), holding the name's claim.
-    Go(Claim),
-    /// Refuse the new login (`refuse_new`).
-    Refuse,
-}
-
-/// A login's claim of its name ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
-/// `<instance id>:<nonce>:<login time>` (16 hex digits each, one nonce per login; the time in milliseconds
-/// since the Unix epoch), expiring with the lease and renewed with it while the player plays. The player's registration takes it over ([`Claim::take`]); dropped before that
-/// (the login did not get in), it queues its release. A release deletes the claim only while it still holds
-/// this login's value, so it never deletes a later login's claim.
-#[derive(Debug)]
-pub(crate) struct Claim {
-    players: Arc<PlayerTable>,
-    key: String,
-    value: Option<String>,
-}
-
-impl Claim {
-    /// The claim's value, for the player's registration, which releases it from then on.
-    pub(crate) fn take(mut self) -> Option<String> {
-        self.value.take()
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Some(value) = self.value.take() {
-            self.players.release(&self.key, value);
-        }
-    }
-}
-
-/// Deletes a name's claim only while it holds one login's value (`KEYS[1]` the claim, `ARGV[1]` the value): a
-/// claim another login has taken since stays.
-const RELEASE_CLAIM: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
-
-/// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then `older` or `newer`, then the
-/// lease in milliseconds). A claim that holds its value or nothing (Redis lost it) is set with a new lease.
-/// Held by another login (one that got in while Redis had lost this claim, or whose kick did not arrive), the
-/// `duplicate_login` policy decides by the logins' times (the values' last field; ties by value): `older`
-/// (`refuse_new`) keeps the earlier login, `newer` (`kick_existing`) the later one. The claim is set when this
-/// login wins; otherwise it is left to the holder. Returns, for each claim this instance lost, its position in
-/// `KEYS` (1-based, as a string) and its holder; the holder's instance ends its own session when it loses.
-const RENEW_CLAIMS: &str = r"
-local keep = ARGV[#KEYS + 1]
-local lease = ARGV[#KEYS + 2]
-local function born(v)
-  return tonumber(string.match(v, '^[^:]*:[^:]*:(%d+)$') or '0') or 0
-end
-local lost = {}
-for i, key in ipairs(KEYS) do
-  local mine = ARGV[i]
-  local holder = redis.call('GET', key)
-  local wins = holder == false or holder == mine
-  if not wins then
-    local a, b = born(mine), born(holder)
-    if keep == 'older' then
-      wins = a < b or (a == b and mine < holder)
-    else
-      wins = a > b or (a == b and mine > holder)
-    end
-  end
-  if wins then
-    redis.call('SET', key, mine, 'PX', lease)
-  else
-    table.insert(lost, tostring(i))
-    table.insert(lost, holder)
-  end
-end
-return lost
-";
-
-/// Claims renewed by one [`RENEW_CLAIMS`] call at most: 1,000 (a larger table takes several calls in the
-/// pipeline, so Redis is never busy with one for long).
-const CLAIMS_PER_CALL: usize = 1000;
-
 /// This instance's place in the network.
 pub(crate) struct Network {
     pub(crate) config: NetworkConfig,
@@ -633,21 +551,6 @@ pub(crate) fn route_to_redis(redis_url: &str, port: u16) -> Result<String, Netwo
     socket.connect(target).map_err(|e| fail(format!("no route to {target}: {e}")))?;
     let local = socket.local_addr().map_err(|e| fail(e.to_string()))?;
     Ok(std::net::SocketAddr::new(local.ip(), port).to_string())
-}
-
-/// The claim a change gives back, if any: a player who left, or a login that did not get in.
-fn release_of(update: Update) -> Option<(String, String)> {
-    match update {
-        Update { key, change: Change::Left | Change::NotIn, claim: Some(value) } => Some((key, value)),
-        _ => None,
-    }
-}
-
-/// Milliseconds since the Unix epoch (0 for a clock before it).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn lease_ms() -> i64 {

@@ -5,9 +5,14 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use moonbridge_protocol::frame::{encode_frame, Frame};
-use moonbridge_protocol::packets::{chat_text, ChatMessage, Packet, PlayDisconnect, PluginMessage};
+use moonbridge_protocol::packets::{
+    chat_text, ChatMessage, JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage,
+};
 use moonbridge_protocol::transfer::watch::Watched;
-use moonbridge_protocol::transfer::{bungee_registration, carries_entity_ids, Direction, EntityIdSwap};
+use moonbridge_protocol::transfer::{
+    bungee_registration, carries_entity_ids, fml, starts_with_channel, Direction, EntityIdSwap, Leftovers,
+    BUNGEE_CHANNEL,
+};
 use tokio::sync::mpsc;
 
 use crate::backend::Identity;
@@ -140,6 +145,40 @@ pub(super) fn chat_plain(json: &str) -> String {
         }
         Err(_) => json.to_string(),
     }
+}
+
+/// Whether the switchboard looks into a frame with packet id `id` and `fields` going `direction` (otherwise
+/// it passes as it came): before the client joined, every clientbound frame; then Keep Alive, Join Game, Play
+/// Disconnect, what the leftovers track, the Plugin Messages it acts on (`BungeeCord` both ways; Forge's `FML`
+/// entity messages once the ids differ; every serverbound one while a Forge handshake is routed or replayed:
+/// `forge`), and, once the player's entity id differs from the server's (`swapped`), the packets that carry
+/// entity ids.
+pub(super) fn inspected(
+    direction: Direction,
+    id: i32,
+    fields: &[u8],
+    joined: bool,
+    swapped: bool,
+    forge: bool,
+) -> bool {
+    let plugin = |channel| starts_with_channel(fields, channel);
+    let always = match direction {
+        Direction::Clientbound => match id {
+            PluginMessage::CLIENTBOUND_ID => {
+                !joined || plugin(BUNGEE_CHANNEL) || (swapped && plugin(fml::RUNTIME_CHANNEL))
+            }
+            _ => {
+                !joined
+                    || matches!(id, JoinGame::ID | PlayDisconnect::ID | KeepAlive::ID)
+                    || Leftovers::CLIENTBOUND_IDS.contains(&id)
+            }
+        },
+        Direction::Serverbound => match id {
+            PluginMessage::SERVERBOUND_ID => forge || plugin(BUNGEE_CHANNEL),
+            _ => matches!(id, KeepAlive::ID | Leftovers::SERVERBOUND_ID),
+        },
+    };
+    always || (swapped && id != PluginMessage::CLIENTBOUND_ID && carries_entity_ids(direction, id))
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ mod board;
 mod common;
 mod cutover;
 mod forge;
+mod frames;
 mod keep_alive;
 mod moving;
 mod requests;
