@@ -5,6 +5,25 @@
 //! listeners, and [`Server::run`] serves players until a shutdown signal. The `moonbridge` binary is a thin
 //! command line around these calls.
 //!
+//! # Words
+//!
+//! One word per concept, in the code and in `docs/` alike:
+//!
+//! | word | means | not |
+//! |---|---|---|
+//! | backend | a 1.7.10 server behind the proxy (`[[backends]]`) | "server" alone, which is ambiguous |
+//! | switch | sending a player from one backend to another inside one instance (a server transfer: `transfer/`, `docs/servers.md`) | move |
+//! | network | the MoonBridge instances that share a Redis (`[network]`, `network/`, `docs/network.md`) | the backends |
+//! | instance | one `moonbridge` process of a network | node, peer (the instance link's other end is a "peer instance") |
+//! | move | taking a player from a draining instance to another instance (carriage `move`/`moving`/`moved`) | switch |
+//! | drain | an instance that stops by moving its players away first (`network/moves.rs`) | shutdown (which only disconnects) |
+//! | resume | a carriage v2 session going on over a new WebSocket after a lost one | reconnect |
+//! | frame | one length-prefixed Minecraft packet on the stream (a WebSocket frame is always called so) | message (a WebSocket message) |
+//! | tick | the game's 50 ms step; one client-library WebSocket message per tick | batch (the proxy's read batch) |
+//!
+//! `tests/tests/words.rs` checks the table and that the switch docs and code never say "move" or "network" for
+//! a switch or the backends.
+//!
 //! # Layout
 //!
 //! Every file, bottom-up: each uses only files listed above it (`tests/tests/layout.rs` reads this table and

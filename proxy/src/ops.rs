@@ -11,7 +11,7 @@
 //!   [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as soon as
 //!   it does.
 //! - `POST /drain`: `202 stopping`, and the proxy stops as on SIGTERM (with `[network]` and a live peer: a drain,
-//!   docs/cluster.md); from a loopback address only (`403` otherwise), as the port may be reachable by a
+//!   docs/network.md); from a loopback address only (`403` otherwise), as the port may be reachable by a
 //!   Prometheus server.
 //!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head

@@ -33,7 +33,7 @@ pub(crate) enum Command {
     /// A `BungeeCord` Plugin Message (its payload: the plugin's channel, `i16` length, data) for the backend the
     /// player is on.
     Forward(Vec<u8>),
-    /// This instance is draining: move the player to another instance of the network (docs/cluster.md,
+    /// This instance is draining: move the player to another instance of the network (docs/network.md,
     /// "Drain"), or count it `not_movable` and stay.
     Move,
 }
@@ -99,7 +99,7 @@ pub(crate) struct Update {
 /// What happened to a name of this instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
-    /// The player plays (joined, or moved to another backend): its record.
+    /// The player plays (joined, or switched to another backend): its record.
     Plays(Record),
     /// The player left: its record goes, and its claim is released.
     Left,
@@ -203,7 +203,7 @@ pub(crate) struct Seen {
     pub(crate) uuid: String,
     pub(crate) address: SocketAddr,
     pub(crate) server: String,
-    /// A drain can move the player to another instance (docs/cluster.md, "Drain").
+    /// A drain can move the player to another instance (docs/network.md, "Drain").
     pub(crate) movable: bool,
 }
 

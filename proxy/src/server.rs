@@ -308,7 +308,7 @@ impl Server {
         let grace_ends = tokio::time::Instant::now() + grace;
         self.state.draining.store(true, Ordering::Relaxed);
         accepting.cancel();
-        // `[network]` with live peers: players move to the other instances first (docs/cluster.md, "Drain").
+        // `[network]` with live peers: players move to the other instances first (docs/network.md, "Drain").
         if let Some(net) = self.state.network().filter(|n| n.live_peers() > 0) {
             let moves_end = grace_ends.checked_sub(DRAIN_RESERVE).unwrap_or(grace_ends);
             crate::network::moves::drain(&self.state, net.config.drain_rate, moves_end).await;

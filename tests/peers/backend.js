@@ -11,7 +11,7 @@
 // (a Forge registry-sync-sized burst), then each chat message is answered with "echo:<message>"; the chat
 // message "bye" makes the backend disconnect the player instead, and "big <count> <size>" makes it send
 // <count> plugin messages (channel MB|Big) of burstPayload(1000 + k, size) before the echo.
-// Server transfers (docs/network.md): "entityId" (default 1) is the player's id in Join Game; "label" prefixes
+// Server transfers (docs/servers.md): "entityId" (default 1) is the player's id in Join Game; "label" prefixes
 // the echo with "[label] "; the chat message "connect <server>" makes the backend send BungeeCord's Connect
 // message (S3F on channel BungeeCord, writeUTF "Connect", writeUTF server) as a server plugin does; "entity"
 // makes it send packets about the player's own entity (metadata, animation, velocity) and, with

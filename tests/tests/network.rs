@@ -1,4 +1,4 @@
-//! `[network]` (docs/cluster.md): instances of one network on a real `redis-server` (Debian's package,
+//! `[network]` (docs/network.md): instances of one network on a real `redis-server` (Debian's package,
 //! started here on a free port), node-minecraft-protocol 1.7.10 backends, players through the client library.
 //! Resume across instances runs behind HAProxy (Debian's package) balancing round robin with no affinity, so
 //! every reconnect lands on another instance than the last.

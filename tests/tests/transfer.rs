@@ -1,4 +1,4 @@
-//! Server transfer (docs/network.md) against real node-minecraft-protocol 1.7.10 backends: a player moved by
+//! Server transfer (docs/servers.md) against real node-minecraft-protocol 1.7.10 backends: a player moved by
 //! its backend's BungeeCord `Connect` message (a node client over tcp, and the client library over ws), the
 //! fallback when a backend disconnects a player, and the failure paths (a backend that refuses the login, one
 //! that never answers, an unknown name), after which the player is still on its first backend.

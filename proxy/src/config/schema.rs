@@ -56,7 +56,7 @@ pub struct Config {
     pub compression: CompressionConfig,
     /// `[transfer]`: moving connected players between backends (BungeeCord `Connect`, fallbacks).
     pub transfer: TransferConfig,
-    /// `[network]`: several instances sharing state through Redis (docs/cluster.md). Absent (the default): one
+    /// `[network]`: several instances sharing state through Redis (docs/network.md). Absent (the default): one
     /// instance.
     pub network: Option<NetworkConfig>,
 }
@@ -83,7 +83,7 @@ impl std::fmt::Display for DuplicateLogin {
     }
 }
 
-/// `[network]`: instances with the same `name` on one Redis form a network (docs/cluster.md): a lease per
+/// `[network]`: instances with the same `name` on one Redis form a network (docs/network.md): a lease per
 /// instance and per player (10 seconds, renewed every 2), resume across instances over authenticated instance
 /// links, one session per player name, network-wide counts. Needs a restart to change.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -229,7 +229,7 @@ impl Default for RateLimitsConfig {
     }
 }
 
-/// `[transfer]`: moving a connected player from one backend to another without a reconnect (docs/network.md).
+/// `[transfer]`: moving a connected player from one backend to another without a reconnect (docs/servers.md).
 /// A backend asks for it with the BungeeCord plugin channel's `Connect` message; a fallback catches players a
 /// backend disconnects. Off by default: with no `targets` and no `fallback`, sessions run as before, and only
 /// sessions whose backend can send players on (a `targets` list, or a `fallback` entry) pay for the transfer

@@ -148,7 +148,7 @@ pub(crate) enum Request {
         /// Plain text for the player's disconnect screen.
         reason: String,
     },
-    /// A player's `moving` request for a session of the listener's (docs/cluster.md, "Drain"); answered with
+    /// A player's `moving` request for a session of the listener's (docs/network.md, "Drain"); answered with
     /// one [`crate::network::moves::MoveAnswer`].
     Move {
         /// The ticket the player presented (`<instance>.<secret>`).

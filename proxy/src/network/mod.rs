@@ -1,4 +1,4 @@
-//! `[network]`: several MoonBridge instances sharing state through Redis (docs/cluster.md).
+//! `[network]`: several MoonBridge instances sharing state through Redis (docs/network.md).
 //!
 //! - **Leases.** Each instance writes itself (`moonbridge:<name>:instance:<id>`, JSON: its peer address and
 //!   player count) and its players (the hash `moonbridge:<name>:players:<id>`, lower-case name → JSON

@@ -1,4 +1,4 @@
-//! Moving a player off a draining instance (docs/cluster.md, "Drain"): what the instance the player reconnects
+//! Moving a player off a draining instance (docs/network.md, "Drain"): what the instance the player reconnects
 //! to asks the draining one over an instance link, and the answer.
 //!
 //! 1. The draining instance's relay sends the player `move <ticket>` and registers the ticket ([`Take`] is what

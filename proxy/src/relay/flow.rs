@@ -66,10 +66,10 @@ pub(crate) enum Follow {
     Nothing,
     /// Frame boundaries (clientbound: where the shutdown disconnect may go).
     Frames(FrameScanner),
-    /// Clientbound, in a session that can be moved: frame boundaries, and the watch that tells when the
+    /// Clientbound, in a session that can be switched: frame boundaries, and the watch that tells when the
     /// transfer layer takes over ([`moonbridge_protocol::transfer::watch`]).
     Watch(Box<Watching>),
-    /// Serverbound, in a session that can be moved: frame boundaries (a handover inside a frame passes its rest
+    /// Serverbound, in a session that can be switched: frame boundaries (a handover inside a frame passes its rest
     /// on unparsed), `BungeeCord` messages dropped, and the count of the client's Close Window (C0D) frames,
     /// shared with the clientbound watch.
     Serverbound(Box<ServerboundFilter>, Arc<AtomicU64>),
@@ -86,7 +86,7 @@ impl std::fmt::Debug for Follow {
     }
 }
 
-/// The clientbound watch of a session that can be moved, and what it needs for the handover.
+/// The clientbound watch of a session that can be switched, and what it needs for the handover.
 pub(crate) struct Watching {
     pub(super) watch: ClientboundWatch,
     /// The client's C0D count (the serverbound direction counts).
@@ -232,7 +232,7 @@ impl Flow {
                     k
                 }
                 Err(_) => {
-                    // Not Minecraft frames after all: relayed opaquely, and nobody can be moved.
+                    // Not Minecraft frames after all: relayed opaquely, and nobody can be switched.
                     self.follow = Follow::Nothing;
                     data.len()
                 }
@@ -511,9 +511,9 @@ mod tests {
         drop(relay_end);
     }
 
-    /// The two directions of a session that can be moved (no ticket, no cipher); `failover` when its backend
+    /// The two directions of a session that can be switched (no ticket, no cipher); `failover` when its backend
     /// has a fallback.
-    fn movable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
+    fn switchable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
         let watching = Watching::new(ClientboundWatch::new(false), None, failover, None);
         Flow::pair(RelayStart {
             shutdown,
@@ -531,7 +531,7 @@ mod tests {
     fn a_lost_backend_hands_over_only_between_two_frames_and_only_with_a_fallback() {
         let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let flows = |failover| movable(&shutdown, &metrics, failover);
+        let flows = |failover| switchable(&shutdown, &metrics, failover);
         let (mut up, mut down) = flows(true);
         // Half of a chat frame reached the player: it cannot be completed by another server.
         let long = frame(0x02, &[&[40u8][..], &[b'a'; 40]].concat());
@@ -554,7 +554,7 @@ mod tests {
         use moonbridge_protocol::packets::PluginMessage;
         let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
         let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let (mut up, _down) = movable(&shutdown, &metrics, false);
+        let (mut up, _down) = switchable(&shutdown, &metrics, false);
         let mut fields = Vec::new();
         PluginMessage { channel: "BungeeCord".into(), data: b"\x00\x03Msg".to_vec() }
             .encode_fields(&mut fields)

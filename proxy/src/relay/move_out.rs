@@ -1,4 +1,4 @@
-//! The draining side of a move (docs/cluster.md, "Drain"; docs/carriage.md, "Moving to another instance"): the
+//! The draining side of a move (docs/network.md, "Drain"; docs/carriage.md, "Moving to another instance"): the
 //! player gets `move <ticket>`, then nothing more from this instance. The instance the player reconnects to
 //! asks for the session with the ticket ([`Take`]); the relay reads the player's bytes up to the count the
 //! client named, answers with the session's state, and ends once the player closes this connection with

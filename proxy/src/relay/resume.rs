@@ -156,7 +156,7 @@ impl ResumeTable {
     }
 
     /// Registers `value` under a fresh token of this instance: used once, as a resume token is (a draining
-    /// session's move ticket, docs/cluster.md "Drain", registers the channel its `moving` request arrives on).
+    /// session's move ticket, docs/network.md "Drain", registers the channel its `moving` request arrives on).
     pub(crate) fn insert<T: Any + Send>(self: &Arc<Self>, value: T) -> Registration {
         let mut secret = [0u8; SECRET_LEN];
         OsRng.fill_bytes(&mut secret);

@@ -23,7 +23,7 @@ pub(super) enum StretchEnd<L> {
     Lost(String),
     /// A resume arrived while the link still looked alive; carriage v2 only.
     TakenOver(Resumption<L>),
-    /// The drain asked to move the player, and the session is at a point where it can go (docs/cluster.md,
+    /// The drain asked to move the player, and the session is at a point where it can go (docs/network.md,
     /// "Drain"); carriage v2 only.
     Move,
 }

@@ -1,4 +1,4 @@
-//! A player moving here from a draining instance (docs/cluster.md, "Drain"): its connection's first message
+//! A player moving here from a draining instance (docs/network.md, "Drain"): its connection's first message
 //! was `moving <ticket> <received> <sent>`. The session's state comes from the ticket's instance over an
 //! instance link; the player is logged in to the same backend again (the backend may kick the older
 //! connection for the duplicate login: that connection is the draining instance's, and the kick never reaches

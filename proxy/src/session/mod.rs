@@ -60,7 +60,7 @@ pub(crate) trait Player: Send {
     /// Relays until either side ends. The backend's first answer has already been sent to the player.
     async fn relay(&mut self, backend: BackendSide, relay: RelayStart<'_>) -> RelayReport;
     /// The player's client follows a draining instance's `move` (carriage v2 over WebSocket with
-    /// [`moonbridge_protocol::ws::v2::MOVE_HEADER`]): docs/cluster.md, "Drain".
+    /// [`moonbridge_protocol::ws::v2::MOVE_HEADER`]): docs/network.md, "Drain".
     fn can_move(&self) -> bool {
         false
     }

@@ -21,7 +21,7 @@ use crate::players::{Command, Registration};
 use crate::state::Live;
 
 /// What a player reads after the backend's name when its connection was lost without a Play Disconnect (a
-/// crash, a kill, a reset, a network cut), and the failover sends them to the fallback.
+/// crash, a kill, a reset, a connection cut), and the failover sends them to the fallback.
 pub(crate) const LOST: &str = "closed the connection unexpectedly";
 
 /// Where the relay stopped, for the switchboard that goes on from there.
@@ -61,8 +61,8 @@ pub(super) struct Ctx {
     pub(super) identity: Identity,
     pub(super) metrics: Arc<Metrics>,
     pub(super) registration: Option<Registration>,
-    /// The player can move to another instance when this one drains (carriage v2 over WebSocket, a client that
-    /// offered moves, offline mode).
+    /// The player can move to another instance when this one drains (carriage v2 over WebSocket, a client
+    /// that offered instance moves, offline mode).
     pub(super) movable: bool,
 }
 

@@ -129,7 +129,7 @@ impl Switchboard {
         }
     }
 
-    /// The new backend's Join Game: reset the client's world, move over, drop the old backend.
+    /// The new backend's Join Game: reset the client's world, cut over, drop the old backend.
     fn cutover(&mut self, join: &JoinGame) -> Result<(), End> {
         let Some(switch) = self.switch.take() else { return Ok(()) };
         let SwitchStep::Joining(link) = switch.step else { return Ok(()) };

@@ -1,5 +1,5 @@
-//! Server transfer: moving a connected player from one backend to another without a reconnect
-//! (docs/network.md). 1.7.10 has no transfer packet, so the client must believe it is still on one server.
+//! Server transfer: switching a connected player from one backend to another without a reconnect
+//! (docs/servers.md). 1.7.10 has no transfer packet, so the client must believe it is still on one server.
 //!
 //! A session whose backend can send players on (`[transfer] targets`, or a `[transfer.fallback]` entry) keeps
 //! the direct relay, which watches the backend's frames ([`moonbridge_protocol::transfer::watch`]: a length
@@ -44,9 +44,9 @@
 //! The files, bottom-up: [`common`] (the context, the outbox, framing), [`forge`] (the Forge handshake's steps,
 //! record and replay), [`keep_alive`] (whose Keep Alive an answer is), [`backend`] (a backend connection in
 //! Play; dialling and logging in a new one), [`switch`] (a switch in progress), [`board`] (the switchboard,
-//! frame by frame), [`cutover`] (a switch's course: request, joining, cutover, failure), [`requests`] (the
+//! frame by frame), [`frames`] (what it does to the frames it looks into), [`cutover`] (a switch's course: request, joining, cutover, failure), [`requests`] (the
 //! `BungeeCord` channel's other requests and commands between sessions), and this file (whether a session can
-//! be moved, what a relay hands over).
+//! be switched, what a relay hands over).
 
 use std::sync::Arc;
 
@@ -76,7 +76,7 @@ pub(crate) use common::{registration, Handed, LOST};
 pub(crate) use moving::{Arrival, MoveParts};
 pub(crate) use switch::MAX_HELD_BYTES;
 
-/// Logs `identity` in to `target` again (a moved player's second login): the connection once its Login
+/// Logs `identity` in to `target` again (a player moved from another instance: its second login): the connection once its Login
 /// Success was read, and what came after it; or why not, as the player would read it.
 pub(crate) async fn log_in_again(
     target: Backend,
@@ -86,7 +86,7 @@ pub(crate) async fn log_in_again(
     backend::dial(target, identity, connect_timeout).await
 }
 
-/// Whether players on `backend` can be moved (their relay watches for the frames that start a switch).
+/// Whether players on `backend` can be switched (their relay watches for the frames that start a switch).
 pub(crate) fn applies(live: &Live, backend: &Backend) -> bool {
     !live.tunables.transfer.targets.is_empty() || live.tunables.transfer.fallback.contains_key(&backend.name)
 }

@@ -1,4 +1,4 @@
-//! A player moved between instances of a network (docs/cluster.md, "Drain"): what the draining instance's
+//! A player moved between instances of a network (docs/network.md, "Drain"): what the draining instance's
 //! switchboard hands over ([`MoveParts`]), and the switchboard the receiving instance starts with, whose only
 //! backend is the one it just logged the player in to again ([`Switchboard::arrived`]). From there the move
 //! runs as a server switch does: a Forge client's handshake is reset and run again at the new connection's

@@ -3,7 +3,7 @@
 //! (C17) on the `BungeeCord` channel through the same player's connection. Counts and lists are of this
 //! proxy's players ([`crate::players::PlayerTable`]). What reaches other players (`Message`, `MessageRaw`,
 //! `KickPlayer`, `ForwardToPlayer`, `Forward`) goes as a [`Command`] to their sessions; a session on a backend
-//! whose players cannot be moved takes none (its relay does not watch for the channel).
+//! whose players cannot be switched takes none (its relay does not watch for the channel).
 
 use moonbridge_protocol::packets::{chat_text, ChatMessage, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL};

@@ -33,7 +33,7 @@ pub(super) enum Trigger {
     /// Backend `from` closed or reset the connection without a Play Disconnect (failover); `why` as the
     /// player reads it after the name (`closed the connection unexpectedly`).
     Lost { from: String, why: String },
-    /// The player moved here from a draining instance (docs/cluster.md, "Drain"): the target is the backend it
+    /// The player moved here from a draining instance (docs/network.md, "Drain"): the target is the backend it
     /// was on there, logged in to again.
     Arrived,
 }
