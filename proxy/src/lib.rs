@@ -50,10 +50,11 @@
 //! | `rate.rs` | per-address rate limits (token buckets, a bounded table) |
 //! | `auth.rs` | online mode: the RSA key pair and the session server's `hasJoined` |
 //! | `backend.rs` | a backend and connecting to it |
+//! | `move_state.rs` | a move's state from end to end (`MoveState`), the ticket's request (`Take`) and the answer |
 //! | `ws_link/mod.rs` | the player's WebSocket (`WsLink`): state, carriage v2 control, keepalive, close |
 //! | `ws_link/codec.rs` | its codec: frames in (decode, inflate, close codes for bad input), whole frames out |
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
-//! | `relay/resume.rs` | carriage v2 resume: the table of resumable sessions (single-use tokens), a new link handed to its session |
+//! | `resume.rs` | carriage v2 resume: the table of resumable sessions and move tickets (single-use tokens, typed entries), a new link handed to its session |
 //! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
 //! | `network/claims.rs` | one session per name: a login's claim in Redis, the scripts that release and renew claims |
 //! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client |
@@ -125,12 +126,14 @@ mod limits;
 mod listen;
 mod memory;
 mod metrics;
+mod move_state;
 mod network;
 mod ops;
 mod players;
 mod proxy_header;
 mod rate;
 mod relay;
+mod resume;
 mod server;
 mod session;
 mod state;

@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::players::PlayerTable;
 use crate::rate::RateLimiter;
-use crate::relay::resume::ResumeTable;
+use crate::resume::ResumeTable;
 
 /// What a reload (SIGHUP) replaces as a whole. A session takes one snapshot when it starts and keeps it, so
 /// it never sees half of an old configuration and half of a new one.

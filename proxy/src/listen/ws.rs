@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use moonbridge_protocol::ws as carriage;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
@@ -20,10 +19,10 @@ use crate::config::WsSettings;
 use crate::labels::TlsVersion;
 use crate::metrics::Metrics;
 use crate::network::peer::{forward_resume, Carried, Forwarded};
-use crate::relay::resume::hex_id;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::ws_resume::Delivered;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
+use crate::resume::{hex_id, PlayerStream};
 use crate::session::{Finish, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::Tls;
@@ -101,7 +100,7 @@ pub(super) async fn tls_handshake(
 /// # Errors
 /// The upgrade was refused (or was a health check), or the connection was a resume request (handed to its
 /// session, or refused with its close code).
-pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+pub(super) async fn websocket<S: PlayerStream>(
     mut stream: S,
     s: WsSetup<'_>,
 ) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
@@ -122,7 +121,7 @@ pub(super) async fn websocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static
 
 /// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
 /// refused with its close code) and this connection's own setup ends; anything else starts a new session.
-async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+async fn resume_or_session<S: PlayerStream>(
     mut link: WsLink<S>,
     up: Upgraded,
     told_at: Instant,
@@ -169,7 +168,7 @@ async fn resume_or_session<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     Ok((link, up.client))
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Player for WsLink<S> {
+impl<S: PlayerStream> Player for WsLink<S> {
     async fn read_some(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         self.read_stream(buf).await
     }

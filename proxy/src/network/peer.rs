@@ -25,8 +25,10 @@ use super::link::{self, LinkError, Request, Unservable, AUTH_TIMEOUT};
 use super::Network;
 use crate::config::WsSettings;
 use crate::labels::ResumeOutcome;
-use crate::relay::resume::Refusal;
+use crate::move_state::MoveAnswer;
 use crate::relay::ws_resume::deliver_resumption;
+use crate::resume::PlayerStream;
+use crate::resume::Refusal;
 use crate::state::ProxyState;
 use crate::tls::Tls;
 use crate::ws_link::WsLink;
@@ -119,7 +121,7 @@ async fn one(
 }
 
 /// Carries out an authenticated request.
-async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+async fn answer<S: PlayerStream>(
     mut stream: S,
     tls: bool,
     ws: Option<&WsSettings>,
@@ -137,13 +139,13 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         }
         Request::Move { ticket, received, sent } => {
             let session = match ticket.parse::<moonbridge_protocol::ws::v2::ResumeToken>() {
-                Ok(token) => state.resume.remove::<super::moves::TicketTx>(&token).map_err(|r| r.reason),
+                Ok(token) => state.resume.take_ticket(&token).map_err(|r| r.reason),
                 Err(_) => Err("malformed ticket"),
             };
             let answer = super::moves::answer(&mut stream, &net.secret, &opened, session, (received, sent)).await?;
             let outcome = match answer {
-                super::moves::MoveAnswer::State(_) => "handed over".to_string(),
-                super::moves::MoveAnswer::Refused { why } => format!("refused: {why}"),
+                MoveAnswer::State(_) => "handed over".to_string(),
+                MoveAnswer::Refused { why } => format!("refused: {why}"),
             };
             info!(via = %peer, "a player's move to another instance: {outcome}");
             Ok(())
@@ -216,7 +218,7 @@ impl Carried {
 /// opens the instance link and returns the copy to run ([`Carried`]), or closes the player with 4002 and
 /// returns the refusal's outcome when the owner cannot be reached (as when the owner is gone). Either outcome
 /// is counted in `moonbridge_resumes_total` (`resumes`) before the player hears of it.
-pub(crate) async fn forward_resume<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+pub(crate) async fn forward_resume<S: PlayerStream>(
     mut player: WsLink<S>,
     control: &Control,
     peer: String,

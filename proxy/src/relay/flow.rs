@@ -15,9 +15,9 @@ use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::resume;
 use crate::metrics::BackendMetrics;
 use crate::players::Command;
+use crate::resume;
 use crate::transfer::{Handed, Ticket};
 use crate::wire::{read_clearing, with_scratch};
 

@@ -35,7 +35,6 @@ use crate::wire::Side;
 mod flow;
 mod handover;
 mod move_out;
-pub(crate) mod resume;
 pub(crate) mod tcp;
 mod v2;
 pub(crate) mod ws;

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use moonbridge_protocol::ws::v2::Control;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tracing::info;
 
@@ -20,7 +19,8 @@ use super::v2::{Resumable, StretchEnd};
 use super::ws::Pipe;
 use super::RelayEnd;
 use crate::labels::DrainMove;
-use crate::network::moves::{MoveAnswer, MoveState, Take, TicketTx, CATCH_UP_TIMEOUT};
+use crate::move_state::{MoveAnswer, Take, CATCH_UP_TIMEOUT};
+use crate::resume::PlayerStream;
 use crate::wire::{Side, LINGER, RELAY_CHUNK};
 use crate::ws_link::{Turn, WsLink};
 
@@ -64,7 +64,7 @@ impl Pipe<'_> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
+impl<S: PlayerStream> WsLink<S> {
     /// Moves the player off this instance (see the module documentation).
     pub(super) async fn move_out(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> MoveEnd<Self> {
         let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
@@ -73,7 +73,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         // A `stay` from before this move (a stray one) says nothing about it.
         self.peer_stay = false;
         let (tx, mut rx) = mpsc::channel::<Take>(1);
-        let ticket = r.table.insert::<TicketTx>(tx);
+        let ticket = r.table.register_ticket(tx);
         let metrics = std::sync::Arc::clone(&r.metrics);
         if let Err(e) = self.send_control(&Control::Move { ticket: ticket.token }).await {
             metrics.drain_move(DrainMove::Failed);
@@ -253,8 +253,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
         let Some(board) = pipe.backend.board() else { return refused("no switchboard".into()) };
         board.flush().await;
         let claim = board.registration().and_then(crate::players::Registration::claim);
-        match board.move_parts() {
-            Ok(parts) => MoveAnswer::State(Box::new(MoveState::new(parts, self.stream_out, self.stream_in, claim))),
+        match board.move_state() {
+            Ok(mut state) => {
+                (state.sent, state.received, state.claim) = (self.stream_out, self.stream_in, claim);
+                MoveAnswer::State(Box::new(state))
+            }
             Err(why) => refused(why.to_string()),
         }
     }

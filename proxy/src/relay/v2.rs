@@ -10,9 +10,9 @@ use moonbridge_protocol::ws::v2::{AckSchedule, Control, Retained};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
-use super::resume::{Registration, ResumeStart, ResumeTable, Resumption};
 use super::RelayEnd;
 use crate::metrics::Metrics;
+use crate::resume::{PlayerStream, Registration, ResumeStart, ResumeTable, Resumption};
 use crate::ws_link::{control_frame, WsLink};
 
 /// How a connected stretch of the WebSocket relay ended.
@@ -52,7 +52,7 @@ pub(super) struct Resumable<L> {
     pub(super) handed_over: bool,
 }
 
-impl<L: Send + 'static> Resumable<L> {
+impl<S: PlayerStream> Resumable<WsLink<S>> {
     /// Registers a new resumable session: `sent` and `received` are the stream counts so far.
     pub(super) fn register(resume: ResumeStart, sent: u64, received: u64) -> Self {
         let (tx, rx) = mpsc::channel(1);

@@ -25,13 +25,13 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::move_out::MoveEnd;
-use super::resume::{Refusal, ResumeStart, ResumeTable, Resumption};
 use super::v2::{Resumable, StretchEnd};
 use super::ws::{Inbound, Pipe};
 use super::{BackendSide, RelayEnd, RelayReport, RelayStart};
 use crate::labels::{DrainMove, ResumeOutcome};
 use crate::limits::LogLimiter;
 use crate::metrics::Metrics;
+use crate::resume::{PlayerStream, Refusal, ResumeStart, ResumeTable, Resumption};
 use crate::transfer::LOST;
 use crate::wire::Side;
 use crate::ws_link::{control_frame, WsLink};
@@ -39,7 +39,7 @@ use crate::ws_link::{control_frame, WsLink};
 /// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
 const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> WsLink<S> {
+impl<S: PlayerStream> WsLink<S> {
     /// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
     pub(crate) async fn relay_resumable(
         &mut self,
@@ -327,7 +327,7 @@ impl std::fmt::Display for Delivered {
 
 /// A resume request arrived on `link` (its first message): hands the link to its session, or closes it with
 /// the refusal's code.
-pub(crate) async fn deliver_resumption<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+pub(crate) async fn deliver_resumption<S: PlayerStream>(
     mut link: WsLink<S>,
     control: Control,
     table: &ResumeTable,
@@ -339,7 +339,7 @@ pub(crate) async fn deliver_resumption<S: AsyncRead + AsyncWrite + Unpin + Send 
         return Delivered::BadRequest;
     };
     let at = Instant::now();
-    let refusal = match table.take::<WsLink<S>>(&token) {
+    let refusal = match table.take::<S>(&token) {
         Ok(tx) => match tx.send(Resumption { link, token, received, sent, at }).await {
             Ok(()) => return Delivered::HandedOver,
             Err(mpsc::error::SendError(h)) => {

@@ -26,10 +26,11 @@ use super::login::duplicate;
 use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
 use crate::metrics::Stage;
-use crate::network::moves::{fetch, MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
+use crate::move_state::{MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
+use crate::network::moves::fetch;
 use crate::players::{Seen, Stop, COMMAND_QUEUE};
-use crate::relay::resume::{hex_id, ResumeStart};
 use crate::relay::{BackendSide, Follow, RelayStart};
+use crate::resume::{hex_id, ResumeStart};
 use crate::transfer::{self, Arrival, MAX_HELD_BYTES};
 
 /// Why a move here was refused (the player goes on with the draining instance); the text is the log's.
@@ -252,17 +253,9 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
         registration: Some(registration),
         movable: s.player.can_move(),
     };
-    let arrival = Arrival {
-        stream,
-        early,
-        client_entity: st.client_entity,
-        forge_record: st.forge_record,
-        clear: st.clear,
-        partial: st.partial,
-        commands: Some(rx),
-    };
     // The counts go on from the draining instance's (received from the player, sent to it).
     s.player.continue_counts(st.received, st.sent);
+    let arrival = Arrival { stream, early, state: st, commands: Some(rx) };
     let start = RelayStart {
         shutdown: &stop,
         follow: Follow::Frames(FrameScanner::new()),

@@ -26,8 +26,8 @@ use crate::metrics::Stage;
 use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
 use crate::players::{Duplicate, Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
-use crate::relay::resume::ResumeStart;
 use crate::relay::{BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::resume::ResumeStart;
 use crate::transfer::{self, Handed};
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.

@@ -73,7 +73,7 @@ pub(crate) use backend::DialError;
 pub(crate) use board::Switchboard;
 use common::Ctx;
 pub(crate) use common::{registration, Handed, LOST};
-pub(crate) use moving::{Arrival, MoveParts};
+pub(crate) use moving::Arrival;
 pub(crate) use switch::MAX_HELD_BYTES;
 
 /// Logs `identity` in to `target` again (a player moved from another instance: its second login): the connection once its Login

@@ -1,5 +1,5 @@
 //! A player moved between instances of a network (docs/network.md, "Drain"): what the draining instance's
-//! switchboard hands over ([`MoveParts`]), and the switchboard the receiving instance starts with, whose only
+//! switchboard hands over ([`MoveState`]), and the switchboard the receiving instance starts with, whose only
 //! backend is the one it just logged the player in to again ([`Switchboard::arrived`]). From there the move
 //! runs as a server switch does: a Forge client's handshake is reset and run again at the new connection's
 //! first `FML|HS` message, and the new connection's Join Game becomes the two Respawns, with entity ids
@@ -17,38 +17,40 @@ use super::common::{registration, Ctx};
 use super::forge::{Forge, ServerStep};
 use super::keep_alive::OWN_KEEP_ALIVE_INTERVAL;
 use super::switch::{Switch, SwitchStep, Trigger};
-use crate::backend::{Backend, Identity};
+use crate::backend::Backend;
+use crate::move_state::MoveState;
 use crate::players::Command;
 
-/// What a draining instance's switchboard hands to the instance a player moves to.
-#[derive(Debug)]
-pub(crate) struct MoveParts {
-    pub(crate) identity: Identity,
-    /// The backend the player is on.
-    pub(crate) backend: String,
-    /// The entity id the client learned from its first Join Game.
-    pub(crate) client_entity: i32,
-    /// The current backend's Forge handshake record (`None` when it was too large or there is none).
-    pub(crate) forge_record: Option<Vec<u8>>,
-    /// Whole clientbound frames that remove what the current backend left on the client (scoreboard, teams,
-    /// tab list, an open window), for the player before anything of the new connection.
-    pub(crate) clear: Vec<u8>,
-    /// Serverbound bytes after the last whole frame the current backend got (the start of the next frame).
-    pub(crate) partial: Vec<u8>,
-}
-
-/// The rest of what [`Switchboard::arrived`] starts from.
+/// What [`Switchboard::arrived`] starts from.
 pub(crate) struct Arrival {
     /// The backend connection, logged in (its Login Success read), and what came after the Login Success.
     pub(crate) stream: TcpStream,
     pub(crate) early: BytesMut,
-    /// The client's entity id, its Forge record and the frames that clear the old backend's leftovers.
-    pub(crate) client_entity: i32,
-    pub(crate) forge_record: Option<Vec<u8>>,
-    pub(crate) clear: Vec<u8>,
-    /// Serverbound bytes the draining instance read after the last whole frame.
-    pub(crate) partial: Vec<u8>,
+    /// The session's state as the draining instance handed it over (the client's entity id, its Forge record,
+    /// the frames that clear the old backend's leftovers, the serverbound bytes after the last whole frame).
+    pub(crate) state: MoveState,
     pub(crate) commands: Option<mpsc::Receiver<Command>>,
+}
+
+/// Why a session cannot be handed to another instance now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum NotMovable {
+    /// A switch (or a Forge handshake's replay) is under way.
+    #[error("a server switch is under way")]
+    Switching,
+    /// No backend serves the player.
+    #[error("no backend serves the player")]
+    NoBackend,
+    /// No Join Game reached the client yet.
+    #[error("the player has not joined yet")]
+    NotJoined,
+    /// A serverbound frame is half-written to the backend.
+    #[error("a serverbound frame is half-written to the backend")]
+    HalfWritten,
+    /// Frames for the player wait to be sent.
+    #[error("frames for the player are still pending")]
+    Pending,
 }
 
 impl Switchboard {
@@ -82,45 +84,46 @@ impl Switchboard {
 
     /// Whether the session is at a point where it can be handed over: no switch under way, no replay, the
     /// player in play, the player's output delivered, and no serverbound frame half-written to the backend.
-    pub(crate) fn movable_now(&self) -> Result<(), &'static str> {
+    pub(crate) fn movable_now(&self) -> Result<(), NotMovable> {
         if self.switch.is_some() || self.forge.replaying {
-            return Err("a server switch is under way");
+            return Err(NotMovable::Switching);
         }
         if self.current.is_none() || self.ended.is_some() {
-            return Err("no backend serves the player");
+            return Err(NotMovable::NoBackend);
         }
         if self.client_entity.is_none() {
-            return Err("the player has not joined yet");
+            return Err(NotMovable::NotJoined);
         }
         if self.player.tail.0 > 0 && !self.player.tail_orphaned {
-            return Err("a serverbound frame is half-written to the backend");
+            return Err(NotMovable::HalfWritten);
         }
         if !self.out.to_player.is_empty() {
-            return Err("frames for the player are still pending");
+            return Err(NotMovable::Pending);
         }
         Ok(())
     }
 
-    /// What the instance the player moves to needs (see [`MoveParts`]).
+    /// What the instance the player moves to needs: the session's [`MoveState`] (its counts and claim left to
+    /// the relay).
     ///
     /// # Errors
     /// Why the session cannot be handed over now ([`Self::movable_now`]).
-    pub(crate) fn move_parts(&self) -> Result<MoveParts, &'static str> {
+    pub(crate) fn move_state(&self) -> Result<MoveState, NotMovable> {
         self.movable_now()?;
         let (Some(current), Some(client_entity)) = (&self.current, self.client_entity) else {
-            return Err("no backend serves the player");
+            return Err(NotMovable::NoBackend);
         };
         let mut clear = BytesMut::new();
         // A copy: if the move is refused, the player stays with what this instance knows.
         let _ = self.leftovers.clone().clear(&mut clear);
-        Ok(MoveParts {
-            identity: self.ctx.identity.clone(),
-            backend: current.backend.name.clone(),
+        Ok(MoveState::new(
+            &self.ctx.identity,
+            current.backend.name.clone(),
             client_entity,
-            forge_record: self.forge.record.as_ref().map(|r| r.to_vec()),
-            clear: clear.to_vec(),
-            partial: self.player.up_buffered().to_vec(),
-        })
+            self.forge.record.as_ref().map(|r| r.to_vec()),
+            clear.to_vec(),
+            self.player.up_buffered().to_vec(),
+        ))
     }
 
     /// The switchboard of a player who moved here from a draining instance: no current backend, and a switch
@@ -135,18 +138,19 @@ impl Switchboard {
             } else {
                 ctx.live.tunables.transfer.switch_timeout()
             };
+        let Arrival { stream, early, state, commands } = a;
         let mut up = FrameDecoder::new(MAX_FRAME_LEN);
-        up.queue_slice(&a.partial);
+        up.queue_slice(&state.partial);
         let visited = vec![target.name.clone()];
         let mut board = Self::empty(
             ctx,
             PlayerEnd::starting_with(up),
-            Forge { record: a.forge_record.map(|r| BytesMut::from(&r[..])), replaying: false },
-            a.commands,
+            Forge { record: state.forge_record.map(|r| BytesMut::from(&r[..])), replaying: false },
+            commands,
             visited,
         );
-        board.client_entity = Some(a.client_entity);
-        board.out.to_player.extend_from_slice(&a.clear);
+        board.client_entity = Some(state.client_entity);
+        board.out.to_player.extend_from_slice(&state.clear);
         let registration = registration(&board.ctx.live);
         board.out.to_target.extend_from_slice(&registration);
         board.switch = Some(Switch {
@@ -154,7 +158,7 @@ impl Switchboard {
             trigger: Trigger::Arrived,
             started,
             deadline,
-            step: SwitchStep::Joining(Link::new(target, a.stream, &a.early)),
+            step: SwitchStep::Joining(Link::new(target, stream, &early)),
             reset_sent: false,
             delivered: ServerStep::None,
             held: BytesMut::new(),

@@ -7,8 +7,11 @@
 //! session ends (window passed, Minecraft disconnect, shutdown), so the table holds one entry per session in
 //! play, and up to [`RETIRED_KEPT`] used secrets are remembered to tell a replayed token (4004) from an
 //! unknown one (4001).
+//!
+//! A draining session's move ticket (docs/network.md, "Drain") is a token of the same kind, used once too: its
+//! entry is the channel the `moving` request reaches the session on. Each entry is an [`Entry`]: what a token
+//! names is known by its type, and a token of one kind is unknown to a request of another.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,9 +20,14 @@ use moonbridge_protocol::ws::v2::{
     ResumeToken, CLOSE_RESUME_OTHER_INSTANCE, CLOSE_RESUME_UNKNOWN, CLOSE_RESUME_USED, INSTANCE_LEN, SECRET_LEN,
 };
 use rand_core::{OsRng, RngCore};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
 
 use crate::labels::ResumeOutcome;
-use tokio::sync::mpsc;
+use crate::move_state::TicketTx;
+use crate::ws_link::WsLink;
 
 /// Used secrets remembered to answer a replayed token with 4004 (older ones get 4001), in secrets.
 pub(crate) const RETIRED_KEPT: usize = 4096;
@@ -40,6 +48,61 @@ pub(crate) struct Resumption<L> {
 
 /// The sending half a session's relay listens on.
 pub(crate) type ResumptionTx<L> = mpsc::Sender<Resumption<L>>;
+
+/// What a token names.
+pub(crate) enum Entry {
+    /// A carriage v2 session of a `ws` player: where its relay takes a new link.
+    Ws(ResumptionTx<WsLink<TcpStream>>),
+    /// A carriage v2 session of a `wss` player.
+    Wss(ResumptionTx<WsLink<TlsStream<TcpStream>>>),
+    /// A draining session's move ticket: where the `moving` request reaches it.
+    Move(TicketTx),
+}
+
+/// A stream a player's WebSocket runs over (plain TCP for `ws`, TLS for `wss`): its sessions' entries in the
+/// table.
+pub(crate) trait PlayerStream: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
+    /// The entry of a session on this stream.
+    fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry;
+    /// The session's channel, when `entry` is a session on this stream.
+    fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>>;
+    /// Whether `entry` is a session on this stream.
+    fn holds(entry: &Entry) -> bool;
+}
+
+impl PlayerStream for TcpStream {
+    fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry {
+        Entry::Ws(tx)
+    }
+
+    fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>> {
+        match entry {
+            Entry::Ws(tx) => Some(tx),
+            _ => None,
+        }
+    }
+
+    fn holds(entry: &Entry) -> bool {
+        matches!(entry, Entry::Ws(_))
+    }
+}
+
+impl PlayerStream for TlsStream<TcpStream> {
+    fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry {
+        Entry::Wss(tx)
+    }
+
+    fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>> {
+        match entry {
+            Entry::Wss(tx) => Some(tx),
+            _ => None,
+        }
+    }
+
+    fn holds(entry: &Entry) -> bool {
+        matches!(entry, Entry::Wss(_))
+    }
+}
 
 /// What a v2 relay needs besides [`crate::relay::RelayStart`].
 pub(crate) struct ResumeStart {
@@ -62,8 +125,8 @@ pub(crate) struct ResumeTable {
 
 #[derive(Default)]
 struct Inner {
-    /// Secret → the session's `ResumptionTx<L>` (boxed: one table serves every link type).
-    live: HashMap<[u8; SECRET_LEN], Box<dyn Any + Send>>,
+    /// Secret → what the token names.
+    live: HashMap<[u8; SECRET_LEN], Entry>,
     retired: HashSet<[u8; SECRET_LEN]>,
     retired_order: VecDeque<[u8; SECRET_LEN]>,
 }
@@ -151,52 +214,64 @@ impl ResumeTable {
     }
 
     /// Registers a session reachable through `tx` under a fresh token.
-    pub(crate) fn register<L: Send + 'static>(self: &Arc<Self>, tx: ResumptionTx<L>) -> Registration {
-        self.insert(tx)
+    pub(crate) fn register<S: PlayerStream>(self: &Arc<Self>, tx: ResumptionTx<WsLink<S>>) -> Registration {
+        self.insert(S::entry(tx))
     }
 
-    /// Registers `value` under a fresh token of this instance: used once, as a resume token is (a draining
-    /// session's move ticket, docs/network.md "Drain", registers the channel its `moving` request arrives on).
-    pub(crate) fn insert<T: Any + Send>(self: &Arc<Self>, value: T) -> Registration {
+    /// Registers a draining session's move ticket (docs/network.md, "Drain"): the channel its `moving` request
+    /// arrives on, under a fresh token used once, as a resume token is.
+    pub(crate) fn register_ticket(self: &Arc<Self>, tx: TicketTx) -> Registration {
+        self.insert(Entry::Move(tx))
+    }
+
+    fn insert(self: &Arc<Self>, entry: Entry) -> Registration {
         let mut secret = [0u8; SECRET_LEN];
         OsRng.fill_bytes(&mut secret);
-        self.lock().live.insert(secret, Box::new(value));
+        self.lock().live.insert(secret, entry);
         Registration { table: Arc::clone(self), token: ResumeToken { instance: self.instance, secret } }
     }
 
     /// Takes the session of `token` for a resume: its channel, or why not. A token found is used up (it
-    /// answers 4004 from then on), unless its session is on another link type (a ws session resumed through a
-    /// wss listener: 4001, and the session stays reachable).
-    pub(crate) fn take<L: Send + 'static>(&self, token: &ResumeToken) -> Result<ResumptionTx<L>, Refusal> {
-        self.remove::<ResumptionTx<L>>(token)
+    /// answers 4004 from then on), unless it names something else (a ws session resumed through a wss
+    /// listener, a move ticket: 4001, and the entry stays).
+    pub(crate) fn take<S: PlayerStream>(&self, token: &ResumeToken) -> Result<ResumptionTx<WsLink<S>>, Refusal> {
+        self.remove(token, S::holds).and_then(|e| S::session(e).ok_or(Refusal::UNKNOWN))
     }
 
-    /// Takes what `token` names, when it is a `T` (used once).
-    pub(crate) fn remove<T: Any + Send>(&self, token: &ResumeToken) -> Result<T, Refusal> {
+    /// Takes the move ticket `token` (used once), or why not.
+    pub(crate) fn take_ticket(&self, token: &ResumeToken) -> Result<TicketTx, Refusal> {
+        match self.remove(token, |e| matches!(e, Entry::Move(_)))? {
+            Entry::Move(tx) => Ok(tx),
+            _ => Err(Refusal::UNKNOWN),
+        }
+    }
+
+    /// Takes what `token` names, when `kind` holds for it (used once).
+    fn remove(&self, token: &ResumeToken, kind: impl Fn(&Entry) -> bool) -> Result<Entry, Refusal> {
         if token.instance != self.instance {
             return Err(Refusal::OTHER_INSTANCE);
         }
         let mut inner = self.lock();
         match inner.live.get(&token.secret) {
             None => return Err(if inner.retired.contains(&token.secret) { Refusal::USED } else { Refusal::UNKNOWN }),
-            Some(entry) if !entry.is::<T>() => return Err(Refusal::UNKNOWN),
+            Some(entry) if !kind(entry) => return Err(Refusal::UNKNOWN),
             Some(_) => {}
         }
         let entry = inner.live.remove(&token.secret);
         inner.retire(token.secret);
-        entry.and_then(|e| e.downcast::<T>().ok()).map(|b| *b).ok_or(Refusal::UNKNOWN)
+        entry.ok_or(Refusal::UNKNOWN)
     }
 
     /// Makes a used `token` valid again for the session of `tx`, until the returned registration is dropped
     /// or [`ResumeTable::retire`]d: the player may not have received the next token yet.
-    pub(crate) fn reinstate<L: Send + 'static>(
+    pub(crate) fn reinstate<S: PlayerStream>(
         self: &Arc<Self>,
         token: ResumeToken,
-        tx: ResumptionTx<L>,
+        tx: ResumptionTx<WsLink<S>>,
     ) -> Registration {
         let mut inner = self.lock();
         inner.retired.remove(&token.secret);
-        inner.live.insert(token.secret, Box::new(tx));
+        inner.live.insert(token.secret, S::entry(tx));
         Registration { table: Arc::clone(self), token }
     }
 
@@ -221,54 +296,66 @@ mod tests {
     #[test]
     fn tokens_are_used_once_and_name_their_instance() {
         let table = Arc::new(ResumeTable::new());
-        let (tx, _rx) = mpsc::channel::<Resumption<u8>>(1);
+        let (tx, _rx) = mpsc::channel::<Resumption<WsLink<TcpStream>>>(1);
         let reg = table.register(tx.clone());
         let token = reg.token;
         assert_eq!(table.len(), 1);
-        assert!(table.take::<u8>(&token).is_ok());
-        assert_eq!(table.take::<u8>(&token).err(), Some(Refusal::USED));
+        assert!(table.take::<TcpStream>(&token).is_ok());
+        assert_eq!(table.take::<TcpStream>(&token).err(), Some(Refusal::USED));
         let forged = ResumeToken { secret: [7; SECRET_LEN], ..token };
-        assert_eq!(table.take::<u8>(&forged).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take::<TcpStream>(&forged).err(), Some(Refusal::UNKNOWN));
         let other = ResumeToken { instance: [0; INSTANCE_LEN], ..token };
         let other =
             if other.instance == token.instance { ResumeToken { instance: [1; INSTANCE_LEN], ..token } } else { other };
-        assert_eq!(table.take::<u8>(&other).err(), Some(Refusal::OTHER_INSTANCE));
-        // The wrong link type is refused as unknown and leaves the session reachable; an ended session's token
-        // is unknown, not used.
+        assert_eq!(table.take::<TcpStream>(&other).err(), Some(Refusal::OTHER_INSTANCE));
+        // The wrong link type, or a ticket request, is refused as unknown and leaves the session reachable; an
+        // ended session's token is unknown, not used.
         let reg2 = table.register(tx.clone());
-        assert_eq!(table.take::<u16>(&reg2.token).err(), Some(Refusal::UNKNOWN));
-        assert!(table.take::<u8>(&reg2.token).is_ok());
+        assert_eq!(table.take::<TlsStream<TcpStream>>(&reg2.token).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take_ticket(&reg2.token).err(), Some(Refusal::UNKNOWN));
+        assert!(table.take::<TcpStream>(&reg2.token).is_ok());
         // A used token reinstated works once more; retired, it answers 4004.
         let again = table.reinstate(reg2.token, tx.clone());
-        assert!(table.take::<u8>(&reg2.token).is_ok());
+        assert!(table.take::<TcpStream>(&reg2.token).is_ok());
         let again = table.reinstate(again.token, tx.clone());
         table.retire(again);
-        assert_eq!(table.take::<u8>(&reg2.token).err(), Some(Refusal::USED));
+        assert_eq!(table.take::<TcpStream>(&reg2.token).err(), Some(Refusal::USED));
         let reg3 = table.register(tx);
         let t3 = reg3.token;
         drop(reg3);
         assert_eq!(table.len(), 0);
-        assert_eq!(table.take::<u8>(&t3).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take::<TcpStream>(&t3).err(), Some(Refusal::UNKNOWN));
         drop(reg);
+    }
+
+    #[test]
+    fn a_move_ticket_is_used_once_and_is_no_resume_token() {
+        let table = Arc::new(ResumeTable::new());
+        let (tx, _rx) = mpsc::channel(1);
+        let ticket = table.register_ticket(tx);
+        let token = ticket.token;
+        assert_eq!(table.take::<TcpStream>(&token).err(), Some(Refusal::UNKNOWN));
+        assert!(table.take_ticket(&token).is_ok());
+        assert_eq!(table.take_ticket(&token).err(), Some(Refusal::USED));
     }
 
     #[test]
     fn the_retired_set_is_bounded() {
         let table = Arc::new(ResumeTable::new());
-        let (tx, _rx) = mpsc::channel::<Resumption<u8>>(1);
+        let (tx, _rx) = mpsc::channel::<Resumption<WsLink<TcpStream>>>(1);
         let first = table.register(tx.clone()).token;
         // Registration dropped at once: take it before that to retire it.
         let reg = table.register(tx.clone());
         let used = reg.token;
-        assert!(table.take::<u8>(&used).is_ok());
+        assert!(table.take::<TcpStream>(&used).is_ok());
         for _ in 0..RETIRED_KEPT {
             let r = table.register(tx.clone());
             let t = r.token;
-            assert!(table.take::<u8>(&t).is_ok());
+            assert!(table.take::<TcpStream>(&t).is_ok());
         }
         assert_eq!(table.lock().retired.len(), RETIRED_KEPT);
         // The oldest used token has been forgotten: unknown now.
-        assert_eq!(table.take::<u8>(&used).err(), Some(Refusal::UNKNOWN));
-        assert_eq!(table.take::<u8>(&first).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take::<TcpStream>(&used).err(), Some(Refusal::UNKNOWN));
+        assert_eq!(table.take::<TcpStream>(&first).err(), Some(Refusal::UNKNOWN));
     }
 }
