@@ -56,9 +56,7 @@
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `resume.rs` | carriage v2 resume: the table of resumable sessions and move tickets (single-use tokens, typed entries), a new link handed to its session |
 //! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
-//! | `network/claims.rs` | one session per name: a login's claim in Redis, the scripts that release and renew claims |
-//! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client |
-//! | `network/mod.rs` | `[network]`: leases in Redis, the other instances' players, one session per name |
+//! | `network.rs` | `[network]` as the core sees it: the `Network` interface (admit a name, carry a resume, fetch a move's state), claims, link errors |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
 //! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers, which frames it looks into |
 //! | `transfer/forge.rs` | the Forge handshake across a switch: steps, record, replay |
@@ -71,7 +69,6 @@
 //! | `transfer/moving.rs` | a player moved between instances: what a draining switchboard hands over, the switchboard a moved player starts with |
 //! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |
 //! | `transfer/mod.rs` | whether a session can be moved; the `Ticket` a movable relay keeps for its switchboard |
-//! | `network/moves.rs` | moving a player off a draining instance: the state on the instance link, the drain's pacing |
 //! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
 //! | `relay/handover.rs` | the relay's backend side: the backend connection, or the switchboard in its place |
 //! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
@@ -80,7 +77,6 @@
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
 //! | `relay/move_out.rs` | the draining side of a move: `move`, the hand-over of the state, `stay` or the end |
 //! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
-//! | `network/peer.rs` | the instance-link listener (kicks, resumes carried here) and forwarding a resume to its owner |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
 //! | `session/opening.rs` | the handshake |
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |
@@ -90,9 +86,15 @@
 //! | `session/serve.rs` | runs the stages in order and logs the session's end |
 //! | `listen/upgrade.rs` | the HTTP upgrade and the player's real address |
 //! | `listen/tcp.rs` | a player on plain TCP: the optional PROXY header, the session's view of the socket |
+//! | `listen/carry.rs` | a resume carried to the instance that holds its session: the copy over the opened instance link |
 //! | `listen/ws.rs` | a player on a WebSocket: TLS for `wss`, one WebSocket setup for `ws` and `wss`, resume dispatch |
 //! | `listen/conn.rs` | an accepted connection: its transport setup under the handshake deadline, then the session |
 //! | `listen/mod.rs` | player listeners, accept loops, connection caps |
+//! | `network/claims.rs` | one session per name: the scripts that release and renew the logins' claims in Redis |
+//! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client, a carried resume's link |
+//! | `network/moves.rs` | moving a player off a draining instance: the drain's pacing, the state over an instance link |
+//! | `network/redis.rs` | `RedisNetwork`: leases in Redis, the other instances' players, one session per name |
+//! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests |
 //! | `memory.rs` | freed memory back to the operating system after sessions end (glibc `malloc_trim`) |
 //! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `server.rs` | the server's lifecycle: binding, graceful shutdown, reload, stats |

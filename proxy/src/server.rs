@@ -18,7 +18,7 @@ use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, ListenerKind, RuntimeConfig, RuntimeMode, Settings, Transport};
 use crate::listen::{accept_loop, banner, listen, Accept, BoundListener};
 use crate::metrics::Metrics;
-use crate::network::Network;
+use crate::network::redis::{route_to_redis, RedisNetwork};
 use crate::state::ProxyState;
 use crate::tls::Tls;
 use crate::workers::Workers;
@@ -105,8 +105,8 @@ pub struct Server {
     ops: Option<TcpListener>,
     /// `[runtime]`.
     runtime: RuntimeConfig,
-    /// `[network]`: the instance-link listener and the listeners a carried resume runs with.
-    peer: Option<(TcpListener, Arc<crate::network::peer::Carriers>)>,
+    /// `[network]`: the network, the instance-link listener and the listeners a carried resume runs with.
+    peer: Option<(Arc<RedisNetwork>, TcpListener, Arc<crate::network::peer::Carriers>)>,
 }
 
 impl Server {
@@ -200,13 +200,14 @@ impl Server {
                 let bound = listener.local_addr().unwrap_or(n.peer_bind);
                 let advertised = match &n.peer_address {
                     Some(a) => a.clone(),
-                    None if bound.ip().is_unspecified() => crate::network::route_to_redis(&n.redis_url, bound.port())?,
+                    None if bound.ip().is_unspecified() => route_to_redis(&n.redis_url, bound.port())?,
                     None => bound.to_string(),
                 };
                 let id = state.resume.instance_id();
-                let network = Network::new(n.clone(), id, Arc::clone(&state.players), net_metrics, advertised)?;
-                state.set_network(Arc::new(network));
-                Some((listener, Arc::new(carriers)))
+                let network =
+                    Arc::new(RedisNetwork::new(n.clone(), id, Arc::clone(&state.players), net_metrics, advertised)?);
+                state.set_network(Arc::clone(&network) as Arc<dyn crate::network::Network>);
+                Some((network, listener, Arc::new(carriers)))
             }
             None => None,
         };
@@ -225,7 +226,7 @@ impl Server {
 
     /// The bound address of the `[network]` instance-link listener, when there is one (useful with port 0).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.peer.as_ref().and_then(|(l, _)| l.local_addr().ok())
+        self.peer.as_ref().and_then(|(_, l, _)| l.local_addr().ok())
     }
 
     /// The bound address of each listener, in configuration order (useful with port 0).
@@ -279,7 +280,8 @@ impl Server {
         // instance stays in the network while its sessions end).
         let net_stop = CancellationToken::new();
         let mut net_tasks = Vec::new();
-        if let (Some(net), Some((listener, carriers))) = (self.state.network().cloned(), self.peer) {
+        let network = self.peer.as_ref().map(|(net, _, _)| Arc::clone(net));
+        if let Some((net, listener, carriers)) = self.peer {
             info!(
                 network = %net.config.name,
                 instance = %net.id,
@@ -309,13 +311,13 @@ impl Server {
         self.state.draining.store(true, Ordering::Relaxed);
         accepting.cancel();
         // `[network]` with live peers: players move to the other instances first (docs/network.md, "Drain").
-        if let Some(net) = self.state.network().filter(|n| n.live_peers() > 0) {
+        if let Some(net) = network.as_ref().filter(|n| n.live_peers() > 0) {
             let moves_end = grace_ends.checked_sub(DRAIN_RESERVE).unwrap_or(grace_ends);
             crate::network::moves::drain(&self.state, net.config.drain_rate, moves_end).await;
         }
         info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
         token.cancel();
-        if let Some(net) = self.state.network() {
+        if let Some(net) = &network {
             // Connections carried to other instances end now: their players resume at another instance.
             net.stop.cancel();
         }

@@ -104,7 +104,7 @@ pub(crate) struct ProxyState {
     /// The players in Play, for the `BungeeCord` channel's requests.
     pub(crate) players: Arc<PlayerTable>,
     /// `[network]`: this instance's place in a network of instances (set once at start).
-    network: OnceLock<Arc<Network>>,
+    network: OnceLock<Arc<dyn Network>>,
 }
 
 impl ProxyState {
@@ -131,12 +131,12 @@ impl ProxyState {
     }
 
     /// This instance's network, when `[network]` is configured.
-    pub(crate) fn network(&self) -> Option<&Arc<Network>> {
+    pub(crate) fn network(&self) -> Option<&Arc<dyn Network>> {
         self.network.get()
     }
 
     /// Joins a network (once, at start).
-    pub(crate) fn set_network(&self, network: Arc<Network>) {
+    pub(crate) fn set_network(&self, network: Arc<dyn Network>) {
         let _ = self.network.set(network);
     }
 

@@ -21,6 +21,7 @@ use crate::state::ProxyState;
 use crate::tls::{TLS_LIBRARY, TLS_VERSIONS};
 use crate::workers::Workers;
 
+mod carry;
 mod conn;
 pub(crate) mod tcp;
 pub(crate) mod upgrade;

@@ -12,17 +12,19 @@ use moonbridge_protocol::ws as carriage;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
-use tracing::debug;
+use tracing::{debug, info};
 
+use super::carry::Carried;
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
+use crate::labels::ResumeOutcome;
 use crate::labels::TlsVersion;
 use crate::metrics::Metrics;
-use crate::network::peer::{forward_resume, Carried, Forwarded};
+use crate::network::CarriedResume;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::ws_resume::Delivered;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
-use crate::resume::{hex_id, PlayerStream};
+use crate::resume::{hex_id, PlayerStream, Refusal};
 use crate::session::{Finish, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::Tls;
@@ -146,14 +148,9 @@ async fn resume_or_session<S: PlayerStream>(
                 // `[network]`: a resume whose token names another live instance is carried there.
                 if let (Some(net), carriage::v2::Control::Resume { token, .. }) = (state.network(), &control) {
                     let owner = hex_id(&token.instance);
-                    if owner != net.id {
-                        if let Some(peer) = net.peer_of(&owner) {
-                            let how = Forwarded { secure, zstd: up.zstd, client: up.client };
-                            return match forward_resume(link, &control, peer, how, net, &state.metrics).await {
-                                Ok(carried) => Err(WsSetupError::Carried(carried)),
-                                Err(outcome) => Err(WsSetupError::Resume(Delivered::Refused(outcome))),
-                            };
-                        }
+                    let resume = CarriedResume { secure, zstd: up.zstd, client: up.client, control: control.encode() };
+                    if let Some(opening) = net.carry(&owner, resume) {
+                        return Err(carry(link, opening.await, up.client, &state.metrics).await);
                     }
                 }
                 let (table, metrics, log) = (&state.resume, &state.metrics, &state.bad_input_log);
@@ -166,6 +163,31 @@ async fn resume_or_session<S: PlayerStream>(
         }
     }
     Ok((link, up.client))
+}
+
+/// A resume for another instance: the copy over the opened link, or (no link) the player closed with 4002.
+/// Either outcome is counted in `moonbridge_resumes_total` before the player hears of it.
+async fn carry<S: PlayerStream>(
+    mut link: WsLink<S>,
+    opened: Result<crate::network::Carrier, crate::network::LinkError>,
+    client: SocketAddr,
+    metrics: &Metrics,
+) -> WsSetupError {
+    match opened {
+        Ok(carrier) => {
+            metrics.resume(ResumeOutcome::Forwarded);
+            let stall = link.write_stall();
+            let (stream, leftover) = link.into_raw();
+            WsSetupError::Carried(Carried::new(stream, leftover, carrier, stall, client))
+        }
+        Err(e) => {
+            info!(client = %client, "resume for another instance: {e}");
+            let refusal = Refusal::OTHER_INSTANCE;
+            metrics.resume(refusal.outcome);
+            link.close(refusal.code, refusal.reason).await;
+            WsSetupError::Resume(Delivered::Refused(refusal.outcome))
+        }
+    }
 }
 
 impl<S: PlayerStream> Player for WsLink<S> {

@@ -1,50 +1,7 @@
-//! One session per name on the network (`duplicate_login`): a login's claim of its name in Redis, the Lua
-//! scripts that release and renew claims, and what a login may do about a name already playing.
+//! One session per name on the network (`duplicate_login`): the Lua scripts that release and renew the
+//! logins' claims of their names in Redis ([`super::Claim`]).
 
-use std::sync::Arc;
-
-use crate::players::{Change, PlayerTable, Update};
-
-/// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
-pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
-/// What a new login reads when `duplicate_login = "refuse_new"`.
-pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
-
-/// What a login may do about a name that is already playing.
-#[derive(Debug)]
-pub(crate) enum Admit {
-    /// Go on (nobody else had the name, or the older session was told to go), holding the name's claim.
-    Go(Claim),
-    /// Refuse the new login (`refuse_new`).
-    Refuse,
-}
-
-/// A login's claim of its name ([`Network::admit`]): `moonbridge:<name>:name:<lower-case name>` holds
-/// `<instance id>:<nonce>:<login time>` (16 hex digits each, one nonce per login; the time in milliseconds
-/// since the Unix epoch), expiring with the lease and renewed with it while the player plays. The player's registration takes it over ([`Claim::take`]); dropped before that
-/// (the login did not get in), it queues its release. A release deletes the claim only while it still holds
-/// this login's value, so it never deletes a later login's claim.
-#[derive(Debug)]
-pub(crate) struct Claim {
-    pub(super) players: Arc<PlayerTable>,
-    pub(super) key: String,
-    pub(super) value: Option<String>,
-}
-
-impl Claim {
-    /// The claim's value, for the player's registration, which releases it from then on.
-    pub(crate) fn take(mut self) -> Option<String> {
-        self.value.take()
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if let Some(value) = self.value.take() {
-            self.players.release(&self.key, value);
-        }
-    }
-}
+use crate::players::{Change, Update};
 
 /// Deletes a name's claim only while it holds one login's value (`KEYS[1]` the claim, `ARGV[1]` the value): a
 /// claim another login has taken since stays.

@@ -17,24 +17,21 @@
 //! one `u16`-prefixed JSON object (`{"kicked": bool}`) followed by
 //! `HMAC-SHA-256(secret, "moonbridge link answer" ‖ dialler nonce ‖ listener nonce ‖ binding ‖ length ‖ answer)`.
 
-use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use aws_lc_rs::hmac;
 use rand_core::{OsRng, RngCore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::{CarriedResume, LinkStream};
+pub(crate) use super::{LinkError, AUTH_TIMEOUT, MAX_REQUEST_BYTES};
+
 /// The first bytes of a plain link (a TLS link starts with a TLS ClientHello, byte `0x16`).
 pub(crate) const MAGIC: &[u8; 8] = b"MBLINK1\n";
 /// The shortest secret accepted, in bytes.
 pub(crate) const MIN_SECRET_BYTES: usize = 32;
-/// The longest request, in bytes of JSON: 4,096.
-pub(crate) const MAX_REQUEST_BYTES: usize = 4096;
-/// The opening's deadline on each side (connect, TLS, both MACs and the request): 5 seconds.
-pub(crate) const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The RFC 5705 exporter label that binds a TLS link's MACs to its TLS session.
 pub(crate) const EXPORTER_LABEL: &[u8] = b"EXPORTER-moonbridge-instance-link";
 const NONCE_LEN: usize = 32;
@@ -164,57 +161,6 @@ pub(crate) enum Request {
 pub(crate) struct KickAnswer {
     /// The player was on that instance and was told to go.
     pub(crate) kicked: bool,
-}
-
-/// Why a link failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub(crate) enum LinkError {
-    /// The connection failed.
-    #[error("instance link: {0}")]
-    Io(#[from] io::Error),
-    /// A MAC did not verify.
-    #[error("instance link: the peer did not prove the network's secret")]
-    BadMac,
-    /// The first bytes were not the link's magic.
-    #[error("instance link: not a MoonBridge instance link")]
-    BadMagic,
-    /// A request or answer over its size limit (bytes).
-    #[error("instance link: request of {0} bytes (at most {MAX_REQUEST_BYTES})")]
-    TooLong(usize),
-    /// A request or answer that is not the JSON object it should be.
-    #[error("instance link: bad request: {0}")]
-    Json(#[from] serde_json::Error),
-    /// A request this instance cannot carry out.
-    #[error("instance link: bad request: {0}")]
-    BadRequest(Unservable),
-    /// [`AUTH_TIMEOUT`] passed.
-    #[error("instance link: timed out after {}s", AUTH_TIMEOUT.as_secs())]
-    Timeout,
-    /// TLS failed.
-    #[error("instance link: TLS: {0}")]
-    Tls(#[from] rustls::Error),
-    /// The link's TLS server name does not parse.
-    #[error("instance link: TLS: {0}")]
-    ServerName(#[from] rustls::pki_types::InvalidDnsNameError),
-    /// A `wss` resume reached an instance without a `wss` listener.
-    #[error("instance link: TLS: no wss listener here")]
-    NoWssListener,
-}
-
-/// A well-formed request this instance cannot serve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub(crate) enum Unservable {
-    /// A `wss` resume without TLS, or a `ws` one over TLS.
-    #[error("a wss resume must come over TLS, a ws one without")]
-    TransportMismatch,
-    /// No listener of the resumed session's transport here.
-    #[error("no listener of that transport here")]
-    NoListener,
-    /// The carried control message does not parse.
-    #[error("malformed resume request")]
-    MalformedResume,
 }
 
 fn nonce() -> [u8; NONCE_LEN] {
@@ -449,6 +395,32 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 /// The TLS binding of a link: 32 bytes of exported keying material.
 pub(crate) fn binding<D>(conn: &rustls::ConnectionCommon<D>) -> Result<[u8; 32], LinkError> {
     Ok(conn.export_keying_material([0u8; 32], EXPORTER_LABEL, None)?)
+}
+
+/// Opens the instance link that carries a resume to its owner at `peer`: TLS when the player came over `wss`
+/// (so the two kinds of session stay apart at the owner as on one instance), the opening with the `resume`
+/// request, all within [`AUTH_TIMEOUT`].
+///
+/// # Errors
+/// [`LinkError`] when the link cannot be opened (the player's token is then refused with 4002).
+pub(crate) async fn open_carrier(peer: &str, secret: &Secret, resume: CarriedResume) -> Result<LinkStream, LinkError> {
+    let CarriedResume { secure, zstd, client, control } = resume;
+    let request = Request::Resume { secure, zstd, client, control };
+    let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
+        let mut tcp = dial(peer).await?;
+        if secure {
+            let connector = tokio_rustls::TlsConnector::from(tls_client()?);
+            let name = rustls::pki_types::ServerName::try_from("moonbridge-instance-link")?;
+            let mut tls = connector.connect(name, tcp).await?;
+            let binding = binding(tls.get_ref().1)?;
+            open(&mut tls, secret, &binding, &request).await?;
+            Ok::<_, LinkError>(LinkStream::Tls(Box::new(tls)))
+        } else {
+            open(&mut tcp, secret, &[], &request).await?;
+            Ok(LinkStream::Tcp(tcp))
+        }
+    });
+    opened.await.map_err(|_| LinkError::Timeout)?
 }
 
 #[cfg(test)]

@@ -1,34 +1,29 @@
 //! The instance-link listener (`[network] peer_bind`): what other instances of the network ask of this one
-//! ([`serve`]), and this instance's side of a resume that belongs elsewhere ([`forward_resume`]).
+//! ([`serve`]), and the opening of a link that carries a resume that belongs elsewhere ([`open_carrier`]).
 //!
 //! A resume carried over a link becomes, at the owner, a WebSocket over the link: the owner's session adopts
 //! it exactly as it adopts a player's new connection (`relay::ws_resume`), with the carriage the player
 //! negotiated at the forwarding instance (v2, zstd and its level); the forwarding instance only copies bytes
-//! (after TLS for a `wss` player, and the link is TLS too, so the two types of session stay apart as on one
-//! instance). Pings, acks, replay and close codes all come from the owner.
+//! (`listen/carry.rs`; after TLS for a `wss` player, and the link is TLS too, so the two types of session stay
+//! apart as on one instance). Pings, acks, replay and close codes all come from the owner.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use moonbridge_protocol::ws::v2::{Control, CLOSE_RESUME_OTHER_INSTANCE};
+use moonbridge_protocol::ws::v2::Control;
 use moonbridge_protocol::ws::{self as carriage};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::info;
 
-use super::link::{self, LinkError, Request, Unservable, AUTH_TIMEOUT};
-use super::Network;
+use super::link::{self, Request};
+use super::redis::RedisNetwork;
+use super::{LinkError, Unservable, AUTH_TIMEOUT};
 use crate::config::WsSettings;
-use crate::labels::ResumeOutcome;
 use crate::move_state::MoveAnswer;
 use crate::relay::ws_resume::deliver_resumption;
 use crate::resume::PlayerStream;
-use crate::resume::Refusal;
 use crate::state::ProxyState;
 use crate::tls::Tls;
 use crate::ws_link::WsLink;
@@ -51,7 +46,7 @@ pub(crate) struct Carriers {
 pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<ProxyState>,
-    net: Arc<Network>,
+    net: Arc<RedisNetwork>,
     carriers: Arc<Carriers>,
     stop: CancellationToken,
 ) {
@@ -94,7 +89,7 @@ async fn one(
     stream: TcpStream,
     peer: SocketAddr,
     state: &ProxyState,
-    net: &Network,
+    net: &RedisNetwork,
     carriers: &Carriers,
 ) -> Result<(), LinkError> {
     // One deadline for the whole opening: the first byte, TLS and the challenge-response.
@@ -128,7 +123,7 @@ async fn answer<S: PlayerStream>(
     (request, opened): (Request, link::Opened),
     peer: SocketAddr,
     state: &ProxyState,
-    net: &Network,
+    net: &RedisNetwork,
 ) -> Result<(), LinkError> {
     match request {
         Request::Kick { name, claim, reason } => {
@@ -178,166 +173,4 @@ async fn answer<S: PlayerStream>(
             Ok(())
         }
     }
-}
-
-/// What [`forward_resume`] needs of the player's connection.
-pub(crate) struct Forwarded {
-    /// The player reached this instance over `wss`.
-    pub(crate) secure: bool,
-    /// `moonbridge.v2.zstd` was selected, at this level.
-    pub(crate) zstd: Option<i32>,
-    /// The player's real address.
-    pub(crate) client: SocketAddr,
-}
-
-/// Longest wait for bytes from either side of a carried resume before the carrier ends it: 12 s, three of
-/// carriage v2's longest ping intervals ([`moonbridge_protocol::ws::v2::MAX_PING_INTERVAL`]): the owner pings
-/// the player and the player pings back through the copy, so a live pair is never this quiet.
-pub(crate) const CARRIED_IDLE: Duration = Duration::from_secs(12);
-
-/// A resumed session carried to its owner: the copy both ways, run by the player's connection task once its
-/// setup is over, so it stays counted in `max_connections` and leaves its handshake slot. It ends when either
-/// side ends, when a side sends nothing for [`CARRIED_IDLE`], when a write makes no progress for
-/// `write_stall_timeout_seconds`, or at once on shutdown.
-pub(crate) struct Carried(Pin<Box<dyn Future<Output = ()> + Send>>);
-
-impl std::fmt::Debug for Carried {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Carried")
-    }
-}
-
-impl Carried {
-    /// Copies until the carried session ends.
-    pub(crate) async fn run(self) {
-        self.0.await;
-    }
-}
-
-/// Carries the resume `control` (whose token names instance `owner`, reached at `peer`) to that instance:
-/// opens the instance link and returns the copy to run ([`Carried`]), or closes the player with 4002 and
-/// returns the refusal's outcome when the owner cannot be reached (as when the owner is gone). Either outcome
-/// is counted in `moonbridge_resumes_total` (`resumes`) before the player hears of it.
-pub(crate) async fn forward_resume<S: PlayerStream>(
-    mut player: WsLink<S>,
-    control: &Control,
-    peer: String,
-    how: Forwarded,
-    net: &Arc<Network>,
-    resumes: &crate::metrics::Metrics,
-) -> Result<Carried, ResumeOutcome> {
-    let request = Request::Resume { secure: how.secure, zstd: how.zstd, client: how.client, control: control.encode() };
-    let opened = tokio::time::timeout(AUTH_TIMEOUT, async {
-        let mut tcp = link::dial(&peer).await?;
-        if how.secure {
-            let connector = tokio_rustls::TlsConnector::from(link::tls_client()?);
-            let name = rustls::pki_types::ServerName::try_from("moonbridge-instance-link")?;
-            let mut tls = connector.connect(name, tcp).await?;
-            let binding = link::binding(tls.get_ref().1)?;
-            link::open(&mut tls, &net.secret, &binding, &request).await?;
-            Ok::<_, LinkError>(Peer::Tls(Box::new(tls)))
-        } else {
-            link::open(&mut tcp, &net.secret, &[], &request).await?;
-            Ok(Peer::Tcp(tcp))
-        }
-    });
-    let to_owner = match opened.await.map_err(|_| LinkError::Timeout).and_then(|r| r) {
-        Ok(s) => s,
-        Err(e) => {
-            info!(client = %how.client, peer = %peer, "resume for another instance: {e}");
-            let refusal = Refusal::OTHER_INSTANCE;
-            resumes.resume(refusal.outcome);
-            player.close(CLOSE_RESUME_OTHER_INSTANCE, refusal.reason).await;
-            return Err(refusal.outcome);
-        }
-    };
-    resumes.resume(ResumeOutcome::Forwarded);
-    let stall = player.write_stall();
-    let (stream, leftover) = player.into_raw();
-    let net = Arc::clone(net);
-    Ok(Carried(Box::pin(async move {
-        let metrics = &net.metrics;
-        metrics.link_sessions.inc();
-        let (mut up, mut down) = (0u64, 0u64);
-        let ended = tokio::select! {
-            r = pipe(stream, &leftover, to_owner, stall, (&mut up, &mut down)) => r,
-            () = net.stop.cancelled() => Ok(()),
-        };
-        metrics.link_sessions.dec();
-        metrics.link_bytes_to_peer.inc_by(up);
-        metrics.link_bytes_from_peer.inc_by(down);
-        match ended {
-            Ok(()) => debug!(client = %how.client, up, down, "instance link for a resumed session closed"),
-            Err(e) => debug!(client = %how.client, up, down, "instance link for a resumed session ended: {e}"),
-        }
-    })))
-}
-
-/// The owner's end of a forwarding link.
-enum Peer {
-    Tcp(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-/// Copies `player` ⇄ `owner` (the player's bytes read ahead first) until either side ends or fails (see
-/// [`Carried`]), counting the bytes each way into `counts` (to the owner, from the owner).
-async fn pipe<S: AsyncRead + AsyncWrite + Unpin>(
-    player: S,
-    leftover: &[u8],
-    owner: Peer,
-    stall: Duration,
-    counts: (&mut u64, &mut u64),
-) -> std::io::Result<()> {
-    async fn both<A: AsyncRead + AsyncWrite + Unpin, B: AsyncRead + AsyncWrite + Unpin>(
-        player: A,
-        leftover: &[u8],
-        mut owner: B,
-        stall: Duration,
-        (up, down): (&mut u64, &mut u64),
-    ) -> std::io::Result<()> {
-        within(stall, owner.write_all(leftover)).await?;
-        *up += leftover.len() as u64;
-        let (mut player_rx, mut player_tx) = tokio::io::split(player);
-        let (mut owner_rx, mut owner_tx) = tokio::io::split(owner);
-        // The first direction to end ends both: a WebSocket has no half-close (its Close is in band).
-        tokio::select! {
-            r = one_way(&mut player_rx, &mut owner_tx, stall, up) => r,
-            r = one_way(&mut owner_rx, &mut player_tx, stall, down) => r,
-        }
-    }
-    match owner {
-        Peer::Tcp(s) => both(player, leftover, s, stall, counts).await,
-        Peer::Tls(s) => both(player, leftover, *s, stall, counts).await,
-    }
-}
-
-/// Copies `from` to `to` until `from` ends: each read within [`CARRIED_IDLE`], each write (and its flush)
-/// within `stall`; counts the bytes into `count`.
-async fn one_way<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    from: &mut R,
-    to: &mut W,
-    stall: Duration,
-    count: &mut u64,
-) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = within(CARRIED_IDLE, from.read(&mut buf)).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        let data = buf.get(..n).unwrap_or_default();
-        within(stall, async {
-            to.write_all(data).await?;
-            to.flush().await
-        })
-        .await?;
-        *count += n as u64;
-    }
-}
-
-/// `io` within `limit`, a timeout being an error of kind `TimedOut`.
-async fn within<T>(limit: Duration, io: impl Future<Output = std::io::Result<T>>) -> std::io::Result<T> {
-    tokio::time::timeout(limit, io)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no progress for {limit:?}")))?
 }

@@ -27,7 +27,6 @@ use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
 use crate::metrics::Stage;
 use crate::move_state::{MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
-use crate::network::moves::fetch;
 use crate::players::{Seen, Stop, COMMAND_QUEUE};
 use crate::relay::{BackendSide, Follow, RelayStart};
 use crate::resume::{hex_id, ResumeStart};
@@ -51,7 +50,7 @@ pub(crate) enum ArrivalError {
     ResumeOff,
     /// The state could not be fetched over the instance link.
     #[error("{0}")]
-    Fetch(#[from] crate::network::link::LinkError),
+    Fetch(#[from] crate::network::LinkError),
     /// The ticket's instance refused.
     #[error("{owner} refused: {why}")]
     RefusedThere {
@@ -197,10 +196,9 @@ async fn land<P: Player>(
     let Control::Moving { ticket, received, sent } = moving else { return Err(ArrivalError::NotAMoveRequest) };
     let net = s.state.network().ok_or(ArrivalError::NoNetwork)?;
     let owner = hex_id(&ticket.instance);
-    let peer =
-        net.peer_of(&owner).filter(|_| owner != net.id).ok_or_else(|| ArrivalError::NotALivePeer(owner.clone()))?;
+    let fetch = net.fetch_move(&ticket, received, sent).ok_or_else(|| ArrivalError::NotALivePeer(owner.clone()))?;
     let window = s.live.tunables.limits.resume_window().ok_or(ArrivalError::ResumeOff)?;
-    let fetched = step(s.player, s.shutdown, deadline, fetch(&peer, &net.secret, &ticket, received, sent)).await?;
+    let fetched = step(s.player, s.shutdown, deadline, fetch).await?;
     let state = match fetched? {
         MoveAnswer::State(st) => *st,
         MoveAnswer::Refused { why } => return Err(ArrivalError::RefusedThere { owner, why }),

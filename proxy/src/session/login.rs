@@ -376,7 +376,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
 /// What the player table does with two sessions of one name registered here at once: in a network,
 /// `duplicate_login` decides; without one, both stay, as before (the backends decide).
 pub(super) fn duplicate(state: &crate::state::ProxyState) -> Duplicate {
-    match state.network().map(|n| n.config.duplicate_login) {
+    match state.network().map(|n| n.duplicate_login()) {
         None => Duplicate::Replace,
         Some(DuplicateLogin::KickExisting) => Duplicate::Keep { later: true, reason: KICKED_ELSEWHERE },
         Some(DuplicateLogin::RefuseNew) => Duplicate::Keep { later: false, reason: ALREADY_PLAYING },

@@ -1,4 +1,5 @@
-//! `[network]`: several MoonBridge instances sharing state through Redis (docs/network.md).
+//! [`RedisNetwork`], the [`Network`] of `[network]`: several MoonBridge instances sharing state through Redis
+//! (docs/network.md).
 //!
 //! - **Leases.** Each instance writes itself (`moonbridge:<name>:instance:<id>`, JSON: its peer address and
 //!   player count) and its players (the hash `moonbridge:<name>:players:<id>`, lower-case name → JSON
@@ -8,22 +9,14 @@
 //!   failover), or that follows a failed one, writes the whole table again.
 //! - **What the others hold.** Each renewal reads the live instances' peer addresses and their players, so
 //!   counts and lists ([`crate::players::PlayerTable::count`]) and the server list are the network's.
-//! - **One session per name.** A login claims its name in Redis atomically ([`Network::admit`]: `SET … NX`
-//!   for `refuse_new`, `SET … GET` for `kick_existing`); `duplicate_login` decides who stays. A kick on another
-//!   instance goes over an instance link ([`link`]).
+//! - **One session per name.** A login claims its name in Redis atomically ([`RedisNetwork::admit_name`]:
+//!   `SET … NX` for `refuse_new`, `SET … GET` for `kick_existing`); `duplicate_login` decides who stays. A kick
+//!   on another instance goes over an instance link ([`super::link`]).
 //! - **Resume across instances.** A resume whose token names another live instance is carried there over an
-//!   instance link ([`peer::forward_resume`]); the owner keeps the backend connection.
+//!   instance link ([`super::link::open_carrier`]); the owner keeps the backend connection.
 //! - **Degraded, not down.** Every Redis round trip is bounded by [`REDIS_TIMEOUT`]; without Redis an instance
 //!   serves with local state (logins go on, resumes to other instances get 4002), logs once per change of
 //!   state and says so in `moonbridge_network_redis_up`.
-
-mod claims;
-pub(crate) mod link;
-pub(crate) mod moves;
-pub(crate) mod peer;
-
-pub(crate) use claims::{Admit, Claim, ALREADY_PLAYING, KICKED_ELSEWHERE};
-pub use link::NetworkError;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -38,8 +31,14 @@ use tracing::{info, warn};
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
 
+use crate::move_state::MoveAnswer;
 use crate::players::{Change, PlayerTable, Record, Update, Updates};
-use claims::{now_ms, release_of, CLAIMS_PER_CALL, RELEASE_CLAIM, RENEW_CLAIMS};
+
+use super::claims::{now_ms, release_of, CLAIMS_PER_CALL, RELEASE_CLAIM, RENEW_CLAIMS};
+use super::{
+    link, Admit, BoxFuture, CarriedResume, Carrier, Claim, LinkError, Network, NetworkError, ALREADY_PLAYING,
+    KICKED_ELSEWHERE,
+};
 
 /// How long an instance's and its players' entries live without a renewal: 10 seconds.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
@@ -53,12 +52,12 @@ const UPDATE_QUEUE: usize = 4096;
 /// The index of instance ids expires this long after the last renewal of any instance: 60 seconds. An id
 /// whose lease entry is gone leaves the index at the next renewal of any other instance.
 const PRUNE_AFTER: Duration = Duration::from_secs(60);
-/// Redis as last seen by the renewals (`Network::up`): not tried yet, answered, did not answer.
+/// Redis as last seen by the renewals (`RedisNetwork::up`): not tried yet, answered, did not answer.
 const REDIS_UNKNOWN: u8 = 0;
 const REDIS_UP: u8 = 1;
 const REDIS_DOWN: u8 = 2;
 /// This instance's place in the network.
-pub(crate) struct Network {
+pub(crate) struct RedisNetwork {
     pub(crate) config: NetworkConfig,
     /// 16 hex digits: the resume tokens' instance id.
     pub(crate) id: String,
@@ -80,16 +79,16 @@ pub(crate) struct Network {
     pub(crate) stop: CancellationToken,
 }
 
-impl std::fmt::Debug for Network {
+impl std::fmt::Debug for RedisNetwork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Network").field("id", &self.id).field("name", &self.config.name).finish_non_exhaustive()
+        f.debug_struct("RedisNetwork").field("id", &self.id).field("name", &self.config.name).finish_non_exhaustive()
     }
 }
 
-impl Network {
+impl RedisNetwork {
     /// Reads the secret and checks the Redis URL; `id` is the resume table's instance id, `peer_address` what
     /// the others dial (`peer_address`, or the bound `peer_bind`). Nothing is
-    /// connected yet ([`Network::run`] does that, and keeps trying).
+    /// connected yet ([`RedisNetwork::run`] does that, and keeps trying).
     pub(crate) fn new(
         config: NetworkConfig,
         id: String,
@@ -140,7 +139,7 @@ impl Network {
     }
 
     /// Adds [`RENEW_CLAIMS`] calls for `claims` (lower-case name, claim value) to `pipe`, one per
-    /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`Network::lost_claims`]).
+    /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`RedisNetwork::lost_claims`]).
     fn renew_claims<'a>(
         &self,
         pipe: &mut redis::Pipeline,
@@ -166,7 +165,7 @@ impl Network {
         calls
     }
 
-    /// Ends the local sessions whose claims another login won (the answers of [`Network::renew_claims`] for
+    /// Ends the local sessions whose claims another login won (the answers of [`RedisNetwork::renew_claims`] for
     /// `claims`, in order): a login elsewhere took the name while Redis had lost this one's claim, or while a
     /// kick could not reach this instance. The player reads what `duplicate_login` tells the session that
     /// goes.
@@ -219,7 +218,7 @@ impl Network {
     /// (`refuse_new`: `SET … NX`, the second is refused; `kick_existing`: `SET … GET`, the older holder is
     /// told to end its session over an instance link). Waits for Redis at most [`REDIS_TIMEOUT`] and for a
     /// kick at most the link's opening; without Redis only this instance is checked.
-    pub(crate) async fn admit(&self, name: &str) -> Admit {
+    pub(crate) async fn admit_name(&self, name: &str) -> Admit {
         let policy = self.config.duplicate_login;
         if self.players.find(name).is_some() {
             if policy == DuplicateLogin::RefuseNew {
@@ -525,6 +524,35 @@ impl Network {
             return Box::pin(self.renew_on(con, rewrite, releases, None)).await;
         }
         Ok(())
+    }
+}
+
+impl Network for RedisNetwork {
+    fn duplicate_login(&self) -> DuplicateLogin {
+        self.config.duplicate_login
+    }
+
+    fn admit<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Admit> {
+        Box::pin(self.admit_name(name))
+    }
+
+    fn carry(&self, owner: &str, resume: CarriedResume) -> Option<BoxFuture<'_, Result<Carrier, LinkError>>> {
+        let peer = self.peer_of(owner).filter(|_| owner != self.id)?;
+        Some(Box::pin(async move {
+            let stream = link::open_carrier(&peer, &self.secret, resume).await?;
+            Ok(Carrier { stream, metrics: self.metrics.clone(), stop: self.stop.clone() })
+        }))
+    }
+
+    fn fetch_move<'a>(
+        &'a self,
+        ticket: &'a moonbridge_protocol::ws::v2::ResumeToken,
+        received: u64,
+        sent: u64,
+    ) -> Option<BoxFuture<'a, Result<MoveAnswer, LinkError>>> {
+        let owner = crate::resume::hex_id(&ticket.instance);
+        let peer = self.peer_of(&owner).filter(|_| owner != self.id)?;
+        Some(Box::pin(async move { super::moves::fetch(&peer, &self.secret, ticket, received, sent).await }))
     }
 }
 
