@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::opened::Opening;
 use super::tcp::TcpSetupError;
 use super::upgrade::{Carriages, UpgradeError};
 use super::ws::{tls_handshake, websocket, WsSetup, WsSetupError};
@@ -18,7 +19,6 @@ use crate::labels::{HandshakeFailure, RefusedReason};
 use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 use crate::rate::Bucket;
-use crate::relay::ws_resume::Delivered;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::Tls;
@@ -72,7 +72,10 @@ impl Conn {
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
             Accept::Tcp { proxy_header } => {
-                let setup = async { Ok(super::tcp::setup(stream, peer, proxy_header.as_ref()).await?) };
+                let setup = async {
+                    let (player, client) = super::tcp::setup(stream, peer, proxy_header.as_ref()).await?;
+                    Ok(Opening::Session(player, client))
+                };
                 Box::pin(self.run(deadline, setup)).await;
             }
             Accept::Ws(ws) => {
@@ -89,27 +92,23 @@ impl Conn {
         }
     }
 
-    async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<(P, SocketAddr), SetupError>>) {
+    /// The transport setup under the handshake deadline, then what it opened: the one place that dispatches
+    /// an [`Opening`].
+    async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<Opening<P>, SetupError>>) {
         let limit = self.live.tunables.limits.handshake_timeout_seconds;
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
-        match outcome.map_err(SetupError::from).and_then(|r| r) {
-            Ok((player, client)) => {
-                let Self { state, slot, token, stage, live, rate_checked, .. } = self;
-                let rate_limited =
-                    !rate_checked && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
-                let info = ConnInfo { client, rate_limited };
-                let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
-                session::serve::serve(player, accepted).await;
-            }
-            Err(SetupError::Ws(WsSetupError::Carried(carried))) => {
+        let (player, client, moving) = match outcome.map_err(SetupError::from).and_then(|r| r) {
+            Ok(Opening::Session(player, client)) => (player, client, None),
+            Ok(Opening::Move(player, client, moving)) => (player, client, Some(moving)),
+            Ok(Opening::Resumed) => return,
+            Ok(Opening::Carried(carried)) => {
                 // Out of the handshake (its slot freed), still counted in max_connections by this task.
                 drop(self.slot);
                 // Counted as in play while it carries the session (the owner counts the session itself too).
                 self.stage.set(crate::metrics::Stage::Play);
-                carried.run().await;
+                return carried.run().await;
             }
-            Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => {}
-            Err(SetupError::Ws(WsSetupError::Resume(delivered))) if delivered != Delivered::BadRequest => {}
+            Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => return,
             Err(reason) => {
                 let metrics = &self.state.metrics;
                 match &reason {
@@ -125,15 +124,21 @@ impl Conn {
                         metrics.handshake_failed(HandshakeFailure::Closed)
                     }
                     SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed(HandshakeFailure::BadUpgrade),
-                    SetupError::Ws(WsSetupError::Resume(_)) => metrics.handshake_failed(HandshakeFailure::BadFrame),
+                    SetupError::Ws(WsSetupError::BadRequest) => metrics.handshake_failed(HandshakeFailure::BadFrame),
                     SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed(HandshakeFailure::Timeout),
-                    SetupError::Ws(WsSetupError::Carried(_)) => {}
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
                 }
+                return;
             }
-        }
+        };
+        let Self { state, slot, token, stage, live, rate_checked, .. } = self;
+        let rate_limited =
+            !rate_checked && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
+        let info = ConnInfo { client, rate_limited };
+        let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
+        session::serve::serve(player, accepted, moving).await;
     }
 }
 
@@ -168,7 +173,10 @@ mod tests {
             live,
             rate_checked: false,
         };
-        let setup = async { Ok(super::super::tcp::setup(stream, peer, None).await?) };
+        let setup = async {
+            let (player, client) = super::super::tcp::setup(stream, peer, None).await?;
+            Ok(Opening::Session(player, client))
+        };
         let tcp = conn.run(Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
         // 5,472 bytes before the transfer layer, 5,520 with it (the player's identity kept for later logins,

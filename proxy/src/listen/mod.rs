@@ -23,6 +23,7 @@ use crate::workers::Workers;
 
 mod carry;
 mod conn;
+mod opened;
 pub(crate) mod tcp;
 pub(crate) mod upgrade;
 mod ws;

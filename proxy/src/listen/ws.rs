@@ -15,6 +15,7 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, info};
 
 use super::carry::Carried;
+use super::opened::Opening;
 use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
 use crate::config::WsSettings;
 use crate::labels::ResumeOutcome;
@@ -38,13 +39,9 @@ pub(super) enum WsSetupError {
     Tls(io::Error),
     #[error("WebSocket upgrade refused: {0}")]
     Upgrade(#[from] UpgradeError),
-    /// The connection carried a carriage v2 resume request (handed to its session, or refused).
-    #[error("resume request: {0}")]
-    Resume(Delivered),
-    /// A carriage v2 resume for a session held by another instance of the network: the instance link is open,
-    /// and the copy runs once the setup is over (not an error; the connection's task runs it).
-    #[error("resume carried to another instance")]
-    Carried(Carried),
+    /// A carriage v2 connection's first message was a malformed or unexpected control message (closed 1002).
+    #[error("resume request: bad_request")]
+    BadRequest,
     /// A carriage v2 connection sent no first message before the handshake deadline (closed with 1008).
     #[error("no first message before the handshake deadline")]
     Deadline,
@@ -97,15 +94,14 @@ pub(super) async fn tls_handshake(
 }
 
 /// The WebSocket setup on `stream` (TCP, or TLS over it): the HTTP upgrade, the link, and on carriage v2 a
-/// first message that may be a resume request. Returns the link and the player's real address.
+/// first message that may be a resume or a move request. Returns what the connection opens.
 ///
 /// # Errors
-/// The upgrade was refused (or was a health check), or the connection was a resume request (handed to its
-/// session, or refused with its close code).
+/// The upgrade was refused (or was a health check), the first message was bad, or none came in time.
 pub(super) async fn websocket<S: PlayerStream>(
     mut stream: S,
     s: WsSetup<'_>,
-) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
+) -> Result<Opening<WsLink<S>>, WsSetupError> {
     let up = accept_upgrade(&mut stream, s.ws, s.peer, s.carriages).await?;
     let limits = &s.live.tunables.limits;
     let counters = s.state.metrics.ws.clone();
@@ -122,14 +118,15 @@ pub(super) async fn websocket<S: PlayerStream>(
 }
 
 /// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
-/// refused with its close code) and this connection's own setup ends; anything else starts a new session.
+/// refused with its close code, or carried to the instance that holds it) and this connection's own setup
+/// ends; a `moving` request starts a moved player's session; anything else starts a new session.
 async fn resume_or_session<S: PlayerStream>(
     mut link: WsLink<S>,
     up: Upgraded,
     told_at: Instant,
     state: &ProxyState,
     secure: bool,
-) -> Result<(WsLink<S>, SocketAddr), WsSetupError> {
+) -> Result<Opening<WsLink<S>>, WsSetupError> {
     if up.v2 {
         link.enable_v2();
         link.move_offered = up.move_offered;
@@ -143,26 +140,31 @@ async fn resume_or_session<S: PlayerStream>(
         match first {
             Ok(None) => {}
             // A player moving here from a draining instance: its session starts from the state fetched there.
-            Ok(Some(control @ carriage::v2::Control::Moving { .. })) => link.moving = Some(control),
+            Ok(Some(control @ carriage::v2::Control::Moving { .. })) => {
+                return Ok(Opening::Move(link, up.client, Box::new(control)));
+            }
             Ok(Some(control)) => {
                 // `[network]`: a resume whose token names another live instance is carried there.
                 if let (Some(net), carriage::v2::Control::Resume { token, .. }) = (state.network(), &control) {
                     let owner = hex_id(&token.instance);
                     let resume = CarriedResume { secure, zstd: up.zstd, client: up.client, control: control.encode() };
                     if let Some(opening) = net.carry(&owner, resume) {
-                        return Err(carry(link, opening.await, up.client, &state.metrics).await);
+                        return Ok(carry(link, opening.await, up.client, &state.metrics).await);
                     }
                 }
                 let (table, metrics, log) = (&state.resume, &state.metrics, &state.bad_input_log);
-                return Err(WsSetupError::Resume(deliver_resumption(link, control, table, metrics, log).await));
+                return match deliver_resumption(link, control, table, metrics, log).await {
+                    Delivered::BadRequest => Err(WsSetupError::BadRequest),
+                    _ => Ok(Opening::Resumed),
+                };
             }
             Err(_) => {
                 link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
-                return Err(WsSetupError::Resume(Delivered::BadRequest));
+                return Err(WsSetupError::BadRequest);
             }
         }
     }
-    Ok((link, up.client))
+    Ok(Opening::Session(link, up.client))
 }
 
 /// A resume for another instance: the copy over the opened link, or (no link) the player closed with 4002.
@@ -172,20 +174,20 @@ async fn carry<S: PlayerStream>(
     opened: Result<crate::network::Carrier, crate::network::LinkError>,
     client: SocketAddr,
     metrics: &Metrics,
-) -> WsSetupError {
+) -> Opening<WsLink<S>> {
     match opened {
         Ok(carrier) => {
             metrics.resume(ResumeOutcome::Forwarded);
             let stall = link.write_stall();
             let (stream, leftover) = link.into_raw();
-            WsSetupError::Carried(Carried::new(stream, leftover, carrier, stall, client))
+            Opening::Carried(Carried::new(stream, leftover, carrier, stall, client))
         }
         Err(e) => {
             info!(client = %client, "resume for another instance: {e}");
             let refusal = Refusal::OTHER_INSTANCE;
             metrics.resume(refusal.outcome);
             link.close(refusal.code, refusal.reason).await;
-            WsSetupError::Resume(Delivered::Refused(refusal.outcome))
+            Opening::Resumed
         }
     }
 }
@@ -222,10 +224,6 @@ impl<S: PlayerStream> Player for WsLink<S> {
 
     fn can_move(&self) -> bool {
         self.v2 && self.move_offered
-    }
-
-    fn take_moving(&mut self) -> Option<carriage::v2::Control> {
-        self.moving.take()
     }
 
     fn continue_counts(&mut self, received: u64, sent: u64) {

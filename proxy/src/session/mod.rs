@@ -65,12 +65,6 @@ pub(crate) trait Player: Send {
         false
     }
 
-    /// A connection whose first message was `moving`: the request, taken once (the session is then the moved
-    /// player's, not a new login).
-    fn take_moving(&mut self) -> Option<moonbridge_protocol::ws::v2::Control> {
-        None
-    }
-
     /// A moved session's carriage v2 counts so far (stream bytes received from and sent to the player).
     fn continue_counts(&mut self, _received: u64, _sent: u64) {}
 

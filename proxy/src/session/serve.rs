@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use moonbridge_protocol::ws::v2::Control;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -30,8 +31,9 @@ pub(crate) struct Accepted {
     pub(crate) stage: StageGauge,
 }
 
-/// Runs a whole session and logs its end.
-pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
+/// Runs a whole session and logs its end: a new login, or with `moving` a player moving here from a draining
+/// instance (its `moving` request).
+pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted, moving: Option<Box<Control>>) {
     let Accepted { info, state, live, slot, shutdown, deadline, stage } = accepted;
     let started = Instant::now();
     let summary = {
@@ -43,7 +45,7 @@ pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
             shutdown: &shutdown,
             stage: &stage,
         };
-        run(session, slot, deadline).await
+        run(session, slot, deadline, moving).await
     };
     drop(stage);
     if let Some(outcome) = summary.outcome {
@@ -68,11 +70,16 @@ pub(crate) async fn serve<P: Player>(mut player: P, accepted: Accepted) {
     );
 }
 
-async fn run<P: Player>(s: Session<'_, P>, slot: HandshakeSlot, deadline: tokio::time::Instant) -> Summary {
+async fn run<P: Player>(
+    s: Session<'_, P>,
+    slot: HandshakeSlot,
+    deadline: tokio::time::Instant,
+    moving: Option<Box<Control>>,
+) -> Summary {
     // A player moving here from a draining instance: no handshake, its state comes from there.
-    if let Some(moving) = s.player.take_moving() {
+    if let Some(moving) = moving {
         drop(slot);
-        return Box::pin(arrive::arrive(s, moving)).await;
+        return Box::pin(arrive::arrive(s, *moving)).await;
     }
     let limit = s.live.tunables.limits.handshake_timeout_seconds;
     let opening = within_handshake(deadline, limit, &slot, s.shutdown, opening::read(&mut *s.player)).await;

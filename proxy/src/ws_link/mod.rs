@@ -105,8 +105,6 @@ pub(crate) struct WsLink<S> {
     pub(crate) move_offered: bool,
     /// The player sent `stay` (its move was refused), not yet taken by the relay.
     pub(crate) peer_stay: bool,
-    /// The first message was `moving`: the session is a moved player's (taken by the session once).
-    pub(crate) moving: Option<Control>,
 }
 
 /// What reading a batch of events turned up besides stream bytes.
@@ -158,7 +156,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             stopped_at_limit: false,
             move_offered: false,
             peer_stay: false,
-            moving: None,
         }
     }
 
