@@ -1,4 +1,5 @@
-//! Readings from /proc: process and thread CPU time, resident memory, and TCP segment counters.
+//! Readings from /proc: process and thread CPU time, resident memory, what a process holds (file descriptors,
+//! threads, sockets), the kernel's TCP memory and segment counters; the proxy's metrics; percentiles.
 
 use std::time::Duration;
 
@@ -118,6 +119,81 @@ pub fn median_range(values: &[f64]) -> (f64, f64, f64) {
     let mid = v.len() / 2;
     let median = if v.len().is_multiple_of(2) { (v[mid - 1] + v[mid]) / 2.0 } else { v[mid] };
     (median, v[0], v[v.len() - 1])
+}
+
+/// What the proxy process holds at one moment (Linux `/proc`).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Held {
+    pub fds: usize,
+    pub threads: usize,
+    pub rss_kib: u64,
+    /// The proxy's TCP sockets in CLOSE_WAIT (the peer closed, the proxy never did).
+    pub close_wait: usize,
+    /// The proxy's TCP sockets in any state.
+    pub sockets: usize,
+}
+
+/// What process `pid` holds; sockets connected to `ignore_port` (the session server, whose HTTP client keeps a
+/// few idle keep-alive connections by design) are not counted.
+pub fn held(pid: u32, ignore_port: u16) -> Held {
+    let mut h = Held::default();
+    let mut inodes = std::collections::HashSet::new();
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in dir.flatten() {
+            h.fds += 1;
+            if let Ok(target) = std::fs::read_link(e.path()) {
+                let t = target.to_string_lossy();
+                if let Some(inode) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    inodes.insert(inode.to_string());
+                }
+            }
+        }
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    for line in status.lines() {
+        if let Some(v) = line.strip_prefix("Threads:") {
+            h.threads = v.trim().parse().unwrap_or(0);
+        }
+        if let Some(v) = line.strip_prefix("VmRSS:") {
+            h.rss_kib = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+        }
+    }
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let remote_port =
+                cols.get(2).and_then(|r| r.rsplit_once(':')).and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if let (Some(state), Some(inode)) = (cols.get(3), cols.get(9)) {
+                if inodes.contains(*inode) && remote_port != Some(ignore_port) {
+                    h.sockets += 1;
+                    if *state == "08" {
+                        h.close_wait += 1;
+                    }
+                }
+            }
+        }
+    }
+    h
+}
+/// The kernel's TCP buffer memory in KiB: `/proc/net/sockstat`'s `TCP: … mem N` (pages of 4 KiB).
+pub fn kernel_tcp_kib() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("TCP:"))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "mem").nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4)
+}
+
+/// Open file descriptors of a process.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(Iterator::count).unwrap_or(0)
+}
+
+/// CPU time of each process, in seconds.
+pub fn cpu_seconds(pids: &[u32], ticks_per_s: u64) -> Vec<f64> {
+    pids.iter().map(|&p| process_cpu(p, ticks_per_s).map_or(0.0, |d| d.as_secs_f64())).collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `--mode network`: the cost of the instance link (docs/cluster.md). Two moonbridge instances (A and B) form a
+//! `--mode network`: the cost of the instance link (docs/network.md). Two moonbridge instances (A and B) form a
 //! `[network]` on a `redis-server` this run starts on a free port. Players reach them through a switch in this
 //! process (a TCP splice that sends new connections to one instance and can cut every connection it carries):
 //!

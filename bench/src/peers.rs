@@ -25,7 +25,7 @@ pub enum PeerArg {
     Haproxy,
     /// websocat as a WebSocket-to-TCP bridge (transport ws).
     Websocat,
-    /// The floor: a minimal relay of this program (`session-bench floor-relay`, bench/src/floor.rs), two
+    /// The floor: a minimal relay of this program (`session-bench floor-relay`, bench/src/floor/), two
     /// blocking threads per connection, no parsing (transport tcp or ws).
     Floor,
 }

@@ -87,6 +87,7 @@
 //! | `listen/upgrade.rs` | the HTTP upgrade and the player's real address |
 //! | `listen/tcp.rs` | a player on plain TCP: the optional PROXY header, the session's view of the socket |
 //! | `listen/carry.rs` | a resume carried to the instance that holds its session: the copy over the opened instance link |
+//! | `listen/opened.rs` | what a connection's transport setup opens (`Opening`: a session, a move's arrival, a resume), dispatched in `listen/conn.rs` |
 //! | `listen/ws.rs` | a player on a WebSocket: TLS for `wss`, one WebSocket setup for `ws` and `wss`, resume dispatch |
 //! | `listen/conn.rs` | an accepted connection: its transport setup under the handshake deadline, then the session |
 //! | `listen/mod.rs` | player listeners, accept loops, connection caps |

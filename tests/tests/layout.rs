@@ -1,26 +1,36 @@
-//! No import cycle among the files of `protocol/src`, `proxy/src` and `client-native/src`, and the proxy's map
-//! (the `# Layout` table of `proxy/src/lib.rs`) true to its files: every file listed once, in an order where
-//! each file uses only files listed above it.
+//! No import cycle among the files of `protocol/src`, `proxy/src`, `client-native/src`, `bench/src` and
+//! `tests/src`, the proxy's map (the `# Layout` table of `proxy/src/lib.rs`) true to its files: every file
+//! listed once, in an order where each file uses only files listed above it, each folder's files listed in one
+//! run (so no folder uses one listed below it: no arrow back up), no file of `proxy/src`, `client-native/src`
+//! or `protocol/src` over 600 lines and none of `bench/src` over 400.
 //!
 //! Each file is a module (`a.rs` and `a/mod.rs` are `a`, `a/b.rs` is `a::b`). A module depends on another when
 //! its code names it: a `use crate::…`/`use super::…` declaration or a `crate::…`/`super::…` path. Re-exports
-//! (`pub use …`, `pub(crate) use …`) are aliases that give a module its interface, not uses of code, and the
-//! crate root (`lib.rs`, made of module declarations and re-exports) and test modules are left out. A cycle
-//! among the remaining modules fails the test, naming it.
+//! (`pub use …`, `pub(crate) use …`) are aliases that give a module its interface, not uses of code, and a
+//! library's root (`lib.rs`, made of module declarations and re-exports) and test modules are left out. A
+//! binary's root (`main.rs` of a crate without `lib.rs`: `bench/src/main.rs`) holds code too, so it is the
+//! module `` (the root): its uses count, and a `crate::…` path naming no module names an item of the root, a
+//! use of it. A module that uses the root is in a cycle with it (the root declares and runs every module), so
+//! the root cannot hold what the modules share. A cycle among the modules fails the test, naming it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The module path of a source file relative to `src`.
+/// The module path of a source file relative to `src` (the crate roots `lib.rs` and `main.rs` are ``).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") || parts == ["main"] {
         parts.pop();
     }
     parts.join("::")
+}
+
+/// True when `src` is a binary crate's: its root `main.rs` holds code (there is no `lib.rs`).
+fn root_holds_code(src: &Path) -> bool {
+    src.join("main.rs").is_file() && !src.join("lib.rs").is_file()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -185,8 +195,8 @@ fn expand(tree: &str) -> Vec<String> {
 }
 
 /// The module a referenced path names: `crate::`/`super::` resolved from `from`, then the longest module
-/// prefix.
-fn target(from: &str, path: &str, modules: &BTreeSet<String>) -> Option<String> {
+/// prefix; with `root_code` (a binary's root holds code), a path resolved to no module names the root ``.
+fn target(from: &str, path: &str, modules: &BTreeSet<String>, root_code: bool) -> Option<String> {
     let mut segs: Vec<&str> = path.split("::").map(str::trim).collect();
     let mut base: Vec<&str> = if from.is_empty() { vec![] } else { from.split("::").collect() };
     match segs.first() {
@@ -210,20 +220,27 @@ fn target(from: &str, path: &str, modules: &BTreeSet<String>) -> Option<String> 
         _ => return None,
     }
     let full: Vec<&str> = base.into_iter().chain(segs).collect();
-    (1..=full.len()).rev().map(|n| full[..n].join("::")).find(|m| modules.contains(m))
+    (1..=full.len())
+        .rev()
+        .map(|n| full[..n].join("::"))
+        .find(|m| modules.contains(m))
+        .or_else(|| root_code.then(String::new))
 }
 
-/// The module dependency graph of a crate's `src` (without the root and `main.rs`).
+/// The module dependency graph of a crate's `src` (without a library's root, and without `main.rs` files but
+/// a binary's root, which is the module ``).
 fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let root_code = root_holds_code(src);
+    let bin_root = src.join("main.rs");
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    files.retain(|f| f.file_name().is_some_and(|n| n != "main.rs"));
+    files.retain(|f| f.file_name().is_some_and(|n| n != "main.rs") || (root_code && *f == bin_root));
     let modules: BTreeSet<String> = files.iter().map(|f| module_of(src, f)).collect();
 
     let mut g = BTreeMap::new();
     for f in &files {
         let m = module_of(src, f);
-        if m.is_empty() {
+        if m.is_empty() && !root_code {
             continue;
         }
         let code = without_tests(&strip(&std::fs::read_to_string(f).unwrap()));
@@ -234,7 +251,7 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             if let Some(tree) = use_tree(trimmed) {
                 if !trimmed.starts_with("pub") {
                     for p in expand(tree) {
-                        if let Some(t) = target(&m, &p, &modules) {
+                        if let Some(t) = target(&m, &p, &modules, root_code) {
                             deps.insert(t);
                         }
                     }
@@ -245,9 +262,12 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         }
         // Inline paths: crate::a::b, super::a, self::a, or a child module's name (child::item).
         let bytes = rest_of_code.as_bytes();
+        let prefix = if m.is_empty() { String::new() } else { format!("{m}::") };
         let children: Vec<String> = modules
             .iter()
-            .filter_map(|k| k.strip_prefix(&format!("{m}::")).filter(|c| !c.contains("::")).map(|c| format!("{c}::")))
+            .filter_map(|k| {
+                k.strip_prefix(&prefix).filter(|c| !c.is_empty() && !c.contains("::")).map(|c| format!("{c}::"))
+            })
             .collect();
         let roots: Vec<&str> =
             ["crate::", "super::", "self::"].into_iter().chain(children.iter().map(String::as_str)).collect();
@@ -263,13 +283,15 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 let end = rest_of_code[start..]
                     .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
                     .map_or(rest_of_code.len(), |e| start + e);
-                if let Some(t) = target(&m, rest_of_code[start..end].trim_end_matches(':'), &modules) {
+                if let Some(t) = target(&m, rest_of_code[start..end].trim_end_matches(':'), &modules, root_code) {
                     deps.insert(t);
                 }
             }
         }
         deps.remove(&m);
-        deps.remove("");
+        if !root_code {
+            deps.remove("");
+        }
         g.insert(m, deps);
     }
     g
@@ -331,6 +353,28 @@ fn layout_problems(src: &Path) -> Vec<String> {
                 }
             }
         }
+    }
+    problems
+}
+
+/// The folders of a `# Layout` table whose files are not listed together: with every file using only files
+/// listed above it, folders listed each in one run use only folders above them (no arrow back up). A
+/// top-level file (`network.rs`) is its own place, apart from a folder of the same name (`network/`).
+fn split_folders(table: &[String]) -> Vec<String> {
+    let folder = |f: &str| f.rsplit_once('/').map(|(d, _)| d.to_owned());
+    let mut seen = BTreeSet::new();
+    let mut problems = Vec::new();
+    let mut previous: Option<String> = None;
+    for f in table {
+        let here = folder(f);
+        if here != previous {
+            if let Some(d) = &here {
+                if !seen.insert(d.clone()) {
+                    problems.push(format!("{d}/ is split: {f} is listed apart from the folder's other files"));
+                }
+            }
+        }
+        previous = here;
     }
     problems
 }
@@ -412,6 +456,29 @@ fn the_checker_finds_cycles_and_ignores_re_exports_comments_and_tests() {
 }
 
 #[test]
+fn a_binary_root_counts_as_a_module_that_uses_what_it_runs() {
+    let dir = std::env::temp_dir().join(format!("moonbridge-layout-bin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src/cmd")).unwrap();
+    let write = |p: &str, t: &str| std::fs::write(dir.join("src").join(p), t).unwrap();
+    write("main.rs", "mod cmd; mod shared;\nuse clap::Parser;\nfn main() { cmd::run(); }\npub fn helper() {}");
+    write("cmd/mod.rs", "mod part;\npub fn run() { part::go(); crate::shared::S; }");
+    write("cmd/part.rs", "pub fn go() {}");
+    write("shared.rs", "pub struct S;");
+    let g = graph(&dir.join("src"));
+    assert_eq!(g[""], BTreeSet::from(["cmd".to_string()]), "the root's own uses count");
+    assert_eq!(g["cmd"], BTreeSet::from(["cmd::part".to_string(), "shared".to_string()]));
+    assert_eq!(find_cycle(&g), None);
+    // A module that uses an item of the root (`crate::helper`, or `super::helper` from a top-level module) is in
+    // a cycle with it.
+    write("shared.rs", "pub struct S;\nfn f() { crate::helper() }");
+    assert_eq!(find_cycle(&graph(&dir.join("src"))), Some(vec!["".into(), "cmd".into(), "shared".into(), "".into()]));
+    write("shared.rs", "use super::helper;\npub struct S;");
+    assert!(find_cycle(&graph(&dir.join("src"))).is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn the_layout_check_finds_missing_files_and_imports_from_below() {
     let dir = std::env::temp_dir().join(format!("moonbridge-layout-table-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -456,13 +523,65 @@ fn the_proxy_map_lists_every_file_below_what_it_uses() {
 }
 
 #[test]
+fn each_proxy_folder_is_listed_in_one_run_so_no_arrow_goes_back_up() {
+    let lib = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../proxy/src/lib.rs")).unwrap();
+    let problems = split_folders(&layout_table(&lib));
+    assert!(problems.is_empty(), "proxy/src/lib.rs # Layout:\n{}", problems.join("\n"));
+    // The check itself: a folder with a file listed apart is found; a top-level file of a folder's name is not.
+    let t = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(split_folders(&t(&["a/x.rs", "b.rs", "a/y.rs"])).len(), 1);
+    assert!(split_folders(&t(&["a.rs", "b/x.rs", "b/y.rs", "a/z.rs"])).is_empty());
+}
+
+/// Lines a source file of the proxy, the client library or the protocol crate may have at most.
+const SOURCE_MAX_LINES: usize = 600;
+
+#[test]
+fn no_library_file_over_600_lines() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut long = Vec::new();
+    for krate in ["proxy/src", "client-native/src", "protocol/src"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate), &mut files);
+        assert!(files.len() >= 5, "{krate}: {files:?}");
+        for f in files {
+            let n = std::fs::read_to_string(&f).unwrap().lines().count();
+            if n > SOURCE_MAX_LINES {
+                long.push(format!("{} has {n} lines", f.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    long.sort();
+    assert!(long.is_empty(), "files over {SOURCE_MAX_LINES} lines:\n{}", long.join("\n"));
+}
+
+#[test]
 fn no_import_cycle_in_any_crate() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    for krate in ["protocol", "proxy", "client-native"] {
+    for krate in ["protocol", "proxy", "client-native", "bench", "tests"] {
         let g = graph(&root.join(krate).join("src"));
         assert!(g.len() >= 5, "{krate}: {g:?}");
         if let Some(cycle) = find_cycle(&g) {
             panic!("{krate}: import cycle {}\n{g:#?}", cycle.join(" -> "));
         }
     }
+}
+
+/// Lines a file of `bench/src` may have at most.
+const BENCH_MAX_LINES: usize = 400;
+
+#[test]
+fn no_bench_file_over_400_lines() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() >= 5, "{files:?}");
+    let mut long: Vec<String> = files
+        .iter()
+        .map(|f| (f, std::fs::read_to_string(f).unwrap().lines().count()))
+        .filter(|(_, n)| *n > BENCH_MAX_LINES)
+        .map(|(f, n)| format!("{} has {n} lines", f.strip_prefix(&src).unwrap().display()))
+        .collect();
+    long.sort();
+    assert!(long.is_empty(), "bench/src files over {BENCH_MAX_LINES} lines:\n{}", long.join("\n"));
 }

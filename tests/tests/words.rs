@@ -76,12 +76,8 @@ fn the_switch_code_comments_say_switch_and_backends_not_move_and_network() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let comments: String = text
-            .lines()
-            .map(str::trim_start)
-            .filter(|l| l.starts_with("//"))
-            .map(|l| format!("{l}\n"))
-            .collect();
+        let comments: String =
+            text.lines().map(str::trim_start).filter(|l| l.starts_with("//")).map(|l| format!("{l}\n")).collect();
         bad.extend(offending(&without_code_spans(&comments)).into_iter().map(|l| format!("{name}: {l}")));
     }
     assert!(bad.is_empty(), "switch code comments use \"move\" or \"network\" for backends:\n{}", bad.join("\n"));

@@ -1,4 +1,4 @@
-//! `session-bench soak --instances N` (N ≥ 2): the soak of a network of instances (docs/cluster.md).
+//! `session-bench soak --instances N` (N ≥ 2): the soak of a network of instances (docs/network.md).
 //!
 //! N moonbridge instances form a `[network]` on a `redis-server` this run starts on a free port (Debian's
 //! package). Players reach them through two balancers in this process (one for the ws listeners, one for the
@@ -19,24 +19,24 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use moonbridge_client::Options;
-use moonbridge_test_certs::{free_port, ChildLog, KeyType, TestCert, TestDir};
+use moonbridge_test_certs::{free_port, KeyType, TestCert, TestDir};
 
+use super::args::SoakArgs;
 use crate::backend::{self, Profile};
 use crate::client::{self, ClientSpec, SoakPlayer};
 use crate::network::{self, Redis, Switch};
-use crate::soak::SoakArgs;
+use crate::process::{self, Output, Process};
 use crate::workload;
 
 /// One instance of the network.
 struct Instance {
-    _child: ChildLog,
+    _child: Process,
     ws: SocketAddr,
     wss: SocketAddr,
     metrics: SocketAddr,
@@ -70,13 +70,9 @@ fn start_instance(
             players * 2 + 100,
         ),
     )?;
-    let child = ChildLog::spawn_echoing(
-        Command::new(bin).arg("--config").arg(&config).env("RUST_LOG", "warn").stdout(Stdio::null()),
-        &format!("[moonbridge {i}] "),
-    )
-    .with_context(|| format!("cannot start the proxy {}", bin.display()))?;
-    crate::wait_for_port(ws, "moonbridge (ws)")?;
-    crate::wait_for_port(wss, "moonbridge (wss)")?;
+    let child = process::spawn_moonbridge(bin, &config, "warn", Output::Echo(&format!("[moonbridge {i}] ")))?;
+    process::wait_for_port(ws, "moonbridge (ws)")?;
+    process::wait_for_port(wss, "moonbridge (wss)")?;
     Ok(Instance { _child: child, ws, wss, metrics })
 }
 

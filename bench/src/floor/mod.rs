@@ -24,7 +24,7 @@ use anyhow::Context;
 use moonbridge_protocol::ws::frame::{encode_header, MAX_SERVER_HEADER, OP_BINARY};
 
 /// `session-bench floor-relay` arguments.
-#[derive(clap::Parser, Debug)]
+#[derive(clap::Args, Debug)]
 pub struct FloorArgs {
     /// `tcp` or `ws` (the client's side; the backend is always plain TCP).
     #[arg(long, value_parser = ["tcp", "ws"])]
