@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::codec::Reader;
 use moonbridge_protocol::packets::PluginMessage;
-use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
-use moonbridge_tests::{node_backend, raise_fd_limit, rss_kib, spawn_proxy_process, TestDir, BURST_CHANNEL, STEP};
 use serde_json::json;
+use testbed::mc::{chat_frame, chat_message_text, send_login, FrameReader};
+use testbed::{node_backend, raise_fd_limit, rss_kib, spawn_proxy_process, TestDir, BURST_CHANNEL, STEP};
 
 /// One player: log in, take the burst, chat 3 times; then wait at `idle` until the measurement is done.
 fn player(url: &str, options: Options, i: usize, done: &Barrier, measured: &Barrier) {
@@ -83,7 +83,7 @@ async fn main() {
     .unwrap();
     let child = spawn_proxy_process(&bin, &config, ws).await;
     let pid = child.id();
-    let _child = moonbridge_tests::KillOnDrop(child);
+    let _child = testbed::KillOnDrop(child);
     let before = rss_kib(pid);
 
     let url = format!("ws://{ws}/mc");

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::FrameDecoder;
-use moonbridge_tests::mc::send_login;
-use moonbridge_tests::network::{Haproxy, Redis};
-use moonbridge_tests::{node_backend, raise_fd_limit, spawn_proxy_process, KillOnDrop, TestDir, STEP};
 use serde_json::json;
+use testbed::mc::send_login;
+use testbed::network::{Haproxy, Redis};
+use testbed::{node_backend, raise_fd_limit, spawn_proxy_process, KillOnDrop, TestDir, STEP};
 
 /// One player: log in, wait for Join Game, tell `ready`; then read until `stop`, telling `moved` when the
 /// second Respawn of a move arrives.
@@ -111,9 +111,9 @@ async fn main() {
     for m in metrics {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let reply = moonbridge_tests::raw_http(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            let reply = testbed::raw_http(m, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
             let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            if moonbridge_tests::sample(body, "moonbridge_network_instances") == Some(2.0) {
+            if testbed::sample(body, "moonbridge_network_instances") == Some(2.0) {
                 break;
             }
             assert!(Instant::now() < deadline, "the instances see each other within 20 s");

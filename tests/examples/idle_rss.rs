@@ -16,9 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures_util::SinkExt;
-use moonbridge_tests::{
-    login_success, raise_fd_limit, ws_connect, ws_read_bytes, Io, KeyType, Message, TestCert, HS, LS,
-};
+use testbed::{login_success, raise_fd_limit, ws_connect, ws_read_bytes, Io, KeyType, Message, TestCert, HS, LS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -30,7 +28,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 enum Player {
     Tcp(#[allow(dead_code)] TcpStream),
-    Ws(#[allow(dead_code)] Box<moonbridge_tests::WebSocketStream<Box<dyn Io>>>),
+    Ws(#[allow(dead_code)] Box<testbed::WebSocketStream<Box<dyn Io>>>),
 }
 
 #[tokio::main]

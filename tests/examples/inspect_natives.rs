@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use moonbridge_tests::natives::{expected_exports, inspect, platform, problems};
+use testbed::natives::{expected_exports, inspect, platform, problems};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

@@ -20,7 +20,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use moonbridge_tests::{
+use testbed::{
     hs_ls, login_success, masked_frame, raise_fd_limit, raw_upgrade, read_server_frame, rss_kib, spawn_proxy_process,
     TestDir,
 };

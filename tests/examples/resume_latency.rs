@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{hs_ls, login_backend, ws_connect, Io, KeyType, Message, Proxy, TestCert, WebSocketStream};
+use testbed::{hs_ls, login_backend, ws_connect, Io, KeyType, Message, Proxy, TestCert, WebSocketStream};
 
 type Ws = WebSocketStream<Box<dyn Io>>;
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moonbridge_tests::{
+use testbed::{
     hs_ls, login_success, masked_frame, raise_fd_limit, raw_v2_player, rss_kib, spawn_proxy_process, TestDir,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,4 +1,5 @@
-//! Test support for the MoonBridge cross-tests, one module per job:
+//! `testbed`: the test bed of the MoonBridge cross-tests (the proxy in-process, real peers, raw backends and
+//! players, fixtures), one module per job:
 //!
 //! - [`proxy`]: the proxy in-process on ephemeral ports, config builders;
 //! - [`node`]: real node-minecraft-protocol 1.7.10 peers (`tests/peers/`, installed with `npm ci`);

@@ -9,7 +9,7 @@ use moonbridge_protocol::forwarding::offline_uuid;
 use moonbridge_protocol::legacy;
 use moonbridge_protocol::packets::{Handshake, NextState, Packet};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{
+use testbed::{
     forwarded_fields, forwarded_login, frames, hs_ls, login_backend, login_disconnect_reason, login_handshake,
     login_success, raise_fd_limit, read_to_close, tcp_config, Proxy, RawBackend, RawBehaviour, HS, LS, STEP,
 };
@@ -440,7 +440,7 @@ async fn c31_illegal_player_names_are_refused_before_any_backend() {
     assert_eq!(backend.accepted(), 0, "no backend heard of them");
     // A 16-character ASCII name is fine.
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&[&hs[..], &moonbridge_tests::login_start("Abcdefghij_12345")].concat()).await.unwrap();
+    s.write_all(&[&hs[..], &testbed::login_start("Abcdefghij_12345")].concat()).await.unwrap();
     let (_, login) = forwarded_login(&backend.wait_frames(0, 2, STEP).await);
     assert_eq!(login.name, "Abcdefghij_12345");
     proxy.shutdown().await;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use moonbridge_client::error::{MB_ERR_CLOSED, MB_ERR_CONNECT, MB_ERR_HANDSHAKE, MB_ERR_INVALID_ARGUMENT, MB_ERR_TLS};
 use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::send_login;
-use moonbridge_tests::{login_success, self_signed, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, TestDir, STEP};
+use testbed::mc::send_login;
+use testbed::{login_success, self_signed, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, TestDir, STEP};
 use tokio::net::TcpListener;
 
 /// `target/<profile>`, where cargo put the test binary and the cdylib.
@@ -252,7 +252,7 @@ async fn closed_by_peer_with_its_close_code() {
                 Err(e) => break e,
             }
         };
-        (moonbridge_tests::login_disconnect_reason(&all), end)
+        (testbed::login_disconnect_reason(&all), end)
     })
     .await;
     assert_eq!(text.as_deref(), Some("Server survival is unreachable"));

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{node_backend, KeyType, Proxy, TestCert};
 use serde_json::json;
+use testbed::{node_backend, KeyType, Proxy, TestCert};
 
 fn target_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")

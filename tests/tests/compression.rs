@@ -11,10 +11,10 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use moonbridge_protocol::ws::compress::{Compressor, Decompressor, SUBPROTOCOL_V2_ZSTD};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{hs_ls, login_backend, ws_offering, ws_proxy, Message, RawBackend, STEP};
+use testbed::{hs_ls, login_backend, ws_offering, ws_proxy, Message, RawBackend, STEP};
 use tokio::time::timeout;
 
-type Ws = moonbridge_tests::RawWs;
+type Ws = testbed::RawWs;
 
 /// A raw `moonbridge.v2.zstd` player: its own zstd streams, as the client library keeps them.
 struct Player {
@@ -81,7 +81,7 @@ async fn compressed_streams_are_byte_exact_both_ways() {
     let addr = p.addr(Transport::Ws);
     let mut player = Player::connect(addr).await;
     player.send(&hs_ls()).await;
-    let login = moonbridge_tests::login_success("Steve");
+    let login = testbed::login_success("Steve");
     player.receive(login.len()).await;
     assert_eq!(player.received, login);
     // Up: a 12 KB tick twice; the second is a back-reference to the first (inside the 32 KiB window).
@@ -132,11 +132,8 @@ async fn compression_off_or_resume_off_selects_an_uncompressed_carriage() {
 /// much; a second player on the same proxy goes on undisturbed. Data that is not zstd gets 1002.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decompression_bomb_closes_only_that_player_with_1009() {
-    let backend = RawBackend::start(moonbridge_tests::RawBehaviour::ReplyAfter {
-        after: 1,
-        reply: moonbridge_tests::login_success("Steve"),
-    })
-    .await;
+    let backend =
+        RawBackend::start(testbed::RawBehaviour::ReplyAfter { after: 1, reply: testbed::login_success("Steve") }).await;
     let p = ws_proxy(backend.addr, "[limits]\nmax_ws_message_bytes = 4194304\n").await;
     let addr = p.addr(Transport::Ws);
     let mut bomber = Player::connect(addr).await;
@@ -214,7 +211,7 @@ async fn a_quiet_direction_ends_its_zstd_frame_and_the_next_message_starts_a_new
     let p = ws_proxy(backend.addr, "").await;
     let mut player = Player::connect(p.addr(Transport::Ws)).await;
     player.send(&hs_ls()).await;
-    let login = moonbridge_tests::login_success("Steve");
+    let login = testbed::login_success("Steve");
     // Login Success is under 256 bytes: a stored frame (9 bytes more), made without a context.
     let first = next_binary(&mut player.ws).await;
     assert_eq!((first.len(), &first[..4]), (login.len() + 9, &[0x28, 0xb5, 0x2f, 0xfd][..]));
@@ -293,7 +290,7 @@ async fn the_client_library_ends_its_zstd_frame_when_quiet() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let login = [moonbridge_tests::login_success("Steve"), big].concat();
+    let login = [testbed::login_success("Steve"), big].concat();
     let (conn, stats) = tokio::task::spawn_blocking(move || {
         let deadline = std::time::Instant::now() + STEP;
         // The login (a stored frame), the large message, then the proxy's frame end (a message with no bytes).

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use moonbridge_client::discovery::lookup;
-use moonbridge_tests::dns::DnsServer;
+use testbed::dns::DnsServer;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use moonbridge_protocol::ws as carriage;
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{
+use testbed::{
     backend_section, hs_ls, login_backend, login_success, masked_frame, raw_upgrade, read_server_frame, read_to_close,
     tcp_config, ws_listener, Proxy, RawBackend, RawBehaviour, STEP,
 };

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moonbridge_tests::{
+use testbed::{
     hs_ls, login_success, masked_frame, moonbridge_bin, raise_fd_limit, raw_http, raw_v2_player, rss_kib, sample,
     spawn_proxy_process, KillOnDrop, TestDir, STEP,
 };

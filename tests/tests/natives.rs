@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use moonbridge_tests::natives::{expected_exports, inspect, platform, problems};
+use testbed::natives::{expected_exports, inspect, platform, problems};
 
 #[test]
 fn the_host_library_exports_every_c_and_jni_function() {

@@ -12,12 +12,12 @@ use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::frame::Frame;
 use moonbridge_protocol::packets::{KeepAlive, LoginDisconnect, LoginSuccess, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login};
-use moonbridge_tests::network::{Haproxy, Redis};
-use moonbridge_tests::{
+use serde_json::json;
+use testbed::mc::{chat_frame, chat_message_text, send_login};
+use testbed::network::{Haproxy, Redis};
+use testbed::{
     moonbridge_bin, node_backend, spawn_proxy_process, status_ping, KeyType, KillOnDrop, Proxy, TestCert, TestDir, STEP,
 };
-use serde_json::json;
 use tokio::time::timeout;
 
 /// How long an instance may take to write or read a change at its next renewal: one renewal period (2 s),
@@ -315,7 +315,7 @@ async fn without_redis_logins_go_on_and_a_restarted_redis_is_filled_again() {
     wait_metric(&a, "moonbridge_network_redis_up", 0.0, RENEWAL).await;
     assert_eq!(online(a.addr(Transport::Tcp)).await, 1, "local state only: Dan");
     // Liveness is not Redis's to decide: /readyz stays ready.
-    let ready = moonbridge_tests::raw_http(a.metrics.unwrap(), "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let ready = testbed::raw_http(a.metrics.unwrap(), "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 
     // Redis back, empty: within one renewal both instances wrote themselves, their players and their claims
@@ -474,28 +474,28 @@ async fn a_resume_at_another_instance_gets_4002_only_without_redis_or_without_it
     wait_metric(&a, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
 
     // A carriage v2 session on B; its connection drops (B keeps it for the resume window).
-    let (ws, token, received) = moonbridge_tests::v2_session(b_ws).await;
+    let (ws, token, received) = testbed::v2_session(b_ws).await;
     drop(ws);
-    let resume = format!("resume {token} {received} {}", moonbridge_tests::hs_ls().len());
+    let resume = format!("resume {token} {received} {}", testbed::hs_ls().len());
     let refused = "moonbridge_resumes_total{outcome=\"refused_other_instance\"}";
 
     // Redis unreachable: A cannot tell where B is, so the resume is refused with 4002 (B lives on).
     redis.stop();
     wait_metric(&a, "moonbridge_network_redis_up", 0.0, RENEWAL).await;
-    assert_eq!(moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
+    assert_eq!(testbed::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
     assert_eq!(a.metric(refused).await, Some(1.0));
 
     // Redis back: the same resume at A is carried to B over an instance link.
     redis.restart().await;
     wait_metric(&a, "moonbridge_network_instances", 2.0, NETWORK_SEES).await;
-    let answer = moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await;
+    let answer = testbed::try_resume(a.addr(Transport::Ws), &resume).await;
     assert!(answer.as_deref().is_ok_and(|t| t.starts_with("resumed")), "{answer:?}");
     assert_eq!(a.metric("moonbridge_resumes_total{outcome=\"forwarded\"}").await, Some(1.0));
 
     // B killed (its lease still in Redis): the link cannot reach it, so the owner is gone: 4002.
     b.0.kill().unwrap();
     let _ = b.0.wait();
-    assert_eq!(moonbridge_tests::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
+    assert_eq!(testbed::try_resume(a.addr(Transport::Ws), &resume).await, Err(Some(4002)));
     assert_eq!(a.metric(refused).await, Some(2.0));
     a.wait_connections(0, STEP).await;
     a.shutdown().await;
@@ -674,13 +674,13 @@ async fn a_claim_another_login_holds_is_settled_by_the_policy_within_one_renewal
 
 /// Opens a carriage v2 WebSocket to `addr`, sends `resume <token> <received> <sent>` and reads until the
 /// `resumed` answer: returns the WebSocket (kept open) and the next token.
-async fn resumed_at(addr: SocketAddr, token: &str, received: u64, sent: usize) -> (moonbridge_tests::RawWs, String) {
+async fn resumed_at(addr: SocketAddr, token: &str, received: u64, sent: usize) -> (testbed::RawWs, String) {
     use futures_util::{SinkExt, StreamExt};
-    let (mut ws, _) = moonbridge_tests::ws_offering(addr, "moonbridge.v2").await;
-    ws.send(moonbridge_tests::Message::Text(format!("resume {token} {received} {sent}").into())).await.unwrap();
+    let (mut ws, _) = testbed::ws_offering(addr, "moonbridge.v2").await;
+    ws.send(testbed::Message::Text(format!("resume {token} {received} {sent}").into())).await.unwrap();
     loop {
         match timeout(STEP, ws.next()).await.expect("an answer in time") {
-            Some(Ok(moonbridge_tests::Message::Text(t))) if t.starts_with("resumed ") => {
+            Some(Ok(testbed::Message::Text(t))) if t.starts_with("resumed ") => {
                 let next = t.split(' ').nth(2).expect("the next token").to_string();
                 return (ws, next);
             }
@@ -696,7 +696,7 @@ async fn resumed_at(addr: SocketAddr, token: &str, received: u64, sent: usize) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
     let redis = Redis::start().await;
-    let backend = moonbridge_tests::login_backend().await;
+    let backend = testbed::login_backend().await;
     let dir = TestDir::new("moonbridge-network-takeover").unwrap();
     let key = secret(&dir);
     let metrics = "[metrics]\nbind = \"127.0.0.1:0\"\n";
@@ -709,14 +709,14 @@ async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
         wait_metric(p, "moonbridge_network_instances", 3.0, NETWORK_SEES).await;
     }
     let (owner, carrier, third) = (&instances[0], &instances[1], &instances[2]);
-    let (ws, token, received) = moonbridge_tests::v2_session(owner.addr(Transport::Ws)).await;
+    let (ws, token, received) = testbed::v2_session(owner.addr(Transport::Ws)).await;
     drop(ws);
-    let sent = moonbridge_tests::hs_ls().len();
+    let sent = testbed::hs_ls().len();
     let (mut carried, token) = resumed_at(carrier.addr(Transport::Ws), &token, received, sent).await;
     assert_eq!(carrier.metric("moonbridge_network_link_sessions").await, Some(1.0));
     // The player resumes again, at the third instance, while the carried connection is still open.
     let (_taken, _) = resumed_at(third.addr(Transport::Ws), &token, received, sent).await;
-    assert_eq!(moonbridge_tests::ws_close_code(&mut carried, STEP).await, Some(4005));
+    assert_eq!(testbed::ws_close_code(&mut carried, STEP).await, Some(4005));
     // `carried` stays open on the player's side: the carrier must end its copy on its own.
     wait_metric(carrier, "moonbridge_network_link_sessions", 0.0, STEP).await;
     wait_metric(third, "moonbridge_network_link_sessions", 1.0, STEP).await;
@@ -769,7 +769,7 @@ async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
     })
     .await
     .ok()??;
-    moonbridge_tests::proxy::sample(reply.split_once("\r\n\r\n")?.1, series)
+    testbed::proxy::sample(reply.split_once("\r\n\r\n")?.1, series)
 }
 
 /// The client library's options for the drain tests' players: the test CA, a Ping every second.
@@ -872,8 +872,7 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
     let started = Instant::now();
     let stopping = tokio::spawn(a.shutdown());
     let deadline = Instant::now() + STEP;
-    while !moonbridge_tests::raw_http(ops, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await.starts_with("HTTP/1.1 503")
-    {
+    while !testbed::raw_http(ops, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").await.starts_with("HTTP/1.1 503") {
         assert!(Instant::now() < deadline, "A is draining within a step");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -995,7 +994,7 @@ async fn a_move_the_backend_refuses_leaves_the_player_on_the_draining_instance_u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
-    use moonbridge_tests::forge::{forge_server, handshake, through_client_library, ForgeClient};
+    use testbed::forge::{forge_server, handshake, through_client_library, ForgeClient};
     let (backend, log) = forge_server("survival", 1, false).await;
     const GRACE: u64 = 10;
     let mut pair = Pair::start("network-drain-forge", backend, GRACE).await;
@@ -1009,11 +1008,8 @@ async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
     // The operations endpoint starts the drain here (the other tests use the signal's path).
     let started = Instant::now();
     let ops = a.metrics.unwrap();
-    assert!(moonbridge_tests::raw_http(ops, "GET /drain HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .starts_with("HTTP/1.1 405"));
-    let accepted =
-        moonbridge_tests::raw_http(ops, "POST /drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await;
+    assert!(testbed::raw_http(ops, "GET /drain HTTP/1.1\r\nHost: x\r\n\r\n").await.starts_with("HTTP/1.1 405"));
+    let accepted = testbed::raw_http(ops, "POST /drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").await;
     assert!(accepted.starts_with("HTTP/1.1 202"), "{accepted}");
     let stopping = tokio::spawn(a.wait_exit(Duration::from_secs(GRACE)));
     client.until(|seen| seen.iter().filter(|s| s.starts_with("Respawn")).count() == 2).await;
@@ -1022,7 +1018,7 @@ async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
     after.extend(handshake("survival"));
     after.extend(["Respawn -1".to_string(), "Respawn 0".to_string()]);
     assert_eq!(client.seen[joined..], after[..]);
-    assert_eq!(client.state, moonbridge_tests::forge::ClientState::Done, "the client finished the handshake again");
+    assert_eq!(client.state, testbed::forge::ClientState::Done, "the client finished the handshake again");
     timeout(Duration::from_secs(GRACE), stopping).await.expect("A exits before its grace ends").unwrap();
     assert!(started.elapsed() < Duration::from_secs(GRACE - 3), "A exited early: {:?}", started.elapsed());
     client.say("hello").await;
@@ -1045,14 +1041,14 @@ async fn a_forge_client_is_moved_with_its_handshake_reset_and_run_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_hand_over_only_the_clients_moved_close_counts_as_moved() {
     use futures_util::{SinkExt, StreamExt};
-    use moonbridge_tests::Message;
+    use testbed::Message;
     let (_node, backend) = node_backend(json!({ "burstCount": 0, "duplicate": "kick_existing" })).await;
     const GRACE: u64 = 7;
     let Pair { a, b, _redis, _dir, .. } = Pair::start("network-drain-raw", backend, GRACE).await;
     let headers = [("Sec-WebSocket-Protocol", "moonbridge.v2"), ("MoonBridge-Move", "1")];
     let url = format!("ws://127.0.0.1:{}/mc", a.addr(Transport::Ws).port());
-    let (mut old, _) = moonbridge_tests::ws_connect(a.addr(Transport::Ws), &url, &headers, None).await.unwrap();
-    let sent = moonbridge_tests::hs_ls();
+    let (mut old, _) = testbed::ws_connect(a.addr(Transport::Ws), &url, &headers, None).await.unwrap();
+    let sent = testbed::hs_ls();
     old.send(Message::Binary(sent.clone().into())).await.unwrap();
     let ops = a.metrics.unwrap();
     // In play at A (Join Game read), then SIGTERM: the binary bytes up to `move` are what the client received.
@@ -1080,7 +1076,7 @@ async fn after_the_hand_over_only_the_clients_moved_close_counts_as_moved() {
     };
     // The move, at B: the state comes over the link, the backend takes the second login.
     let b_url = format!("ws://127.0.0.1:{}/mc", b.addr(Transport::Ws).port());
-    let (mut new, _) = moonbridge_tests::ws_connect(b.addr(Transport::Ws), &b_url, &headers, None).await.unwrap();
+    let (mut new, _) = testbed::ws_connect(b.addr(Transport::Ws), &b_url, &headers, None).await.unwrap();
     new.send(Message::Text(format!("moving {ticket} {received} {}", sent.len()).into())).await.unwrap();
     let moved = loop {
         match timeout(STEP, new.next()).await.expect("B answers within a step") {

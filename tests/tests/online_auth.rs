@@ -7,7 +7,7 @@
 //! test strings (only Mojang's key can make real ones; the proxy passes them through unread).
 //!
 //! Players are real node-minecraft-protocol 1.7.10 clients (`auth: 'mojang'` against the stand-in); the
-//! failure cases use a raw client in `moonbridge_tests::online` that can misbehave on purpose.
+//! failure cases use a raw client in `testbed::online` that can misbehave on purpose.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor};
 use moonbridge_protocol::packets::{EncryptionRequest, EncryptionResponse, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::online::{profiles, rsa_encrypt, session_server, start_online_login};
-use moonbridge_tests::{
+use serde_json::{json, Value};
+use testbed::online::{profiles, rsa_encrypt, session_server, start_online_login};
+use testbed::{
     frames, login_handshake, login_start, login_success, node_backend, read_to_close, tcp_config, ws_connect, KeyType,
     Message, NodePeer, Proxy, RawBackend, RawBehaviour, TestCert, STEP,
 };
-use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -132,7 +132,7 @@ async fn failing_proxy(session_server: &str, extra: &str) -> (Proxy, RawBackend,
 const SECRET: [u8; 16] = *b"moonbridge-test!";
 
 /// Logs in with a correct Encryption Response but without joining the session server first.
-async fn correct_response(addr: SocketAddr) -> moonbridge_tests::online::OnlineStart {
+async fn correct_response(addr: SocketAddr) -> testbed::online::OnlineStart {
     let mut login = start_online_login(addr, "Mallory").await;
     assert_eq!(login.request.server_id, "");
     assert_eq!(login.request.verify_token.len(), 4);
@@ -485,7 +485,7 @@ async fn c28_malformed_encryption_responses() {
     s.write_all(&[login_handshake("mc.example.com"), empty].concat()).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
-    let reason = moonbridge_tests::login_disconnect_reason(&got).expect("a Login Disconnect");
+    let reason = testbed::login_disconnect_reason(&got).expect("a Login Disconnect");
     assert_eq!(reason, "Expected Login Start");
     drop(other);
     // Every session has ended, so a request it made would already be on its way.
@@ -500,7 +500,7 @@ async fn c28_malformed_encryption_responses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c29_a_hanging_session_server_fails_every_login_in_time_and_leaks_no_slot() {
-    moonbridge_tests::raise_fd_limit();
+    testbed::raise_fd_limit();
     for mode in ["hang", "drip"] {
         let (mut sessions, url) = session_server(json!({ "hasJoined": mode })).await;
         let (proxy, backend, addr) = failing_proxy(&url, "session_timeout_seconds = 3\n").await;
@@ -601,7 +601,7 @@ async fn c31_an_online_name_with_url_characters_never_reaches_the_session_server
     s.write_all(&[login_handshake("mc.example.com"), login].concat()).await.unwrap();
     let (got, closed) = read_to_close(&mut s, STEP).await;
     assert!(closed);
-    let reason = moonbridge_tests::login_disconnect_reason(&got).expect("a plaintext Login Disconnect");
+    let reason = testbed::login_disconnect_reason(&got).expect("a plaintext Login Disconnect");
     assert!(reason.contains("Invalid player name"), "{reason}");
     proxy.wait_connections(0, STEP).await;
     assert!(

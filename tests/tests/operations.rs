@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::SinkExt;
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{
+use testbed::{
     backend_section, hs_ls, login_backend, login_disconnect_reason, login_success, masked_frame, raw_http, raw_upgrade,
     read_server_frame, read_to_close, sample, tcp_config, ws_connect, ws_listener, ws_read_bytes, KeyType, Proxy,
     TestCert, TestDir, STEP,
@@ -355,7 +355,7 @@ async fn a_wss_flood_from_one_address_costs_only_its_allowance_of_tls_handshakes
     ))
     .await;
     let addr = proxy.addr(Transport::Wss);
-    let config = moonbridge_tests::ws::tls_client_config(&cert.ca, &[&rustls::version::TLS13]);
+    let config = testbed::ws::tls_client_config(&cert.ca, &[&rustls::version::TLS13]);
     let started = std::time::Instant::now();
     let mut flood = tokio::task::JoinSet::new();
     for _ in 0..500 {
@@ -372,7 +372,7 @@ async fn a_wss_flood_from_one_address_costs_only_its_allowance_of_tls_handshakes
     let url = format!("wss://localhost:{}/mc", addr.port());
     let (mut ws, _) = ws_connect(addr, &url, &[], Some(&cert.ca)).await.unwrap();
     ws.send(Message::Binary(hs_ls().into())).await.unwrap();
-    let (got, _) = moonbridge_tests::ws_read_bytes(&mut ws, login_success("Steve").len(), STEP).await;
+    let (got, _) = testbed::ws_read_bytes(&mut ws, login_success("Steve").len(), STEP).await;
     assert_eq!(got, login_success("Steve"), "another address is not limited");
     let mut admitted = Vec::new();
     while let Some(r) = flood.join_next().await {
@@ -449,9 +449,8 @@ async fn probes_answer_within_a_second_under_a_slow_connection_flood() {
         ),
     )
     .unwrap();
-    let bin = moonbridge_tests::moonbridge_bin();
-    let _proxy =
-        moonbridge_tests::KillOnDrop(moonbridge_tests::spawn_proxy_process(bin.to_str().unwrap(), &config, tcp).await);
+    let bin = testbed::moonbridge_bin();
+    let _proxy = testbed::KillOnDrop(testbed::spawn_proxy_process(bin.to_str().unwrap(), &config, tcp).await);
     let stop = Arc::new(AtomicBool::new(false));
     let holding = Arc::new(AtomicUsize::new(0));
     let mut flood = tokio::task::JoinSet::new();

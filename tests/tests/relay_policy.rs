@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use moonbridge_protocol::packets::{Packet, PlayDisconnect};
 use moonbridge_protocol::ws as carriage;
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{frames, login_success, read_to_close, ws_connect, Io, Message, Proxy, STEP};
+use testbed::{frames, login_success, read_to_close, ws_connect, Io, Message, Proxy, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
@@ -29,7 +29,7 @@ impl Player {
     /// Connects to the proxy's listener of `transport` and sends the handshake and Login Start.
     async fn log_in(proxy: &Proxy, transport: Transport) -> Self {
         let addr = proxy.addr(transport);
-        let hello = moonbridge_tests::hs_ls();
+        let hello = testbed::hs_ls();
         if transport == Transport::Tcp {
             let mut s = TcpStream::connect(addr).await.unwrap();
             s.write_all(&hello).await.unwrap();
@@ -49,7 +49,7 @@ impl Player {
                 timeout(STEP, s.read_exact(&mut b)).await.unwrap().unwrap();
                 b
             }
-            Self::Ws(ws) => moonbridge_tests::ws_read_bytes(ws, n, STEP).await.0,
+            Self::Ws(ws) => testbed::ws_read_bytes(ws, n, STEP).await.0,
         }
     }
 
@@ -98,7 +98,7 @@ async fn backend(after_login: Vec<u8>) -> (SocketAddr, tokio::task::JoinHandle<(
         while let Ok((mut s, _)) = listener.accept().await {
             let after = after_login.clone();
             tokio::spawn(async move {
-                let mut hello = vec![0u8; moonbridge_tests::hs_ls().len()];
+                let mut hello = vec![0u8; testbed::hs_ls().len()];
                 s.read_exact(&mut hello).await.unwrap();
                 s.write_all(&[login_success("Steve"), after].concat()).await.unwrap();
                 let mut sink = [0u8; 1024];
@@ -151,7 +151,7 @@ async fn a_player_that_stops_reading_is_dropped_after_the_stall_limit_over_both_
         let proxy = Proxy::start(&config(backend_addr, "[limits]\nwrite_stall_timeout_seconds = 2\n")).await;
         let flood = tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut hello = vec![0u8; moonbridge_tests::hs_ls().len()];
+            let mut hello = vec![0u8; testbed::hs_ls().len()];
             s.read_exact(&mut hello).await.unwrap();
             s.write_all(&login_success("Steve")).await.unwrap();
             let chunk = vec![0u8; 64 * 1024];

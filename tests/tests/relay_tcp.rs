@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use moonbridge_protocol::packets::{LoginDisconnect, Packet, PlayDisconnect};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{
+use testbed::{
     frames, login_disconnect_reason, login_success, read_to_close, tcp_config, Proxy, RawBackend, RawBehaviour, HS, LS,
     STEP,
 };
@@ -172,7 +172,7 @@ async fn shutdown_disconnects_players_with_a_message() {
     let addr = proxy.addr(Transport::Tcp);
     let mut p = logged_in(addr).await;
 
-    let hs = moonbridge_tests::login_handshake("silent.example.com");
+    let hs = testbed::login_handshake("silent.example.com");
     let mut w = TcpStream::connect(addr).await.unwrap();
     w.write_all(&[&hs[..], LS].concat()).await.unwrap();
     silent.wait_received(0, hs.len() + LS.len(), STEP).await;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use moonbridge_proxy::config::Transport;
 use moonbridge_proxy::{Config, ReloadError, Server};
-use moonbridge_tests::{hs_ls, login_success, STEP};
+use testbed::{hs_ls, login_success, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;

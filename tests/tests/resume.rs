@@ -14,12 +14,12 @@ use moonbridge_client::{ClientError, Connection, Options};
 use moonbridge_protocol::codec::Reader;
 use moonbridge_protocol::packets::{KeepAlive, LoginSuccess, Packet, PluginMessage};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{burst_payload, chat_frame, chat_message_text, send_login, FrameReader};
-use moonbridge_tests::{
+use serde_json::json;
+use testbed::mc::{burst_payload, chat_frame, chat_message_text, send_login, FrameReader};
+use testbed::{
     hs_ls, login_backend, node_backend, try_resume, v2_session, ws_offering, ws_proxy, CutKind, Cutter, KeyType,
     Message, Proxy, TestCert, STEP,
 };
-use serde_json::json;
 use tokio::time::timeout;
 
 /// A proxy with one `wss` listener (keepalive every second) in front of `backend`; `limits` is appended to
@@ -35,7 +35,7 @@ async fn wss_proxy(backend: SocketAddr, cert: &TestCert, limits: &str) -> Proxy 
     .await
 }
 
-type Ws = moonbridge_tests::RawWs;
+type Ws = testbed::RawWs;
 
 fn client_options(cert: &TestCert, compress: bool) -> Options {
     Options::from_json(Some(&json!({ "ca_file": cert.ca, "ping_interval_ms": 500, "compress": compress }).to_string()))
@@ -265,7 +265,7 @@ async fn a_resume_replays_what_the_player_missed_and_a_token_works_once() {
     assert_ne!(fields[2], token, "a new token for the next resume");
     // The 5 bytes the proxy lacked are sent again, then the 200 kB arrive, in order and once.
     ws.send(Message::Binary(vec![0x04, 0x00, 1, 2, 3].into())).await.unwrap();
-    let (replayed, _) = moonbridge_tests::ws_read_bytes(&mut ws, filler.len(), STEP).await;
+    let (replayed, _) = testbed::ws_read_bytes(&mut ws, filler.len(), STEP).await;
     assert!(replayed == filler, "replayed bytes differ");
     let got = backend.wait_received(0, hs_ls().len() + 5, STEP).await;
     assert_eq!(&got[got.len() - 5..], &[0x04, 0x00, 1, 2, 3]);
@@ -365,10 +365,10 @@ async fn v1_clients_and_a_proxy_with_resume_off_work_as_before() {
         assert_eq!(selected.as_deref(), want);
         ws.send(Message::Binary(hs_ls().into())).await.unwrap();
         // Only Binary messages arrive (no control messages), and a Text message is still answered with 1003.
-        let (bytes, _) = moonbridge_tests::ws_read_bytes(&mut ws, 5, STEP).await;
+        let (bytes, _) = testbed::ws_read_bytes(&mut ws, 5, STEP).await;
         assert!(!bytes.is_empty());
         ws.send(Message::Text("ack 1".into())).await.unwrap();
-        assert_eq!(moonbridge_tests::ws_close_code(&mut ws, STEP).await, Some(1003));
+        assert_eq!(testbed::ws_close_code(&mut ws, STEP).await, Some(1003));
         proxy.shutdown().await;
     }
 }
@@ -418,6 +418,6 @@ async fn on_shutdown_a_v2_player_gets_1012_and_does_not_resume() {
     let proxy = ws_proxy(backend.addr, "").await;
     let (mut ws, _, _) = v2_session(proxy.addr(Transport::Ws)).await;
     let stopping = tokio::spawn(proxy.shutdown());
-    assert_eq!(moonbridge_tests::ws_close_code(&mut ws, STEP).await, Some(1012));
+    assert_eq!(testbed::ws_close_code(&mut ws, STEP).await, Some(1012));
     stopping.await.unwrap();
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use moonbridge_protocol::legacy;
 use moonbridge_protocol::packets::{Packet, StatusResponse};
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{read_to_close, status_ping, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 use serde_json::json;
+use testbed::{read_to_close, status_ping, tcp_config, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{node_backend, tcp_config, NodePeer, Proxy, STEP};
 use serde_json::json;
+use testbed::{node_backend, tcp_config, NodePeer, Proxy, STEP};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_players_log_in_chat_and_receive_the_burst() {

@@ -18,9 +18,9 @@ use moonbridge_protocol::packets::{
 };
 use moonbridge_protocol::transfer::BungeeAnswer;
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::mc::{chat_frame, chat_message_text, send_login, FrameReader};
-use moonbridge_tests::{node_backend, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 use serde_json::{json, Value};
+use testbed::mc::{chat_frame, chat_message_text, send_login, FrameReader};
+use testbed::{node_backend, NodePeer, Proxy, RawBackend, RawBehaviour, STEP};
 
 /// The player's entity id on the first backend ("survival") and on the second ("lobby").
 const FIRST_ID: i64 = 1;
@@ -357,7 +357,7 @@ async fn a_failed_switch_leaves_the_player_where_it_was_with_the_reason() {
         ]
     );
     // The refused and the silent connections were opened with the player's login, and closed.
-    let (_, login) = moonbridge_tests::forwarded_login(&silent.wait_frames(0, 2, STEP).await);
+    let (_, login) = testbed::forwarded_login(&silent.wait_frames(0, 2, STEP).await);
     assert_eq!(login.name, "Stayer");
     silent.wait_closed(0, STEP).await;
     refuser.wait_closed(0, STEP).await;
@@ -396,7 +396,7 @@ async fn fallbacks_are_capped_so_two_backends_cannot_bounce_a_player_forever() {
 /// is the stand-in `peers/session-server.js` (the real one cannot be reached from here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn online_identity_and_forwarding_carry_over_to_the_new_backend() {
-    use moonbridge_tests::online::{profiles, session_server};
+    use testbed::online::{profiles, session_server};
     const TOKEN: &str = "bungeeguard-secret-0123456789";
     let profiles = profiles(&["Alice"]);
     let profile = profiles[0].clone();
@@ -447,9 +447,9 @@ async fn online_identity_and_forwarding_carry_over_to_the_new_backend() {
 /// FIN mid-session) and resumes it; the session, the lobby and the entity-id swap carry on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switched_player_resumes_a_dropped_websocket() {
-    use moonbridge_tests::{CutKind, Cutter, KeyType, TestCert};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+    use testbed::{CutKind, Cutter, KeyType, TestCert};
     let cert = TestCert::generate("transfer-resume", KeyType::Ec).unwrap();
     let (_survival, a) = node_backend(json!({ "burstCount": 0, "label": "survival", "entityId": FIRST_ID })).await;
     let (mut lobby, b) = node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID })).await;
@@ -698,7 +698,7 @@ async fn a_switched_player_costs_two_sockets_and_its_end_line_names_each_backend
     let (_survival, a) = node_backend(json!({ "burstCount": 0, "label": "survival", "entityId": FIRST_ID })).await;
     let (_lobby, b) = node_backend(json!({ "burstCount": 0, "label": "lobby", "entityId": LOBBY_ID })).await;
     let port = moonbridge_test_certs::free_port().unwrap();
-    let dir = moonbridge_tests::TestDir::new("moonbridge-switched-sockets").unwrap();
+    let dir = testbed::TestDir::new("moonbridge-switched-sockets").unwrap();
     let config = dir.join("moonbridge.toml");
     std::fs::write(
         &config,
@@ -710,10 +710,7 @@ async fn a_switched_player_costs_two_sockets_and_its_end_line_names_each_backend
     )
     .unwrap();
     let log = moonbridge_test_certs::ChildLog::spawn(
-        std::process::Command::new(moonbridge_tests::moonbridge_bin())
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info"),
+        std::process::Command::new(testbed::moonbridge_bin()).arg("--config").arg(&config).env("RUST_LOG", "info"),
     )
     .unwrap();
     assert!(log.wait_line("listening", Duration::from_secs(20)).is_some(), "the proxy starts");

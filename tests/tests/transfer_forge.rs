@@ -2,7 +2,7 @@
 //! server, in the right order and phases; when the new server's handshake stalls, the switch fails after
 //! `forge_handshake_timeout_seconds` and the old server's handshake is replayed, so the player stays.
 //!
-//! The peers are scripted at the byte level ([`moonbridge_tests::forge`]): no Forge client or server can run here.
+//! The peers are scripted at the byte level ([`testbed::forge`]): no Forge client or server can run here.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::forge::{forge_server, handshake, server_heard, wait_log, ClientState, ForgeClient};
-use moonbridge_tests::{Proxy, STEP};
+use testbed::forge::{forge_server, handshake, server_heard, wait_log, ClientState, ForgeClient};
+use testbed::{Proxy, STEP};
 
 async fn proxy_for(survival: SocketAddr, lobby: SocketAddr) -> Proxy {
     Proxy::start(&format!(

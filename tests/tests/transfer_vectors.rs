@@ -9,8 +9,8 @@
 
 use moonbridge_protocol::transfer::{carries_entity_ids, Direction, EntityIdSwap};
 use moonbridge_protocol::VarInt;
-use moonbridge_tests::{NodePeer, STEP};
 use serde_json::{json, Value};
+use testbed::{NodePeer, STEP};
 
 /// A packet as node-minecraft-protocol names it, its params, and the JSON pointers of its entity ids.
 struct Case {

@@ -12,7 +12,7 @@ use moonbridge_protocol::forwarding::offline_uuid;
 use moonbridge_protocol::packets::{Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::ws as carriage;
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{
+use testbed::{
     backend_section, forwarded_fields, frames, hs_ls, login_backend, login_disconnect_reason, login_success,
     masked_frame, raw_http, raw_upgrade, read_close, read_server_frame, read_to_close, tcp_config, ws_close_code,
     ws_connect, ws_listener, ws_read_bytes, IdleCutter, Io, KeyType, Message, Proxy, RawBackend, RawBehaviour,
@@ -107,7 +107,7 @@ async fn the_handshake_deadline_closes_with_1008() {
     .await;
     let addr = proxy.addr(Transport::Ws);
     let mut v1 = raw_upgrade(addr).await;
-    let mut v2 = moonbridge_tests::raw_upgrade_v2(addr, "/mc").await;
+    let mut v2 = testbed::raw_upgrade_v2(addr, "/mc").await;
     for (name, s) in [("v1", &mut v1), ("v2", &mut v2)] {
         assert_eq!(read_close(s).await, carriage::CLOSE_POLICY_VIOLATION, "{name}");
         let (_, closed) = read_to_close(s, STEP).await;
@@ -601,7 +601,7 @@ async fn slow_tls_and_http_clients_fall_under_the_handshake_deadline_and_cap() {
     for _ in 0..10 {
         idle.push(Box::new(TcpStream::connect(addr).await.unwrap()) as Box<dyn Io>);
     }
-    let config = moonbridge_tests::tls_client_config(&cert.ca, &[&rustls::version::TLS13]);
+    let config = testbed::tls_client_config(&cert.ca, &[&rustls::version::TLS13]);
     for _ in 0..10 {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();

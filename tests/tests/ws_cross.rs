@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use moonbridge_proxy::config::Transport;
-use moonbridge_tests::{node_backend, KeyType, NodePeer, Proxy, TestCert, STEP};
 use serde_json::json;
+use testbed::{node_backend, KeyType, NodePeer, Proxy, TestCert, STEP};
 
 async fn run_clients(opts: serde_json::Value, count: u64) -> Vec<serde_json::Value> {
     let mut clients = NodePeer::spawn("client.js", &opts).await;
