@@ -22,8 +22,8 @@ use crate::labels::ResumeOutcome;
 use crate::labels::TlsVersion;
 use crate::metrics::Metrics;
 use crate::network::CarriedResume;
-use crate::relay::ws_resume::deliver_resumption;
 use crate::relay::ws_resume::Delivered;
+use crate::relay::ws_resume::{deliver_resumption, relay_resumable};
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::resume::{hex_id, PlayerStream, Refusal};
 use crate::session::{Finish, Player};
@@ -129,7 +129,7 @@ async fn resume_or_session<S: PlayerStream>(
 ) -> Result<Opening<WsLink<S>>, WsSetupError> {
     if up.v2 {
         link.enable_v2();
-        link.move_offered = up.move_offered;
+        link.offer_moves(up.move_offered);
         if let Some(level) = up.zstd {
             link.enable_zstd(level);
         }
@@ -219,23 +219,22 @@ impl<S: PlayerStream> Player for WsLink<S> {
     }
 
     fn message_counts(&self) -> Option<(u64, u64)> {
-        Some((self.messages_in, self.messages_out))
+        Some(WsLink::message_counts(self))
     }
 
     fn can_move(&self) -> bool {
-        self.v2 && self.move_offered
+        WsLink::can_move(self)
     }
 
     fn continue_counts(&mut self, received: u64, sent: u64) {
-        self.stream_in = received;
-        self.stream_out = sent;
+        WsLink::continue_counts(self, received, sent);
     }
 
     async fn relay(&mut self, mut backend: BackendSide, mut start: RelayStart<'_>) -> RelayReport {
         let mut report = match start.resume.take() {
             // Carriage v2 with resume on: the relay that survives a dropped connection.
-            Some(resume) if self.v2 => Box::pin(self.relay_resumable(&mut backend, start, *resume)).await,
-            _ => WsLink::relay(self, &mut backend, start).await,
+            Some(resume) if self.is_v2() => Box::pin(relay_resumable(self, &mut backend, start, *resume)).await,
+            _ => crate::relay::ws::relay(self, &mut backend, start).await,
         };
         report.visited = backend.visited().map(<[String]>::to_vec);
         report

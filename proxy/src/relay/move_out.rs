@@ -22,7 +22,7 @@ use crate::labels::DrainMove;
 use crate::move_state::{MoveAnswer, Take, CATCH_UP_TIMEOUT};
 use crate::resume::PlayerStream;
 use crate::wire::{Side, LINGER, RELAY_CHUNK};
-use crate::ws_link::{Turn, WsLink};
+use crate::ws_link::{PeerClose, Turn, WsLink};
 
 /// How long the draining relay waits at each step of a move: for the other instance's request after `move`
 /// (the client library opens its new connection within 10 s), then, once the state was handed over, for the
@@ -64,201 +64,202 @@ impl Pipe<'_> {
     }
 }
 
-impl<S: PlayerStream> WsLink<S> {
-    /// Moves the player off this instance (see the module documentation).
-    pub(super) async fn move_out(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> MoveEnd<Self> {
-        let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
-        board.take_move_request();
-        let player = board.player_name().to_string();
-        // A `stay` from before this move (a stray one) says nothing about it.
-        self.peer_stay = false;
-        let (tx, mut rx) = mpsc::channel::<Take>(1);
-        let ticket = r.table.register_ticket(tx);
-        let metrics = std::sync::Arc::clone(&r.metrics);
-        if let Err(e) = self.send_control(&Control::Move { ticket: ticket.token }).await {
-            metrics.drain_move(DrainMove::Failed);
-            return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
-        }
-        info!(player = %player, "draining: the player was asked to move to another instance");
-        let mut deadline = tokio::time::Instant::now() + MOVE_WAIT;
-        let mut batch = BytesMut::new();
-        let mut handed = false;
-        let stall = pipe.up.stall;
-        let shutdown = pipe.shutdown;
-        loop {
-            let event = if self.decode_backlog() {
-                Event::Read(None)
-            } else {
-                tokio::select! {
-                    Some(take) = rx.recv(), if !handed => Event::Take(take),
-                    res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => Event::Read(Some(res)),
-                    // After the hand-over the other instance may hold the player: its answer is awaited still.
-                    () = shutdown.cancelled(), if !handed => Event::Shutdown,
-                    () = tokio::time::sleep_until(deadline) => Event::Timeout,
-                }
-            };
-            match event {
-                Event::Take(take) => {
-                    let answer = self.hand_over(pipe, &take).await;
-                    let state = matches!(answer, MoveAnswer::State(_));
-                    if let MoveAnswer::Refused { why } = &answer {
-                        info!(player = %player, "draining: the move was refused here: {why}");
-                        metrics.drain_move(DrainMove::Failed);
-                        let _ = take.reply.send(answer);
-                        return MoveEnd::Stay;
-                    }
-                    // Handed over only when the other instance got it (it may have given up waiting).
-                    handed = state && take.reply.send(answer).is_ok();
-                    if handed {
-                        deadline = tokio::time::Instant::now() + MOVE_WAIT;
-                        if let Some(board) = pipe.backend.board() {
-                            board.handed_away(true);
-                        }
-                    }
-                    continue;
-                }
-                Event::Shutdown => {
-                    info!(player = %player, "draining: the session ends (shutdown or kick) before the move; the player stays");
+/// Moves the player off this instance (see the module documentation).
+pub(super) async fn move_out<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    r: &mut Resumable<WsLink<S>>,
+) -> MoveEnd<WsLink<S>> {
+    let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
+    board.take_move_request();
+    let player = board.player_name().to_string();
+    let (tx, mut rx) = mpsc::channel::<Take>(1);
+    let ticket = r.table.register_ticket(tx);
+    let metrics = std::sync::Arc::clone(&r.metrics);
+    if let Err(e) = link.send_control(&Control::Move { ticket: ticket.token }).await {
+        metrics.drain_move(DrainMove::Failed);
+        return MoveEnd::Stretch(StretchEnd::Lost(format!("write failed: {e}")));
+    }
+    info!(player = %player, "draining: the player was asked to move to another instance");
+    let mut deadline = tokio::time::Instant::now() + MOVE_WAIT;
+    let mut batch = BytesMut::new();
+    let mut handed = false;
+    let stall = pipe.up.stall;
+    let shutdown = pipe.shutdown;
+    loop {
+        let event = if link.decode_backlog() {
+            Event::Read(None)
+        } else {
+            tokio::select! {
+                Some(take) = rx.recv(), if !handed => Event::Take(take),
+                res = link.read() => Event::Read(Some(res)),
+                // After the hand-over the other instance may hold the player: its answer is awaited still.
+                () = shutdown.cancelled(), if !handed => Event::Shutdown,
+                () = tokio::time::sleep_until(deadline) => Event::Timeout,
+            }
+        };
+        match event {
+            Event::Take(take) => {
+                let answer = hand_over(link, pipe, &take).await;
+                let state = matches!(answer, MoveAnswer::State(_));
+                if let MoveAnswer::Refused { why } = &answer {
+                    info!(player = %player, "draining: the move was refused here: {why}");
                     metrics.drain_move(DrainMove::Failed);
+                    let _ = take.reply.send(answer);
                     return MoveEnd::Stay;
                 }
-                Event::Timeout => {
-                    metrics.drain_move(DrainMove::Failed);
-                    if handed {
-                        // The other instance may hold the player and the name's claim.
-                        pipe.leave_claim();
-                        let e = io::Error::new(io::ErrorKind::TimedOut, "moved, but the old connection was not closed");
-                        return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
-                    }
-                    info!(player = %player, "draining: no instance asked for the player within {}s; the player stays", MOVE_WAIT.as_secs());
-                    return MoveEnd::Stay;
-                }
-                Event::Read(Some(res)) => {
-                    if let Some(k) = &mut self.keepalive {
-                        k.on_receive(std::time::Instant::now());
-                    }
-                    if !matches!(res, Ok(n) if n > 0) {
-                        self.peer_closed = true;
-                        return self.left(handed, r, pipe, &metrics, &player, "connection closed").await;
+                // Handed over only when the other instance got it (it may have given up waiting).
+                handed = state && take.reply.send(answer).is_ok();
+                if handed {
+                    deadline = tokio::time::Instant::now() + MOVE_WAIT;
+                    if let Some(board) = pipe.backend.board() {
+                        board.handed_away(true);
                     }
                 }
-                Event::Read(None) => {}
+                continue;
             }
-            let turn = self.decode(&mut batch, RELAY_CHUNK).await;
-            // After a `stay`, what the client sent behind it goes on here too.
-            if !batch.is_empty() && (!handed || self.peer_stay) {
-                // Bytes the player sent before it read `move`: they reach the backend as usual.
-                pipe.up.process_owned(&mut batch);
-                if let Err(e) = pipe.backend.write_all(&batch, stall).await {
-                    metrics.drain_move(DrainMove::Failed);
-                    if handed {
-                        pipe.leave_claim();
-                    }
-                    return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
-                }
-            }
-            batch.clear();
-            // Also after the state was handed over: the other instance refused once the backend turned the
-            // second login away, and the player goes on here.
-            if std::mem::take(&mut self.peer_stay) {
-                if let Some(board) = pipe.backend.board() {
-                    board.handed_away(false);
-                }
-                info!(player = %player, "draining: the move was refused at the other instance; the player stays");
+            Event::Shutdown => {
+                info!(player = %player, "draining: the session ends (shutdown or kick) before the move; the player stays");
                 metrics.drain_move(DrainMove::Failed);
                 return MoveEnd::Stay;
             }
-            match turn {
-                Turn::Continue => {}
-                Turn::Closed => return self.left(handed, r, pipe, &metrics, &player, "Close").await,
-                // A Pong that could not be written: the link is lost, not broken by the player.
-                Turn::Fault(e) if self.fault.is_none() => {
-                    return self.left(handed, r, pipe, &metrics, &player, &format!("write failed ({e})")).await
-                }
-                Turn::Fault(e) => {
-                    metrics.drain_move(DrainMove::Failed);
-                    if handed {
-                        pipe.leave_claim();
-                    }
+            Event::Timeout => {
+                metrics.drain_move(DrainMove::Failed);
+                if handed {
+                    // The other instance may hold the player and the name's claim.
+                    pipe.leave_claim();
+                    let e = io::Error::new(io::ErrorKind::TimedOut, "moved, but the old connection was not closed");
                     return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
                 }
+                info!(player = %player, "draining: no instance asked for the player within {}s; the player stays", MOVE_WAIT.as_secs());
+                return MoveEnd::Stay;
+            }
+            Event::Read(Some(res)) => {
+                if !matches!(res, Ok(n) if n > 0) {
+                    link.ended();
+                    let ended = (PeerClose::ENDED, "connection closed");
+                    return left(handed, r, pipe, (&metrics, &player), ended).await;
+                }
+            }
+            Event::Read(None) => {}
+        }
+        let turn = link.decode(&mut batch, RELAY_CHUNK).await;
+        // After a `stay`, what the client sent behind it goes on here too (it follows the `stay` on the wire,
+        // and is decoded once the relay goes on).
+        if !batch.is_empty() && (!handed || matches!(turn, Turn::Stay)) {
+            // Bytes the player sent before it read `move`: they reach the backend as usual.
+            pipe.up.process_owned(&mut batch);
+            if let Err(e) = pipe.backend.write_all(&batch, stall).await {
+                metrics.drain_move(DrainMove::Failed);
+                if handed {
+                    pipe.leave_claim();
+                }
+                return MoveEnd::Over(RelayEnd::Error(Side::Backend, e));
             }
         }
-    }
-
-    /// The end of the old connection during a move: the move is done when the state was handed over and the
-    /// client closed with 1000 `moved` (it took the other instance's `moved`); any other end is a lost link, as
-    /// always.
-    async fn left(
-        &mut self,
-        handed: bool,
-        r: &mut Resumable<Self>,
-        pipe: &mut Pipe<'_>,
-        metrics: &crate::metrics::Metrics,
-        player: &str,
-        how: &str,
-    ) -> MoveEnd<Self> {
-        if !(handed && self.peer_moved) {
+        batch.clear();
+        // Also after the state was handed over: the other instance refused once the backend turned the
+        // second login away, and the player goes on here.
+        if matches!(turn, Turn::Stay) {
+            if let Some(board) = pipe.backend.board() {
+                board.handed_away(false);
+            }
+            info!(player = %player, "draining: the move was refused at the other instance; the player stays");
             metrics.drain_move(DrainMove::Failed);
-            // After the hand-over the player may have moved: unless it resumes here, the session's end leaves
-            // the name's claim to the other instance (crate::relay::ws_resume).
-            r.handed_over = handed;
-            return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
+            return MoveEnd::Stay;
         }
-        pipe.leave_claim();
-        metrics.drain_move(DrainMove::Moved);
-        info!(player = %player, "draining: the player moved to another instance");
-        // The old backend connection ends with a FIN, its last bytes (a kick for the second login) read and
-        // dropped, so neither side sees a reset.
-        pipe.backend.shutdown_write();
-        pipe.backend.linger(LINGER).await;
-        MoveEnd::Over(RelayEnd::Moved)
+        match turn {
+            // An `ack` while moving: the draining instance retains nothing more for this link.
+            Turn::Continue | Turn::Ack(_) | Turn::Stay => {}
+            Turn::Closed(c) => return left(handed, r, pipe, (&metrics, &player), (c, "Close")).await,
+            // A Pong that could not be written: the link is lost, not broken by the player.
+            Turn::Lost(e) => {
+                let how = format!("write failed ({e})");
+                return left(handed, r, pipe, (&metrics, &player), (PeerClose::ENDED, &how)).await;
+            }
+            Turn::Fault(e) => {
+                metrics.drain_move(DrainMove::Failed);
+                if handed {
+                    pipe.leave_claim();
+                }
+                return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
+            }
+        }
     }
+}
 
-    /// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`
-    /// reach the backend (at most [`CATCH_UP_TIMEOUT`]), then the switchboard's state.
-    async fn hand_over(&mut self, pipe: &mut Pipe<'_>, take: &Take) -> MoveAnswer {
-        let refused = |why: String| MoveAnswer::Refused { why };
-        if take.received != self.stream_out {
-            return refused(format!("the client received {} bytes, {} were sent", take.received, self.stream_out));
-        }
-        let stall = pipe.up.stall;
-        let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
-            let mut batch = BytesMut::new();
-            while self.stream_in < take.sent {
-                // What is buffered first: a read would wait for bytes that may never come.
-                if !self.decode_backlog() {
-                    match Self::fill(&mut self.stream, &mut self.dec, &self.counters).await {
-                        Ok(n) if n > 0 => {}
-                        _ => return Err("the old connection ended".to_string()),
-                    }
-                }
-                let turn = self.decode(&mut batch, RELAY_CHUNK).await;
-                pipe.up.process_owned(&mut batch);
-                pipe.backend.write_all(&batch, stall).await.map_err(|e| format!("backend write failed: {e}"))?;
-                batch.clear();
-                if !matches!(turn, Turn::Continue) {
-                    return Err("the old connection ended".to_string());
+/// The end of the old connection during a move: the move is done when the state was handed over and the
+/// client closed with 1000 `moved` (it took the other instance's `moved`); any other end is a lost link, as
+/// always.
+async fn left<S: PlayerStream>(
+    handed: bool,
+    r: &mut Resumable<WsLink<S>>,
+    pipe: &mut Pipe<'_>,
+    (metrics, player): (&crate::metrics::Metrics, &str),
+    (close, how): (PeerClose, &str),
+) -> MoveEnd<WsLink<S>> {
+    if !(handed && close.moved) {
+        metrics.drain_move(DrainMove::Failed);
+        // After the hand-over the player may have moved: unless it resumes here, the session's end leaves
+        // the name's claim to the other instance (crate::relay::ws_resume).
+        r.handed_over = handed;
+        return MoveEnd::Stretch(StretchEnd::Lost(format!("{how} while moving")));
+    }
+    pipe.leave_claim();
+    metrics.drain_move(DrainMove::Moved);
+    info!(player = %player, "draining: the player moved to another instance");
+    // The old backend connection ends with a FIN, its last bytes (a kick for the second login) read and
+    // dropped, so neither side sees a reset.
+    pipe.backend.shutdown_write();
+    pipe.backend.linger(LINGER).await;
+    MoveEnd::Over(RelayEnd::Moved)
+}
+
+/// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`
+/// reach the backend (at most [`CATCH_UP_TIMEOUT`]), then the switchboard's state.
+async fn hand_over<S: PlayerStream>(link: &mut WsLink<S>, pipe: &mut Pipe<'_>, take: &Take) -> MoveAnswer {
+    let refused = |why: String| MoveAnswer::Refused { why };
+    let (_, sent) = link.counts();
+    if take.received != sent {
+        return refused(format!("the client received {} bytes, {sent} were sent", take.received));
+    }
+    let stall = pipe.up.stall;
+    let caught_up = tokio::time::timeout(CATCH_UP_TIMEOUT, async {
+        let mut batch = BytesMut::new();
+        while link.counts().0 < take.sent {
+            // What is buffered first: a read would wait for bytes that may never come.
+            if !link.decode_backlog() {
+                match link.read().await {
+                    Ok(n) if n > 0 => {}
+                    _ => return Err("the old connection ended".to_string()),
                 }
             }
-            Ok(())
-        })
-        .await;
-        match caught_up {
-            Ok(Ok(())) if self.stream_in == take.sent => {}
-            Ok(Ok(())) => return refused(format!("the client sent {} bytes, {} arrived", take.sent, self.stream_in)),
-            Ok(Err(why)) => return refused(why),
-            Err(_) => return refused("the client's last bytes did not arrive in time".into()),
-        }
-        let Some(board) = pipe.backend.board() else { return refused("no switchboard".into()) };
-        board.flush().await;
-        let claim = board.registration().and_then(crate::players::Registration::claim);
-        match board.move_state() {
-            Ok(mut state) => {
-                (state.sent, state.received, state.claim) = (self.stream_out, self.stream_in, claim);
-                MoveAnswer::State(Box::new(state))
+            let turn = link.decode(&mut batch, RELAY_CHUNK).await;
+            pipe.up.process_owned(&mut batch);
+            pipe.backend.write_all(&batch, stall).await.map_err(|e| format!("backend write failed: {e}"))?;
+            batch.clear();
+            if !matches!(turn, Turn::Continue) {
+                return Err("the old connection ended".to_string());
             }
-            Err(why) => refused(why.to_string()),
         }
+        Ok(())
+    })
+    .await;
+    match caught_up {
+        Ok(Ok(())) if link.counts().0 == take.sent => {}
+        Ok(Ok(())) => return refused(format!("the client sent {} bytes, {} arrived", take.sent, link.counts().0)),
+        Ok(Err(why)) => return refused(why),
+        Err(_) => return refused("the client's last bytes did not arrive in time".into()),
+    }
+    let Some(board) = pipe.backend.board() else { return refused("no switchboard".into()) };
+    board.flush().await;
+    let claim = board.registration().and_then(crate::players::Registration::claim);
+    match board.move_state() {
+        Ok(mut state) => {
+            let (received, sent) = link.counts();
+            (state.sent, state.received, state.claim) = (sent, received, claim);
+            MoveAnswer::State(Box::new(state))
+        }
+        Err(why) => refused(why.to_string()),
     }
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moonbridge_protocol::ws::v2::{AckSchedule, Control, Retained};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
 use super::RelayEnd;
@@ -96,35 +95,37 @@ pub(super) async fn next_resumption<L>(v2: Option<&mut Resumable<L>>) -> Option<
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
-    /// Writes whole frames to the player unless a resume arrives first (a link that stopped reading must not
-    /// hold up a resume): a failed write is a lost link, a resumption a take-over.
-    pub(super) async fn write_racing(
-        &mut self,
-        frames: &[u8],
-        rx: &mut mpsc::Receiver<Resumption<Self>>,
-    ) -> Result<(), StretchEnd<Self>> {
-        tokio::select! {
-            biased;
-            res = self.write_frame(frames) => res.map_err(|e| StretchEnd::Lost(format!("write failed: {e}"))),
-            Some(h) = rx.recv() => Err(StretchEnd::TakenOver(h)),
-        }
+/// Writes whole frames to the player unless a resume arrives first (a link that stopped reading must not
+/// hold up a resume): a failed write is a lost link, a resumption a take-over.
+pub(super) async fn write_racing<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    frames: &[u8],
+    rx: &mut mpsc::Receiver<Resumption<WsLink<S>>>,
+) -> Result<(), StretchEnd<WsLink<S>>> {
+    tokio::select! {
+        biased;
+        res = link.write_frame(frames) => res.map_err(|e| StretchEnd::Lost(format!("write failed: {e}"))),
+        Some(h) = rx.recv() => Err(StretchEnd::TakenOver(h)),
     }
+}
 
-    /// Sends `ack <n>` racing a resume.
-    pub(super) async fn send_ack(
-        &mut self,
-        n: u64,
-        rx: &mut mpsc::Receiver<Resumption<Self>>,
-    ) -> Result<(), StretchEnd<Self>> {
-        self.write_racing(&control_frame(&Control::Ack(n)), rx).await
-    }
+/// Sends `ack <n>` racing a resume.
+pub(super) async fn send_ack<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    n: u64,
+    rx: &mut mpsc::Receiver<Resumption<WsLink<S>>>,
+) -> Result<(), StretchEnd<WsLink<S>>> {
+    write_racing(link, &control_frame(&Control::Ack(n)), rx).await
+}
 
-    /// Applies the player's highest `ack` to what is retained; an `ack` past the bytes sent earns 1002.
-    pub(super) fn apply_ack(&mut self, r: &mut Resumable<Self>) -> Option<io::Error> {
-        let n = self.peer_ack.take()?;
-        let e = r.retained.ack(n).err()?;
-        self.fault = Some((moonbridge_protocol::ws::CLOSE_PROTOCOL_ERROR, "ack past the bytes sent"));
-        Some(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-    }
+/// Applies the player's `ack <n>` to what is retained; an `ack` past the bytes sent earns 1002 (the error is
+/// returned, the close code recorded on the link).
+pub(super) fn apply_ack<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    r: &mut Resumable<WsLink<S>>,
+    n: u64,
+) -> Option<io::Error> {
+    let e = r.retained.ack(n).err()?;
+    link.fault(moonbridge_protocol::ws::CLOSE_PROTOCOL_ERROR, "ack past the bytes sent");
+    Some(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }

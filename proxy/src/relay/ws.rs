@@ -13,18 +13,16 @@
 //!   1012 Service Restart (v2, so the client does not take it as a drop to resume).
 
 use std::io;
-use std::time::Instant;
 
+use super::v2::{apply_ack, next_resumption, send_ack, write_racing, Resumable, StretchEnd};
+use super::{inject_shutdown, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
+use crate::resume::PlayerStream;
+use crate::transfer::LOST;
+use crate::wire::{Side, LINGER, RELAY_CHUNK};
+use crate::ws_link::{PeerClose, Turn, Wake, WsLink};
 use bytes::{Bytes, BytesMut};
 use moonbridge_protocol::ws::frame::{self as wsframe, OP_PING};
 use moonbridge_protocol::ws::{self as carriage, KeepaliveAction};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-
-use super::v2::{next_resumption, Resumable, StretchEnd};
-use super::{inject_shutdown, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
-use crate::transfer::LOST;
-use crate::wire::{Side, LINGER, RELAY_CHUNK};
-use crate::ws_link::{Turn, WsLink};
 
 /// The close code a v2 player gets on proxy shutdown: 1012 Service Restart (RFC 6455 registry), which the
 /// client takes as an end, not as a drop to resume (1001 is a drop).
@@ -64,251 +62,255 @@ impl Inbound {
     pub(super) fn empty() -> Self {
         Self { batch: BytesMut::new(), pending: Turn::Continue }
     }
+
+    /// What the relay starts with ([`WsLink::first_inbound`]).
+    pub(super) async fn first<S: PlayerStream>(link: &mut WsLink<S>) -> Self {
+        let (batch, pending) = link.first_inbound(RELAY_CHUNK).await;
+        Self { batch, pending }
+    }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
-    /// Relays the WebSocket ⇄ `backend` with carriage v1 until either side ends (see the module documentation).
-    pub(crate) async fn relay(&mut self, backend: &mut BackendSide, start: RelayStart<'_>) -> RelayReport {
-        let mut pipe = Pipe::new(backend, start);
-        let inbound = self.first_inbound().await;
-        let end = match self.pump(&mut pipe, None, inbound).await {
-            StretchEnd::End(end) => end,
-            // Without a Resumable the loop neither loses a link nor is taken over; kept total all the same.
-            StretchEnd::Lost(cause) => RelayEnd::Error(Side::Player, io::Error::other(cause)),
-            StretchEnd::TakenOver(_) => RelayEnd::Error(Side::Player, io::Error::other("taken over")),
-            StretchEnd::Move => RelayEnd::Error(Side::Player, io::Error::other("moved")),
-        };
-        pipe.report(end)
-    }
+/// Relays the WebSocket ⇄ `backend` with carriage v1 until either side ends (see the module documentation).
+pub(crate) async fn relay<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    backend: &mut BackendSide,
+    start: RelayStart<'_>,
+) -> RelayReport {
+    let mut pipe = Pipe::new(backend, start);
+    let inbound = Inbound::first(link).await;
+    let end = match pump(link, &mut pipe, None, inbound).await {
+        StretchEnd::End(end) => end,
+        // Without a Resumable the loop neither loses a link nor is taken over; kept total all the same.
+        StretchEnd::Lost(cause) => RelayEnd::Error(Side::Player, io::Error::other(cause)),
+        StretchEnd::TakenOver(_) => RelayEnd::Error(Side::Player, io::Error::other("taken over")),
+        StretchEnd::Move => RelayEnd::Error(Side::Player, io::Error::other("moved")),
+    };
+    pipe.report(end)
+}
 
-    /// What the relay starts with: the bytes the player sent ahead during the login stage, then what is still
-    /// buffered undecoded (reading paused at the early-data limit), and a Close that came with them.
-    pub(super) async fn first_inbound(&mut self) -> Inbound {
-        let mut batch = self.early.split();
-        let pending = if self.peer_closed {
-            Turn::Closed
-        } else {
-            let limit = batch.len() + RELAY_CHUNK;
-            self.decode(&mut batch, limit).await
-        };
-        Inbound { batch, pending }
-    }
-
-    /// The relay loop over one link, until the session ends or (with `v2`) the link is lost or taken over.
-    pub(super) async fn pump(
-        &mut self,
-        pipe: &mut Pipe<'_>,
-        mut v2: Option<&mut Resumable<Self>>,
-        inbound: Inbound,
-    ) -> StretchEnd<Self> {
-        let Inbound { mut batch, mut pending } = inbound;
-        let stall = pipe.up.stall;
-        loop {
-            // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
-            // written whole).
-            if let Err(e) = pipe.backend.hand_over(&mut pipe.up, &mut pipe.down) {
-                self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+/// The relay loop over one link, until the session ends or (with `v2`) the link is lost or taken over.
+pub(super) async fn pump<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    mut v2: Option<&mut Resumable<WsLink<S>>>,
+    inbound: Inbound,
+) -> StretchEnd<WsLink<S>> {
+    let Inbound { mut batch, mut pending } = inbound;
+    let stall = pipe.up.stall;
+    loop {
+        // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
+        // written whole).
+        if let Err(e) = pipe.backend.hand_over(&mut pipe.up, &mut pipe.down) {
+            link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+            return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
+        }
+        if let Some(r) = v2.as_deref_mut() {
+            if !batch.is_empty() || matches!(pending, Turn::Ack(_)) {
+                r.retire_previous();
+            }
+        }
+        if !batch.is_empty() {
+            pipe.up.process_owned(&mut batch);
+        }
+        if !batch.is_empty() {
+            if let Err(e) = pipe.backend.write_all(&batch, stall).await {
+                link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
                 return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
             }
-            if let Some(r) = v2.as_deref_mut() {
-                if !batch.is_empty() || self.peer_ack.is_some() {
-                    r.retire_previous();
-                }
-            }
-            if !batch.is_empty() {
-                pipe.up.process_owned(&mut batch);
-            }
-            if !batch.is_empty() {
-                if let Err(e) = pipe.backend.write_all(&batch, stall).await {
-                    self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                }
-                batch.clear();
-            }
-            if let Some(e) = v2.as_deref_mut().and_then(|r| self.apply_ack(r)) {
-                pending = Turn::Fault(e);
-            }
-            match std::mem::replace(&mut pending, Turn::Continue) {
-                Turn::Continue => {}
-                Turn::Closed if v2.is_some() && self.peer_close_code == Some(carriage::CLOSE_GOING_AWAY) => {
-                    // A CDN edge going away (or the client's network leaving): its Close was answered; wait.
-                    return StretchEnd::Lost("Close 1001 (going away)".into());
-                }
-                Turn::Closed => {
-                    // The player is gone (its Close was answered): FIN to the backend, then let it finish briefly.
-                    pipe.backend.shutdown_write();
-                    pipe.backend.linger(LINGER).await;
-                    let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
-                    return StretchEnd::End(RelayEnd::Closed(Side::Player));
-                }
-                Turn::Fault(e) if v2.is_some() && self.fault.is_none() => {
-                    // A Pong that could not be written: the link is lost, not broken by the player.
-                    return StretchEnd::Lost(format!("write failed: {e}"));
-                }
-                Turn::Fault(e) => {
-                    self.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
-                    return StretchEnd::End(RelayEnd::Error(Side::Player, e));
-                }
-            }
-            if let Some(r) = v2.as_deref_mut() {
-                if let Some(n) = r.acks.on_data(self.stream_in) {
-                    if let Err(end) = self.send_ack(n, &mut r.rx).await {
-                        return end;
+            batch.clear();
+        }
+        match std::mem::replace(&mut pending, Turn::Continue) {
+            // A stray `stay` (no move under way) says nothing.
+            Turn::Continue | Turn::Stay => {}
+            Turn::Ack(n) => {
+                if let Some(r) = v2.as_deref_mut() {
+                    if let Some(e) = apply_ack(link, r, n) {
+                        link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                        return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                     }
                 }
             }
-            if self.decode_backlog() {
-                pending = self.decode(&mut batch, RELAY_CHUNK).await;
-                continue;
+            Turn::Closed(c) if v2.is_some() && c.code == Some(carriage::CLOSE_GOING_AWAY) => {
+                // A CDN edge going away (or the client's network leaving): its Close was answered; wait.
+                return StretchEnd::Lost("Close 1001 (going away)".into());
             }
-            // A drain's move, once the switchboard is between two frames both ways and everything the player
-            // sent so far was decoded (v2 only).
-            if v2.is_some() && pipe.backend.move_due() {
-                return StretchEnd::Move;
+            Turn::Closed(_) => {
+                // The player is gone (its Close was answered): FIN to the backend, then let it finish briefly.
+                pipe.backend.shutdown_write();
+                pipe.backend.linger(LINGER).await;
+                link.shutdown_transport(LINGER).await;
+                return StretchEnd::End(RelayEnd::Closed(Side::Player));
             }
-            let room = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
-            tokio::select! {
-                Some(h) = next_resumption(v2.as_deref_mut()) => return StretchEnd::TakenOver(h),
-                res = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => {
+            Turn::Lost(e) if v2.is_some() => {
+                // A Pong that could not be written: the link is lost, not broken by the player.
+                return StretchEnd::Lost(format!("write failed: {e}"));
+            }
+            Turn::Fault(e) | Turn::Lost(e) => {
+                link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
+                return StretchEnd::End(RelayEnd::Error(Side::Player, e));
+            }
+        }
+        if let Some(r) = v2.as_deref_mut() {
+            if let Some(n) = r.acks.on_data(link.counts().0) {
+                if let Err(end) = send_ack(link, n, &mut r.rx).await {
+                    return end;
+                }
+            }
+        }
+        if link.decode_backlog() {
+            pending = link.decode(&mut batch, RELAY_CHUNK).await;
+            continue;
+        }
+        // A drain's move, once the switchboard is between two frames both ways and everything the player
+        // sent so far was decoded (v2 only).
+        if v2.is_some() && pipe.backend.move_due() {
+            return StretchEnd::Move;
+        }
+        let room = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
+        tokio::select! {
+            Some(h) = next_resumption(v2.as_deref_mut()) => return StretchEnd::TakenOver(h),
+            wake = link.wait() => match wake {
+                Wake::Read(res) => {
                     match res {
                         Ok(0) if v2.is_some() => {
-                            self.peer_closed = true;
+                            link.ended();
                             return StretchEnd::Lost("connection closed (FIN)".into());
                         }
                         Ok(0) => {
-                            self.peer_closed = true;
-                            pending = Turn::Closed;
+                            link.ended();
+                            pending = Turn::Closed(PeerClose::ENDED);
                             continue;
                         }
                         Ok(_) => {}
                         Err(e) if v2.is_some() => {
-                            self.peer_closed = true;
+                            link.ended();
                             return StretchEnd::Lost(format!("connection lost: {e}"));
                         }
                         Err(e) => {
-                            self.peer_closed = true;
+                            link.ended();
                             pipe.backend.shutdown_write();
                             return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                         }
                     }
-                    if let Some(k) = &mut self.keepalive {
-                        k.on_receive(Instant::now());
-                    }
                     // Pongs are written inside, under the write-stall limit.
-                    pending = self.decode(&mut batch, RELAY_CHUNK).await;
+                    pending = link.decode(&mut batch, RELAY_CHUNK).await;
                 }
-                res = pipe.backend.readable(&mut pipe.down), if room > 0 => {
-                    if let Err(e) = res {
-                        if pipe.down.fail_over(LOST) {
-                            continue;
-                        }
-                        self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                        return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                    }
-                    // One copy, out of the scratch buffer into the message (header in front); v2 retains the
-                    // stream bytes, sharing the message's buffer (with moonbridge.v2.zstd the retained chunk is
-                    // its own copy: resume counts and replays stream bytes).
-                    let retain = v2.is_some();
-                    let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
-                        self.binary_frame(d).map(|(frame, at)| {
-                            let kept = retain.then(|| at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..)));
-                            (frame, kept, d.len())
-                        })
-                    }) {
-                        Ok(Some(Ok(m))) => m,
-                        Ok(Some(Err(e))) => {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
-                            return StretchEnd::End(RelayEnd::Error(Side::Player, e));
-                        }
-                        Ok(None) => continue,
-                        Err(_) if pipe.down.fail_over(LOST) => continue,
-                        Err(e) => {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                            return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                        }
-                    };
-                    let (frame, kept, n) = msg;
-                    if n == 0 && pipe.down.fail_over(LOST) {
-                        continue;
-                    }
-                    if n == 0 {
-                        // Backend FIN: close 1000, then the TCP close.
-                        self.close(carriage::CLOSE_NORMAL, "").await;
-                        return StretchEnd::End(RelayEnd::Closed(Side::Backend));
-                    }
-                    if let (Some(r), Some(kept)) = (v2.as_deref_mut(), kept) {
-                        r.retained.push(kept);
-                    }
-                    self.messages_out += 1;
-                    self.stream_out += n as u64;
-                    self.counters.messages_out.inc();
-                    if let Err(end) = self.send_frames(&frame, v2.as_deref_mut()).await {
+                Wake::Tick => {
+                    if let Err(end) = tick(link, v2.as_deref_mut()).await {
                         return end;
                     }
                 }
-                () = self.tick.as_mut(), if self.keepalive.is_some() => {
-                    match self.keepalive_due(false) {
-                        KeepaliveAction::None => {}
-                        KeepaliveAction::Ping => {
-                            if let Err(end) = self.send_frames(&wsframe::frame(OP_PING, &[]), v2.as_deref_mut()).await {
-                                return end;
-                            }
-                        }
-                        KeepaliveAction::Dead => {
-                            self.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
-                            const SILENT: &str = "no traffic for 3 ping intervals";
-                            return match v2 {
-                                Some(_) => StretchEnd::Lost(SILENT.into()),
-                                None => StretchEnd::End(RelayEnd::Error(Side::Player, io::Error::new(io::ErrorKind::TimedOut, SILENT))),
-                            };
-                        }
+            },
+            res = pipe.backend.readable(&mut pipe.down), if room > 0 => {
+                if let Err(e) = res {
+                    if pipe.down.fail_over(LOST) {
+                        continue;
                     }
-                    match self.zstd_quiet_frame() {
-                        Ok(None) => {}
-                        Ok(Some(frame)) => {
-                            if let Err(end) = self.send_frames(&frame, v2.as_deref_mut()).await {
-                                return end;
-                            }
-                        }
-                        Err(e) => {
-                            self.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
-                            return StretchEnd::End(RelayEnd::Error(Side::Player, e));
-                        }
-                    }
-                    if let Some(r) = v2.as_deref_mut() {
-                        if let Some(n) = r.acks.on_tick(self.stream_in) {
-                            if let Err(end) = self.send_ack(n, &mut r.rx).await {
-                                return end;
-                            }
-                        }
-                    }
+                    link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                    return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                 }
-                () = pipe.shutdown.cancelled() => {
-                    inject_shutdown(self, &mut pipe.down, pipe.shutdown).await;
-                    // A kick (a duplicate login) ends the session for good: a normal close, nothing to resume.
-                    let (code, reason) = match pipe.shutdown.kicked() {
-                        Some(_) => (moonbridge_protocol::ws::CLOSE_NORMAL, "kicked"),
-                        None if v2.is_some() => (CLOSE_SERVICE_RESTART, "proxy shutting down"),
-                        None => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
-                    };
-                    self.close(code, reason).await;
-                    return StretchEnd::End(RelayEnd::Shutdown);
+                // One copy, out of the scratch buffer into the message (header in front); v2 retains the
+                // stream bytes, sharing the message's buffer (with moonbridge.v2.zstd the retained chunk is
+                // its own copy: resume counts and replays stream bytes).
+                let retain = v2.is_some();
+                let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
+                    link.binary_frame(d).map(|(frame, at)| {
+                        let kept = retain.then(|| at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..)));
+                        (frame, kept, d.len())
+                    })
+                }) {
+                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Err(e))) => {
+                        link.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+                        return StretchEnd::End(RelayEnd::Error(Side::Player, e));
+                    }
+                    Ok(None) => continue,
+                    Err(_) if pipe.down.fail_over(LOST) => continue,
+                    Err(e) => {
+                        link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+                        return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
+                    }
+                };
+                let (frame, kept, n) = msg;
+                if n == 0 && pipe.down.fail_over(LOST) {
+                    continue;
+                }
+                if n == 0 {
+                    // Backend FIN: close 1000, then the TCP close.
+                    link.close(carriage::CLOSE_NORMAL, "").await;
+                    return StretchEnd::End(RelayEnd::Closed(Side::Backend));
+                }
+                if let (Some(r), Some(kept)) = (v2.as_deref_mut(), kept) {
+                    r.retained.push(kept);
+                }
+                link.count_sent(n);
+                if let Err(end) = send_frames(link, &frame, v2.as_deref_mut()).await {
+                    return end;
                 }
             }
-        }
-    }
-
-    /// Writes whole frames to the player: racing a resume on a v2 relay (a failed write is a lost link there),
-    /// plainly on a v1 relay (a failed write ends it).
-    async fn send_frames(&mut self, frames: &[u8], v2: Option<&mut Resumable<Self>>) -> Result<(), StretchEnd<Self>> {
-        match v2 {
-            Some(r) => self.write_racing(frames, &mut r.rx).await,
-            None => self.write_frame(frames).await.map_err(|e| StretchEnd::End(RelayEnd::Error(Side::Player, e))),
+            () = pipe.shutdown.cancelled() => {
+                inject_shutdown(link, &mut pipe.down, pipe.shutdown).await;
+                // A kick (a duplicate login) ends the session for good: a normal close, nothing to resume.
+                let (code, reason) = match pipe.shutdown.kicked() {
+                    Some(_) => (moonbridge_protocol::ws::CLOSE_NORMAL, "kicked"),
+                    None if v2.is_some() => (CLOSE_SERVICE_RESTART, "proxy shutting down"),
+                    None => (carriage::CLOSE_GOING_AWAY, "proxy shutting down"),
+                };
+                link.close(code, reason).await;
+                return StretchEnd::End(RelayEnd::Shutdown);
+            }
         }
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> PlayerSink for WsLink<S> {
+/// A keepalive tick in the relay: a Ping, or the end of a silent player (a lost link with `v2`); the
+/// quiet-spell rule of `moonbridge.v2.zstd`; with `v2`, an `ack` when one is due.
+async fn tick<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    mut v2: Option<&mut Resumable<WsLink<S>>>,
+) -> Result<(), StretchEnd<WsLink<S>>> {
+    match link.keepalive_due(false) {
+        KeepaliveAction::None => {}
+        KeepaliveAction::Ping => send_frames(link, &wsframe::frame(OP_PING, &[]), v2.as_deref_mut()).await?,
+        KeepaliveAction::Dead => {
+            link.close(carriage::CLOSE_GOING_AWAY, "no traffic").await;
+            const SILENT: &str = "no traffic for 3 ping intervals";
+            return Err(match v2 {
+                Some(_) => StretchEnd::Lost(SILENT.into()),
+                None => StretchEnd::End(RelayEnd::Error(Side::Player, io::Error::new(io::ErrorKind::TimedOut, SILENT))),
+            });
+        }
+    }
+    match link.zstd_quiet_frame() {
+        Ok(None) => {}
+        Ok(Some(frame)) => send_frames(link, &frame, v2.as_deref_mut()).await?,
+        Err(e) => {
+            link.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+            return Err(StretchEnd::End(RelayEnd::Error(Side::Player, e)));
+        }
+    }
+    if let Some(r) = v2 {
+        if let Some(n) = r.acks.on_tick(link.counts().0) {
+            send_ack(link, n, &mut r.rx).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes whole frames to the player: racing a resume on a v2 relay (a failed write is a lost link there),
+/// plainly on a v1 relay (a failed write ends it).
+async fn send_frames<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    frames: &[u8],
+    v2: Option<&mut Resumable<WsLink<S>>>,
+) -> Result<(), StretchEnd<WsLink<S>>> {
+    match v2 {
+        Some(r) => write_racing(link, frames, &mut r.rx).await,
+        None => link.write_frame(frames).await.map_err(|e| StretchEnd::End(RelayEnd::Error(Side::Player, e))),
+    }
+}
+
+impl<S: PlayerStream> PlayerSink for WsLink<S> {
     async fn drain(&mut self, _down: &mut Flow) -> io::Result<()> {
         Ok(()) // every batch left as a whole message
     }

@@ -20,13 +20,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use moonbridge_protocol::ws::v2::{self, AckSchedule, Control};
 use moonbridge_protocol::ws::{self as carriage};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::move_out::MoveEnd;
-use super::v2::{Resumable, StretchEnd};
-use super::ws::{Inbound, Pipe};
+use super::move_out::{move_out, MoveEnd};
+use super::v2::{write_racing, Resumable, StretchEnd};
+use super::ws::{pump, Inbound, Pipe};
 use super::{BackendSide, RelayEnd, RelayReport, RelayStart};
 use crate::labels::{DrainMove, ResumeOutcome};
 use crate::limits::LogLimiter;
@@ -39,257 +38,260 @@ use crate::ws_link::{control_frame, WsLink};
 /// How long a lost link's own close (FIN, TLS close_notify) may take before it is dropped.
 const LOST_LINK_CLOSE: Duration = Duration::from_millis(200);
 
-impl<S: PlayerStream> WsLink<S> {
-    /// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
-    pub(crate) async fn relay_resumable(
-        &mut self,
-        backend: &mut BackendSide,
-        start: RelayStart<'_>,
-        resume: ResumeStart,
-    ) -> RelayReport {
-        let mut pipe = Pipe::new(backend, start);
-        self.shorten_keepalive(v2::MAX_PING_INTERVAL);
-        let moved = resume.moved;
-        let mut r = Resumable::register(resume, self.stream_out, self.stream_in);
-        // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
-        let inbound = self.first_inbound().await;
-        let end = self.run(&mut pipe, &mut r, inbound, moved).await;
-        // A resume that arrived as the session ended: its link is told the session is gone.
-        r.rx.close();
-        while let Ok(h) = r.rx.try_recv() {
-            tokio::spawn(async move {
-                let mut link = h.link;
-                link.close(Refusal::UNKNOWN.code, Refusal::UNKNOWN.reason).await;
-            });
-        }
-        pipe.report(end)
+/// Relays the WebSocket ⇄ `backend` with resume (see the module documentation).
+pub(crate) async fn relay_resumable<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    backend: &mut BackendSide,
+    start: RelayStart<'_>,
+    resume: ResumeStart,
+) -> RelayReport {
+    let mut pipe = Pipe::new(backend, start);
+    link.shorten_keepalive(v2::MAX_PING_INTERVAL);
+    let moved = resume.moved;
+    let (received, sent) = link.counts();
+    let mut r = Resumable::register(resume, sent, received);
+    // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
+    let inbound = Inbound::first(link).await;
+    let end = run(link, &mut pipe, &mut r, inbound, moved).await;
+    // A resume that arrived as the session ended: its link is told the session is gone.
+    r.rx.close();
+    while let Ok(h) = r.rx.try_recv() {
+        tokio::spawn(async move {
+            let mut link = h.link;
+            link.close(Refusal::UNKNOWN.code, Refusal::UNKNOWN.reason).await;
+        });
     }
+    pipe.report(end)
+}
 
-    /// The whole v2 relay: connected stretches, parking and resumes.
-    async fn run(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>, inbound: Inbound, moved: bool) -> RelayEnd {
-        let end = self.stretches(pipe, r, inbound, moved).await;
-        if pipe.backend.board().is_some_and(|b| b.move_asked()) {
-            // Asked to move by a drain, but the session ended before the move could start.
-            r.metrics.drain_move(DrainMove::Failed);
-        }
-        if r.handed_over {
-            // Not back here after a drain's hand-over: the other instance holds the player and the name's claim,
-            // which this session's end must not release.
-            pipe.leave_claim();
-        }
-        end
+/// The whole v2 relay: connected stretches, parking and resumes.
+async fn run<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    r: &mut Resumable<WsLink<S>>,
+    inbound: Inbound,
+    moved: bool,
+) -> RelayEnd {
+    let end = stretches(link, pipe, r, inbound, moved).await;
+    if pipe.backend.board().is_some_and(|b| b.move_asked()) {
+        // Asked to move by a drain, but the session ended before the move could start.
+        r.metrics.drain_move(DrainMove::Failed);
     }
-
-    /// [`Self::run`]'s loop.
-    async fn stretches(
-        &mut self,
-        pipe: &mut Pipe<'_>,
-        r: &mut Resumable<Self>,
-        inbound: Inbound,
-        moved: bool,
-    ) -> RelayEnd {
-        let session = if moved {
-            // A moved player holds everything it sent: nothing is sent again.
-            Control::Moved { received: self.stream_in, token: r.registration.token }
-        } else {
-            Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() }
-        };
-        r.acks = AckSchedule::new(self.stream_in);
-        // Without its token the player cannot resume: a failure here ends the session at once.
-        let announced = match self.send_control(&session).await {
-            Ok(()) => self.send_control(&Control::Ack(self.stream_in)).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = announced {
-            pipe.backend.shutdown_write();
-            return RelayEnd::Error(Side::Player, e);
-        }
-        let mut step = self.pump(pipe, Some(&mut *r), inbound).await;
-        loop {
-            let (resumption, cause, lost_at) = match step {
-                StretchEnd::End(end) => return end,
-                StretchEnd::Move => {
-                    step = match self.move_out(pipe, r).await {
-                        MoveEnd::Stay => self.pump(pipe, Some(&mut *r), Inbound::empty()).await,
-                        MoveEnd::Over(end) => return end,
-                        MoveEnd::Stretch(s) => s,
-                    };
-                    continue;
-                }
-                StretchEnd::TakenOver(h) => {
-                    // The old link still looked alive: tell it, without waiting for it.
-                    (h, "taken over by a new connection".to_string(), Instant::now())
-                }
-                StretchEnd::Lost(cause) => {
-                    let lost_at = Instant::now();
-                    if !self.peer_closed {
-                        let _ = tokio::time::timeout(LOST_LINK_CLOSE, self.stream.shutdown()).await;
-                    }
-                    match self.park(pipe, r).await {
-                        Ok(h) => (h, cause, lost_at),
-                        Err(end) => {
-                            if matches!(end, RelayEnd::NotResumed { .. }) {
-                                r.metrics.resume(ResumeOutcome::Expired);
-                                info!(cause = %cause, window_s = r.window.as_secs(), retained = r.retained.len(), "player not back within the resume window: closing the backend connection");
-                            }
-                            return end;
-                        }
-                    }
-                }
-            };
-            let adopted = self.adopt(resumption, r, &cause, lost_at).await;
-            if adopted.is_ok() && r.handed_over {
-                // Back here: the move did not happen, the claim stays this session's.
-                r.handed_over = false;
-                if let Some(board) = pipe.backend.board() {
-                    board.handed_away(false);
-                }
-            }
-            step = match adopted {
-                Ok(()) if r.backend_eof => {
-                    self.close(carriage::CLOSE_NORMAL, "").await;
-                    return RelayEnd::Closed(Side::Backend);
-                }
-                Ok(()) => self.pump(pipe, Some(&mut *r), Inbound::empty()).await,
-                Err(AdoptError::Lost(cause)) => StretchEnd::Lost(cause),
-                Err(AdoptError::Superseded(h)) => StretchEnd::TakenOver(h),
-                Err(AdoptError::End(end)) => return end,
-            };
-        }
+    if r.handed_over {
+        // Not back here after a drain's hand-over: the other instance holds the player and the name's claim,
+        // which this session's end must not release.
+        pipe.leave_claim();
     }
+    end
+}
 
-    /// Waits for a resume with no player: the backend's bytes are retained (reads pause when the buffer is
-    /// full), until a resumption, the window's end, or shutdown.
-    async fn park(&mut self, pipe: &mut Pipe<'_>, r: &mut Resumable<Self>) -> Result<Resumption<Self>, RelayEnd> {
-        let deadline = tokio::time::Instant::now() + r.window;
-        loop {
-            // A switch may start while the player is away (a handover when one is due): the switchboard's output
-            // is retained like the backend's bytes.
-            pipe.backend.hand_over(&mut pipe.up, &mut pipe.down).map_err(|e| RelayEnd::Error(Side::Backend, e))?;
-            let room = r.retained.len() < r.buffer && !r.backend_eof;
-            tokio::select! {
-                biased;
-                h = r.rx.recv() => {
-                    if let Some(h) = h {
-                        return Ok(h);
-                    }
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
-                }
-                res = pipe.backend.readable(&mut pipe.down), if room => {
-                    if let Err(e) = res {
-                        if pipe.down.fail_over(LOST) {
-                            continue;
-                        }
-                        return Err(RelayEnd::Error(Side::Backend, e));
-                    }
-                    let room = r.buffer - r.retained.len();
-                    let retained = &mut r.retained;
-                    match pipe.backend.read_batch(&mut pipe.down, room, |d| {
-                        retained.push(Bytes::copy_from_slice(d));
-                        d.len()
-                    }) {
-                        Ok(Some(0)) if pipe.down.fail_over(LOST) => {}
-                        Ok(Some(0)) => r.backend_eof = true,
-                        Ok(_) => {}
-                        Err(_) if pipe.down.fail_over(LOST) => {}
-                        Err(e) => return Err(RelayEnd::Error(Side::Backend, e)),
-                    }
-                }
-                () = pipe.shutdown.cancelled() => return Err(RelayEnd::Shutdown),
-            }
-        }
+/// [`run`]'s loop.
+async fn stretches<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    r: &mut Resumable<WsLink<S>>,
+    inbound: Inbound,
+    moved: bool,
+) -> RelayEnd {
+    let session = if moved {
+        // A moved player holds everything it sent: nothing is sent again.
+        Control::Moved { received: link.counts().0, token: r.registration.token }
+    } else {
+        Control::Session { token: r.registration.token, window_seconds: r.window.as_secs() }
+    };
+    r.acks = AckSchedule::new(link.counts().0);
+    // Without its token the player cannot resume: a failure here ends the session at once.
+    let announced = match link.send_control(&session).await {
+        Ok(()) => link.send_control(&Control::Ack(link.counts().0)).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = announced {
+        pipe.backend.shutdown_write();
+        return RelayEnd::Error(Side::Player, e);
     }
-
-    /// Continues the session on the handed-over link: checks the player's count, answers `resumed`, sends
-    /// again what the player has not received, and makes the new link this one (the old one is closed in the
-    /// background: 4005 if it was still open).
-    async fn adopt(
-        &mut self,
-        resumption: Resumption<Self>,
-        r: &mut Resumable<Self>,
-        cause: &str,
-        lost_at: Instant,
-    ) -> Result<(), AdoptError<Self>> {
-        let Resumption { mut link, token, received, sent, at } = resumption;
-        let (from, to) = (r.retained.start(), r.retained.end());
-        let replay = match r.retained.resume_from(received) {
-            Ok(b) if sent >= self.stream_in => b,
-            _ => {
-                r.metrics.resume(Refusal::OUT_OF_RANGE.outcome);
-                info!(
-                    received,
-                    sent,
-                    retained_from = from,
-                    retained_to = to,
-                    "resume refused: count outside what is retained"
-                );
-                link.close(Refusal::OUT_OF_RANGE.code, Refusal::OUT_OF_RANGE.reason).await;
-                let e = io::Error::new(io::ErrorKind::InvalidData, "resume count outside the retained bytes");
-                return Err(AdoptError::End(RelayEnd::Error(Side::Player, e)));
-            }
-        };
-        link.shorten_keepalive(v2::MAX_PING_INTERVAL);
-        r.registration = r.table.register(r.tx.clone());
-        // The token this resume used stays valid until the player shows it got the next one.
-        r.previous = Some(r.table.reinstate(token, r.tx.clone()));
-        link.stream_in = self.stream_in;
-        link.stream_out = received;
-        link.messages_in += self.messages_in;
-        link.messages_out += self.messages_out;
-        let resumed = control_frame(&Control::Resumed { received: self.stream_in, token: r.registration.token });
-        let mut outcome = link.write_racing(&resumed, &mut r.rx).await;
-        let mut replayed_to_player = 0;
-        for chunk in replay {
-            if outcome.is_err() {
-                break;
-            }
-            outcome = match link.binary_frame(chunk) {
-                Ok((frame, _)) => link.write_racing(&frame, &mut r.rx).await,
-                Err(e) => Err(StretchEnd::Lost(format!("compression failed: {e}"))),
-            };
-            link.stream_out += chunk.len() as u64;
-            link.messages_out += 1;
-            link.counters.messages_out.inc();
-            replayed_to_player += chunk.len();
-        }
-        let first_byte = at.elapsed();
-        match outcome {
-            Ok(()) => {}
-            Err(StretchEnd::TakenOver(newer)) => {
-                // An even newer resume arrived meanwhile: it wins, this link is closed (4005).
-                tokio::spawn(close_old(link));
-                return Err(AdoptError::Superseded(newer));
-            }
-            Err(other) => {
-                tokio::spawn(close_old(link));
-                let cause = match other {
-                    StretchEnd::Lost(c) => c,
-                    _ => "resumed link lost".into(),
+    let mut step = pump(link, pipe, Some(&mut *r), inbound).await;
+    loop {
+        let (resumption, cause, lost_at) = match step {
+            StretchEnd::End(end) => return end,
+            StretchEnd::Move => {
+                step = match move_out(link, pipe, r).await {
+                    MoveEnd::Stay => pump(link, pipe, Some(&mut *r), Inbound::empty()).await,
+                    MoveEnd::Over(end) => return end,
+                    MoveEnd::Stretch(s) => s,
                 };
-                return Err(AdoptError::Lost(format!("resumed link lost during the replay: {cause}")));
+                continue;
+            }
+            StretchEnd::TakenOver(h) => {
+                // The old link still looked alive: tell it, without waiting for it.
+                (h, "taken over by a new connection".to_string(), Instant::now())
+            }
+            StretchEnd::Lost(cause) => {
+                let lost_at = Instant::now();
+                if !link.peer_closed() {
+                    link.shutdown_transport(LOST_LINK_CLOSE).await;
+                }
+                match park(pipe, r).await {
+                    Ok(h) => (h, cause, lost_at),
+                    Err(end) => {
+                        if matches!(end, RelayEnd::NotResumed { .. }) {
+                            r.metrics.resume(ResumeOutcome::Expired);
+                            info!(cause = %cause, window_s = r.window.as_secs(), retained = r.retained.len(), "player not back within the resume window: closing the backend connection");
+                        }
+                        return end;
+                    }
+                }
+            }
+        };
+        let adopted = adopt(link, resumption, r, &cause, lost_at).await;
+        if adopted.is_ok() && r.handed_over {
+            // Back here: the move did not happen, the claim stays this session's.
+            r.handed_over = false;
+            if let Some(board) = pipe.backend.board() {
+                board.handed_away(false);
             }
         }
-        std::mem::swap(self, &mut link);
-        let old = link;
-        if !old.peer_closed || !old.close_sent {
-            tokio::spawn(close_old(old));
-        }
-        r.metrics.resume(ResumeOutcome::Resumed);
-        info!(
-            cause = %cause,
-            gap_ms = lost_at.elapsed().as_millis() as u64,
-            replayed_to_player,
-            replayed_from_player = sent.saturating_sub(self.stream_in),
-            resume_us = first_byte.as_micros() as u64,
-            "session resumed"
-        );
-        Ok(())
+        step = match adopted {
+            Ok(()) if r.backend_eof => {
+                link.close(carriage::CLOSE_NORMAL, "").await;
+                return RelayEnd::Closed(Side::Backend);
+            }
+            Ok(()) => pump(link, pipe, Some(&mut *r), Inbound::empty()).await,
+            Err(AdoptError::Lost(cause)) => StretchEnd::Lost(cause),
+            Err(AdoptError::Superseded(h)) => StretchEnd::TakenOver(h),
+            Err(AdoptError::End(end)) => return end,
+        };
     }
 }
 
-/// Why [`WsLink::adopt`] did not continue the session on the handed-over link.
+/// Waits for a resume with no player: the backend's bytes are retained (reads pause when the buffer is
+/// full), until a resumption, the window's end, or shutdown.
+async fn park<S: PlayerStream>(
+    pipe: &mut Pipe<'_>,
+    r: &mut Resumable<WsLink<S>>,
+) -> Result<Resumption<WsLink<S>>, RelayEnd> {
+    let deadline = tokio::time::Instant::now() + r.window;
+    loop {
+        // A switch may start while the player is away (a handover when one is due): the switchboard's output
+        // is retained like the backend's bytes.
+        pipe.backend.hand_over(&mut pipe.up, &mut pipe.down).map_err(|e| RelayEnd::Error(Side::Backend, e))?;
+        let room = r.retained.len() < r.buffer && !r.backend_eof;
+        tokio::select! {
+            biased;
+            h = r.rx.recv() => {
+                if let Some(h) = h {
+                    return Ok(h);
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(RelayEnd::NotResumed { window: r.window.as_secs() });
+            }
+            res = pipe.backend.readable(&mut pipe.down), if room => {
+                if let Err(e) = res {
+                    if pipe.down.fail_over(LOST) {
+                        continue;
+                    }
+                    return Err(RelayEnd::Error(Side::Backend, e));
+                }
+                let room = r.buffer - r.retained.len();
+                let retained = &mut r.retained;
+                match pipe.backend.read_batch(&mut pipe.down, room, |d| {
+                    retained.push(Bytes::copy_from_slice(d));
+                    d.len()
+                }) {
+                    Ok(Some(0)) if pipe.down.fail_over(LOST) => {}
+                    Ok(Some(0)) => r.backend_eof = true,
+                    Ok(_) => {}
+                    Err(_) if pipe.down.fail_over(LOST) => {}
+                    Err(e) => return Err(RelayEnd::Error(Side::Backend, e)),
+                }
+            }
+            () = pipe.shutdown.cancelled() => return Err(RelayEnd::Shutdown),
+        }
+    }
+}
+
+/// Continues the session on the handed-over link: checks the player's count, answers `resumed`, sends
+/// again what the player has not received, and makes the new link this one (the old one is closed in the
+/// background: 4005 if it was still open).
+async fn adopt<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    resumption: Resumption<WsLink<S>>,
+    r: &mut Resumable<WsLink<S>>,
+    cause: &str,
+    lost_at: Instant,
+) -> Result<(), AdoptError<WsLink<S>>> {
+    let Resumption { link: mut new, token, received, sent, at } = resumption;
+    let (from, to) = (r.retained.start(), r.retained.end());
+    let replay = match r.retained.resume_from(received) {
+        Ok(b) if sent >= link.counts().0 => b,
+        _ => {
+            r.metrics.resume(Refusal::OUT_OF_RANGE.outcome);
+            info!(
+                received,
+                sent,
+                retained_from = from,
+                retained_to = to,
+                "resume refused: count outside what is retained"
+            );
+            new.close(Refusal::OUT_OF_RANGE.code, Refusal::OUT_OF_RANGE.reason).await;
+            let e = io::Error::new(io::ErrorKind::InvalidData, "resume count outside the retained bytes");
+            return Err(AdoptError::End(RelayEnd::Error(Side::Player, e)));
+        }
+    };
+    new.shorten_keepalive(v2::MAX_PING_INTERVAL);
+    r.registration = r.table.register(r.tx.clone());
+    // The token this resume used stays valid until the player shows it got the next one.
+    r.previous = Some(r.table.reinstate(token, r.tx.clone()));
+    new.take_over_counts(link, received);
+    let resumed = control_frame(&Control::Resumed { received: link.counts().0, token: r.registration.token });
+    let mut outcome = write_racing(&mut new, &resumed, &mut r.rx).await;
+    let mut replayed_to_player = 0;
+    for chunk in replay {
+        if outcome.is_err() {
+            break;
+        }
+        outcome = match new.binary_frame(chunk) {
+            Ok((frame, _)) => write_racing(&mut new, &frame, &mut r.rx).await,
+            Err(e) => Err(StretchEnd::Lost(format!("compression failed: {e}"))),
+        };
+        new.count_sent(chunk.len());
+        replayed_to_player += chunk.len();
+    }
+    let first_byte = at.elapsed();
+    match outcome {
+        Ok(()) => {}
+        Err(StretchEnd::TakenOver(newer)) => {
+            // An even newer resume arrived meanwhile: it wins, this link is closed (4005).
+            tokio::spawn(close_old(new));
+            return Err(AdoptError::Superseded(newer));
+        }
+        Err(other) => {
+            tokio::spawn(close_old(new));
+            let cause = match other {
+                StretchEnd::Lost(c) => c,
+                _ => "resumed link lost".into(),
+            };
+            return Err(AdoptError::Lost(format!("resumed link lost during the replay: {cause}")));
+        }
+    }
+    std::mem::swap(link, &mut new);
+    let old = new;
+    if !old.closed_both_ways() {
+        tokio::spawn(close_old(old));
+    }
+    r.metrics.resume(ResumeOutcome::Resumed);
+    info!(
+        cause = %cause,
+        gap_ms = lost_at.elapsed().as_millis() as u64,
+        replayed_to_player,
+        replayed_from_player = sent.saturating_sub(link.counts().0),
+        resume_us = first_byte.as_micros() as u64,
+        "session resumed"
+    );
+    Ok(())
+}
+
+/// Why [`adopt`] did not continue the session on the handed-over link.
 enum AdoptError<L> {
     /// The new link was lost too: wait for the next resume.
     Lost(String),
@@ -300,7 +302,7 @@ enum AdoptError<L> {
 }
 
 /// Closes a link a resume replaced: 4005 when it was still open, then its transport.
-async fn close_old<S: AsyncRead + AsyncWrite + Unpin + Send>(mut old: WsLink<S>) {
+async fn close_old<S: PlayerStream>(mut old: WsLink<S>) {
     old.close(v2::CLOSE_TAKEN_OVER, "resumed on another connection").await;
 }
 

@@ -11,7 +11,7 @@ use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerD
 use moonbridge_protocol::ws::v2::Control;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{Turn, WsLink, MAX_SERVER_HEADER, WS_READ_CHUNK};
+use super::{PeerClose, Reading, Turn, Wake, Writing, WsLink, MAX_SERVER_HEADER, WS_READ_CHUNK};
 use crate::metrics::WsMetrics;
 use crate::wire::{within_stall, Side, LINGER};
 
@@ -40,8 +40,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         Ok((Bytes::from(msg).slice(start..), None))
     }
 
+    /// Reads more from the player into the decoder: the number of bytes read, 0 at end of stream. Anything
+    /// read counts as a sign of life for the keepalive schedule. Cancel-safe.
+    pub(crate) async fn read(&mut self) -> io::Result<usize> {
+        let r = Self::fill(&mut self.stream, &mut self.dec, &self.counters).await;
+        self.received(r)
+    }
+
+    /// Waits for the player's next bytes (read into the decoder, as [`WsLink::read`]) or the keepalive timer,
+    /// whichever comes first. Cancel-safe.
+    pub(crate) async fn wait(&mut self) -> Wake {
+        tokio::select! {
+            r = Self::fill(&mut self.stream, &mut self.dec, &self.counters) => Wake::Read(self.received(r)),
+            () = self.tick.as_mut(), if self.keepalive.is_some() => Wake::Tick,
+        }
+    }
+
+    /// Notes a read for the keepalive schedule (anything received shows the player is alive).
+    pub(super) fn received(&mut self, r: io::Result<usize>) -> io::Result<usize> {
+        if let (Ok(n), Some(k)) = (&r, &mut self.keepalive) {
+            if *n > 0 {
+                k.on_receive(std::time::Instant::now());
+            }
+        }
+        r
+    }
+
     /// Reads at most [`WS_READ_CHUNK`] bytes from the socket into the decoder; 0 at end of stream.
-    pub(crate) async fn fill(stream: &mut S, dec: &mut ServerDecoder, counters: &WsMetrics) -> io::Result<usize> {
+    pub(super) async fn fill(stream: &mut S, dec: &mut ServerDecoder, counters: &WsMetrics) -> io::Result<usize> {
         let buf = dec.buffer_mut();
         buf.reserve(WS_READ_CHUNK);
         let n = (&mut *stream).take(WS_READ_CHUNK as u64).read_buf(buf).await?;
@@ -50,14 +76,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     }
 
     /// Decodes what is buffered: stream bytes go to `data` (up to `limit` bytes in all; the rest stays
-    /// buffered), Pings are answered, a Close is answered and ends the turn.
+    /// buffered), Pings are answered, a Close is answered and ends the turn, and so does a carriage v2 control
+    /// message (its event is the turn's; what follows it stays buffered).
     pub(crate) async fn decode(&mut self, data: &mut BytesMut, limit: usize) -> Turn {
         let mut pongs: Vec<u8> = Vec::new();
-        self.stopped_at_limit = false;
+        self.stopped_early = false;
         let turn = loop {
             if data.len() >= limit {
                 // Frames may still be buffered: the relay decodes again before it waits for the socket.
-                self.stopped_at_limit = true;
+                self.stopped_early = true;
                 break Turn::Continue;
             }
             // A compressed message inflates in pieces of at most about what the caller takes this turn.
@@ -88,10 +115,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     }
                 },
                 Ok(Some(Event::Text(t))) => match Control::parse(&t) {
-                    Ok(Control::Ack(n)) if self.v2 => self.peer_ack = Some(self.peer_ack.map_or(n, |a| a.max(n))),
-                    Ok(Control::Stay) if self.v2 && self.move_offered => self.peer_stay = true,
+                    Ok(Control::Ack(n)) if self.v2 => {
+                        self.stopped_early = true;
+                        break Turn::Ack(n);
+                    }
+                    Ok(Control::Stay) if self.v2 && self.move_offered => {
+                        self.stopped_early = true;
+                        break Turn::Stay;
+                    }
                     _ => {
-                        self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "unexpected control message"));
+                        self.fault(carriage::CLOSE_PROTOCOL_ERROR, "unexpected control message");
                         break Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, "unexpected control message"));
                     }
                 },
@@ -105,41 +138,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 Ok(Some(Event::Ping(p))) => pongs.extend_from_slice(&wsframe::frame(OP_PONG, &p)),
                 Ok(Some(Event::Pong)) => {}
                 Ok(Some(Event::Close(c))) => {
-                    self.peer_closed = true;
-                    self.peer_close_code = Some(match &c {
+                    let code = match &c {
                         wsframe::CloseReceived::NoCode => 1005,
                         wsframe::CloseReceived::Code(code, _) => *code,
-                    });
-                    self.peer_moved = matches!(&c, wsframe::CloseReceived::Code(carriage::CLOSE_NORMAL, r)
+                    };
+                    let moved = matches!(&c, wsframe::CloseReceived::Code(carriage::CLOSE_NORMAL, r)
                         if r == moonbridge_protocol::ws::v2::CLOSE_REASON_MOVED);
+                    let close = PeerClose { code: Some(code), moved };
+                    self.state.read = Reading::Closed(close);
                     let _ = self.write_frame(&pongs).await;
                     self.send_close(c.reply_code(), "").await;
-                    return Turn::Closed;
+                    return Turn::Closed(close);
                 }
                 Err(f) => break self.fault_turn(&f),
             }
         };
         if !pongs.is_empty() {
             if let Err(e) = self.write_frame(&pongs).await {
-                return Turn::Fault(e);
+                return Turn::Lost(e);
             }
         }
         turn
     }
 
-    /// True when the last decode turn stopped at its limit with input left (buffered frames, or a compressed
-    /// message with more to inflate): the relay decodes again before it waits for the socket.
+    /// True when the last decode turn stopped early (at its limit, or at a control message) with input
+    /// perhaps left (buffered frames, or a compressed message with more to inflate): the relay decodes again
+    /// before it waits for the socket.
     pub(crate) fn decode_backlog(&self) -> bool {
-        self.stopped_at_limit || self.zstd.as_ref().is_some_and(|z| z.ctx.has_output())
+        self.stopped_early || self.zstd.as_ref().is_some_and(|z| z.ctx.has_output())
     }
 
     /// A compressed message that inflates too far (1009), is not zstd (1002), or finds no memory (1011).
     fn inflate_fault(&mut self, e: &CompressError) -> Turn {
-        self.fault = Some(match e {
+        let (code, reason) = match e {
             CompressError::TooLarge { .. } => (carriage::CLOSE_MESSAGE_TOO_BIG, "message too big"),
             CompressError::NoMemory => (carriage::CLOSE_INTERNAL_ERROR, "out of memory"),
             _ => (carriage::CLOSE_PROTOCOL_ERROR, "bad compressed data"),
-        });
+        };
+        self.fault(code, reason);
         Turn::Fault(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
     }
 
@@ -149,28 +185,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Records the close code a frame fault earned and returns it as an error.
     pub(super) fn fault_error(&mut self, f: &FrameFault) -> io::Error {
-        self.fault = Some((f.close_code(), f.close_reason()));
+        self.fault(f.close_code(), f.close_reason());
         io::Error::new(io::ErrorKind::InvalidData, f.to_string())
     }
 
     /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
     /// an earlier write failed or was cut off (its frame may be half on the wire).
     pub(crate) async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.close_sent || self.broken {
+        if self.state.write != Writing::Open {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the WebSocket is closing"));
         }
         if bytes.is_empty() {
             return Ok(());
         }
         // Set until the write completes: a write dropped half-way (a timeout or select around it) leaves it set.
-        self.broken = true;
+        self.state.write = Writing::Broken;
         let stream = &mut self.stream;
         within_stall(self.write_stall, Side::Player, async {
             stream.write_all(bytes).await?;
             stream.flush().await
         })
         .await?;
-        self.broken = false;
+        self.state.write = Writing::Open;
         self.counters.bytes_out.inc_by(bytes.len() as u64);
         if let Some(k) = &mut self.keepalive {
             k.on_write();
@@ -189,10 +225,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Sends a Close (once) within [`LINGER`], unless the frame stream is already broken.
     pub(crate) async fn send_close(&mut self, code: u16, reason: &str) {
-        if !self.close_sent && !self.broken {
+        if self.state.write == Writing::Open {
             let frame = wsframe::close_frame(code, reason);
             let _ = tokio::time::timeout(LINGER, self.write_frame(&frame)).await;
         }
-        self.close_sent = true;
+        if self.state.write == Writing::Open {
+            self.state.write = Writing::CloseSent;
+        }
     }
 }

@@ -60,61 +60,110 @@ pub(crate) struct Zstd {
     scratch: Vec<u8>,
 }
 
-/// A player's WebSocket (over TCP or TLS) and what the session needs to know about it.
+/// A player's WebSocket (over TCP or TLS) and what the session needs to know about it: a closed type, whose
+/// state only its own methods change (the relay and the login stage read it through them).
 pub(crate) struct WsLink<S> {
-    pub(crate) stream: S,
-    pub(crate) dec: ServerDecoder,
-    pub(crate) counters: WsMetrics,
+    stream: S,
+    dec: ServerDecoder,
+    counters: WsMetrics,
     /// The keepalive schedule (none when `ping_interval_seconds` is 0) and its one timer, kept across stages.
-    pub(crate) keepalive: Option<Keepalive>,
-    pub(crate) tick: Pin<Box<tokio::time::Sleep>>,
+    keepalive: Option<Keepalive>,
+    tick: Pin<Box<tokio::time::Sleep>>,
     /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
     write_stall: Duration,
-    /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
-    broken: bool,
+    /// Where each side of the closing handshake is (RFC 6455 §7).
+    state: State,
     /// Carriage v2 was negotiated (`moonbridge.v2`): control messages (Text) are accepted.
-    pub(crate) v2: bool,
+    v2: bool,
     /// Stream bytes received from and sent to the player in Binary payloads (carriage v2 counts; carried
     /// over to a resumed link).
-    pub(crate) stream_in: u64,
-    pub(crate) stream_out: u64,
-    /// The highest `ack` count the player sent and the relay has not applied yet (carriage v2).
-    pub(crate) peer_ack: Option<u64>,
-    /// The code of the player's Close, when one arrived (1005 for a Close without a code).
-    pub(crate) peer_close_code: Option<u16>,
-    /// The player's Close was 1000 with the reason `moved`: it left after a move (docs/carriage.md).
-    pub(crate) peer_moved: bool,
+    stream_in: u64,
+    stream_out: u64,
     /// Stream bytes decoded but not yet taken by the session (sent ahead during the login stage).
-    pub(crate) early: BytesMut,
-    /// The close code earned by bad input, sent when the session finishes.
-    pub(crate) fault: Option<(u16, &'static str)>,
-    /// The player's Close arrived (or its connection ended): nothing more will be read.
-    pub(crate) peer_closed: bool,
-    /// A Close was sent: no frame may follow it (RFC 6455 §5.5.1).
-    pub(crate) close_sent: bool,
+    early: BytesMut,
     /// Binary messages received from and sent to this player.
-    pub(crate) messages_in: u64,
-    pub(crate) messages_out: u64,
+    messages_in: u64,
+    messages_out: u64,
     /// `max_ws_message_bytes`: also the most one compressed message may inflate to.
     max_message: usize,
     /// `moonbridge.v2.zstd` was selected: both directions' contexts.
-    pub(crate) zstd: Option<Box<Zstd>>,
-    /// The last decode turn stopped at its byte limit (see [`WsLink::decode_backlog`]).
-    stopped_at_limit: bool,
+    zstd: Option<Box<Zstd>>,
+    /// The last decode turn stopped early (its byte limit, or a control message) with input left (see
+    /// [`WsLink::decode_backlog`]).
+    stopped_early: bool,
     /// The client offered moves (`MoonBridge-Move: 1`, carriage v2): a draining proxy may send it `move`.
-    pub(crate) move_offered: bool,
-    /// The player sent `stay` (its move was refused), not yet taken by the relay.
-    pub(crate) peer_stay: bool,
+    move_offered: bool,
 }
 
-/// What reading a batch of events turned up besides stream bytes.
+/// The link's state: the closing handshake has two sides (RFC 6455 §7.1: each endpoint sends a Close and
+/// receives one), each in one of its own few states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    read: Reading,
+    write: Writing,
+}
+
+/// What comes from the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reading {
+    /// Frames are read.
+    Open,
+    /// The player broke the carriage: the Close it earned (code and reason) goes out when the link closes.
+    Faulted(u16, &'static str),
+    /// The player's Close arrived (`Some` code, 1005 for a Close without one) or its connection ended
+    /// (`None`): nothing more is read.
+    Closed(PeerClose),
+}
+
+/// What goes to the player.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Writing {
+    /// Frames are written.
+    Open,
+    /// A Close went out: no frame may follow it (RFC 6455 §5.5.1).
+    CloseSent,
+    /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
+    Broken,
+}
+
+/// How the player's side ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PeerClose {
+    /// The code of the player's Close (1005 for a Close without one); `None` when the connection ended without
+    /// a Close.
+    pub(crate) code: Option<u16>,
+    /// The Close was 1000 with the reason `moved`: the player left after a move (docs/carriage.md).
+    pub(crate) moved: bool,
+}
+
+impl PeerClose {
+    /// The connection ended without a Close.
+    pub(crate) const ENDED: Self = Self { code: None, moved: false };
+}
+
+/// What one decode turn turned up besides stream bytes: the event the relay acts on.
+#[derive(Debug)]
 pub(crate) enum Turn {
-    /// Nothing that ends the connection.
+    /// Nothing that needs the relay.
     Continue,
-    /// The player closed (Close answered) or its connection ended.
-    Closed,
-    /// The player broke the carriage (the fault is recorded; close with it).
+    /// The player acknowledged this many stream bytes (carriage v2 `ack`).
+    Ack(u64),
+    /// The player's move was refused at the other instance (carriage v2 `stay`).
+    Stay,
+    /// The player closed (its Close answered) or its connection ended.
+    Closed(PeerClose),
+    /// The player broke the carriage (the Close it earned is recorded; close with it).
     Fault(io::Error),
+    /// A write to the player (a Pong, the answering Close) failed: the link is lost, not broken by the player.
+    Lost(io::Error),
+}
+
+/// What woke a wait on the link ([`WsLink::wait`]).
+pub(crate) enum Wake {
+    /// A read from the socket: the bytes read (0 at end of stream), or its error.
+    Read(io::Result<usize>),
+    /// The keepalive timer.
+    Tick,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
@@ -138,24 +187,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             keepalive,
             tick,
             write_stall,
-            broken: false,
+            state: State { read: Reading::Open, write: Writing::Open },
             v2: false,
             stream_in: 0,
             stream_out: 0,
-            peer_ack: None,
-            peer_close_code: None,
-            peer_moved: false,
             early: BytesMut::new(),
-            fault: None,
-            peer_closed: false,
-            close_sent: false,
             messages_in: 0,
             messages_out: 0,
             max_message: max_message_bytes,
             zstd: None,
-            stopped_at_limit: false,
+            stopped_early: false,
             move_offered: false,
-            peer_stay: false,
         }
     }
 
@@ -204,7 +246,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// On a v2 link before anything else: when the player's first message is a control message, reads and
     /// parses it (a resume request); `Ok(None)` when the first message is something else (a new session).
-    /// Bad input earns its close code in [`WsLink::fault`] and is an error.
+    /// Bad input earns its close code (sent by [`WsLink::close`]) and is an error.
     pub(crate) async fn first_control(&mut self) -> io::Result<Option<Control>> {
         loop {
             match self.dec.next_opcode() {
@@ -213,7 +255,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         return match Control::parse(&t) {
                             Ok(c) => Ok(Some(c)),
                             Err(e) => {
-                                self.fault = Some((carriage::CLOSE_PROTOCOL_ERROR, "malformed control message"));
+                                self.fault(carriage::CLOSE_PROTOCOL_ERROR, "malformed control message");
                                 Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
                             }
                         };
@@ -225,7 +267,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 None => {}
             }
             if self.fill_alive().await? == 0 {
-                self.peer_closed = true;
+                self.ended();
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         }
@@ -285,9 +327,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// already sent; then, unless the player's Close already arrived, a brief wait for it (so the TCP close
     /// does not race it); then the transport's own close (TLS close_notify, FIN).
     pub(crate) async fn close(&mut self, code: u16, reason: &'static str) {
-        let (code, reason) = self.fault.unwrap_or((code, reason));
+        let (code, reason) = match self.state.read {
+            Reading::Faulted(code, reason) => (code, reason),
+            _ => (code, reason),
+        };
         self.send_close(code, reason).await;
-        if !self.peer_closed {
+        if !self.peer_closed() {
             // Until the player's Close (or EOF): frames are decoded and dropped while the stream is in step;
             // after a frame fault the decoder is not, so raw bytes are dropped (reading on keeps the kernel
             // from answering with a reset that could destroy the Close just sent).
@@ -312,9 +357,111 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 }
             })
             .await;
-            self.peer_closed = true;
+            self.ended();
         }
         let _ = tokio::time::timeout(LINGER, self.stream.shutdown()).await;
+    }
+
+    /// Records the close code bad input earned (the Close [`WsLink::close`] sends).
+    pub(crate) fn fault(&mut self, code: u16, reason: &'static str) {
+        if !matches!(self.state.read, Reading::Closed(_)) {
+            self.state.read = Reading::Faulted(code, reason);
+        }
+    }
+
+    /// The player's connection ended without a Close: nothing more is read.
+    pub(crate) fn ended(&mut self) {
+        if !matches!(self.state.read, Reading::Closed(_)) {
+            self.state.read = Reading::Closed(PeerClose::ENDED);
+        }
+    }
+
+    /// How the player's side ended, once it did (its Close, or the connection's end).
+    pub(crate) fn peer_close(&self) -> Option<PeerClose> {
+        match self.state.read {
+            Reading::Closed(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The player's side ended: nothing more will be read.
+    pub(crate) fn peer_closed(&self) -> bool {
+        self.peer_close().is_some()
+    }
+
+    /// Both sides of the closing handshake are done: the player's Close arrived (or its connection ended) and
+    /// this side's Close went out (or cannot: the stream broke).
+    pub(crate) fn closed_both_ways(&self) -> bool {
+        self.peer_closed() && self.state.write != Writing::Open
+    }
+
+    /// The transport's own close (FIN, TLS close_notify) within `limit`, with no Close frame: a lost link's end.
+    pub(crate) async fn shutdown_transport(&mut self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.stream.shutdown()).await;
+    }
+
+    /// Carriage v2 was negotiated.
+    pub(crate) fn is_v2(&self) -> bool {
+        self.v2
+    }
+
+    /// The client offered moves (`MoonBridge-Move: 1`, carriage v2 only): a draining proxy may send it `move`.
+    pub(crate) fn offer_moves(&mut self, offered: bool) {
+        self.move_offered = offered;
+    }
+
+    /// The player's client follows a draining instance's `move`: carriage v2 and offered.
+    pub(crate) fn can_move(&self) -> bool {
+        self.v2 && self.move_offered
+    }
+
+    /// Stream bytes received from and sent to the player (carriage v2 counts).
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.stream_in, self.stream_out)
+    }
+
+    /// Goes on from `received` stream bytes received from the player and `sent` sent to it (a moved
+    /// session's counts).
+    pub(crate) fn continue_counts(&mut self, received: u64, sent: u64) {
+        self.stream_in = received;
+        self.stream_out = sent;
+    }
+
+    /// Takes over the session of `old`, whose player resumes on this link having received `received` stream
+    /// bytes: the counts go on from there, and the message counts add up.
+    pub(crate) fn take_over_counts(&mut self, old: &Self, received: u64) {
+        self.stream_in = old.stream_in;
+        self.stream_out = received;
+        self.messages_in += old.messages_in;
+        self.messages_out += old.messages_out;
+    }
+
+    /// Binary messages received from and sent to this player.
+    pub(crate) fn message_counts(&self) -> (u64, u64) {
+        (self.messages_in, self.messages_out)
+    }
+
+    /// Counts one Binary message of `n` stream bytes sent to the player (built with
+    /// [`WsLink::binary_frame`] and written by the caller).
+    pub(crate) fn count_sent(&mut self, n: usize) {
+        self.stream_out += n as u64;
+        self.messages_out += 1;
+        self.counters.messages_out.inc();
+    }
+
+    /// What the relay starts with: the bytes the player sent ahead during the login stage, then what is
+    /// still buffered undecoded (reading paused at the early-data limit), and the turn that decoding ended with
+    /// (the player's Close, when it came with them).
+    pub(crate) async fn first_inbound(&mut self, chunk: usize) -> (BytesMut, Turn) {
+        let mut batch = self.early.split();
+        let turn = match self.peer_close() {
+            Some(c) => Turn::Closed(c),
+            None => {
+                let limit = batch.len() + chunk;
+                self.decode(&mut batch, limit).await
+            }
+        };
+        (batch, turn)
     }
 }
 

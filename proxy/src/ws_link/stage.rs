@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::io;
-use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -24,18 +23,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         }
     }
 
-    /// Notes a read for the keepalive schedule (anything received shows the player is alive).
-    fn received(&mut self, r: io::Result<usize>) -> io::Result<usize> {
-        if let (Ok(n), Some(k)) = (&r, &mut self.keepalive) {
-            if *n > 0 {
-                k.on_receive(Instant::now());
-            }
-        }
-        r
-    }
-
     /// Reads stream bytes into `buf` (appending), answering Pings on the way: `Ok(0)` when the player closed.
-    /// Bad input is an error, and [`WsLink::fault`] holds the close code it earned.
+    /// Bad input is an error, and the close code it earned is recorded ([`WsLink::close`] sends it). Carriage
+    /// v2 control messages before the relay mean nothing yet: an `ack` of what the login stage sent (the relay
+    /// retains only what it sends itself) or a stray `stay`.
     pub(crate) async fn read_stream(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         let before = buf.len();
         if !self.early.is_empty() {
@@ -44,18 +35,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         }
         loop {
             match self.decode(buf, before + WS_READ_CHUNK).await {
-                Turn::Continue => {}
-                Turn::Closed => return Ok(buf.len() - before),
-                Turn::Fault(e) => return Err(e),
+                Turn::Continue | Turn::Ack(_) | Turn::Stay => {}
+                Turn::Closed(_) => return Ok(buf.len() - before),
+                Turn::Fault(e) | Turn::Lost(e) => return Err(e),
             }
             if buf.len() > before {
                 return Ok(buf.len() - before);
             }
-            if self.peer_closed {
+            if self.peer_closed() {
                 return Ok(0);
             }
+            if self.decode_backlog() {
+                continue;
+            }
             if self.fill_alive().await? == 0 {
-                self.peer_closed = true;
+                self.ended();
                 return Ok(0);
             }
         }
@@ -67,7 +61,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// carriage, or goes silent for three intervals (not counting time when reading is paused). Writes to the
     /// player meanwhile (Pongs, Pings) are bounded by the write-stall limit.
     pub(crate) async fn during<T>(&mut self, work: impl Future<Output = T>) -> Result<T, PlayerGone> {
-        if self.peer_closed {
+        if self.peer_closed() {
             // Its Close arrived with the bytes before (and was answered): nothing to wait for.
             return Err(PlayerGone::Left("closed".into()));
         }
@@ -85,18 +79,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 r = Self::fill(&mut self.stream, &mut self.dec, &self.counters), if room => {
                     match self.received(r) {
                         Ok(0) | Err(_) => {
-                            self.peer_closed = true;
+                            self.ended();
                             return Err(PlayerGone::Left("connection lost".into()));
                         }
                         Ok(_) => {}
                     }
-                    let mut early = std::mem::take(&mut self.early);
-                    let turn = self.decode(&mut early, EARLY_DATA_LIMIT).await;
-                    self.early = early;
-                    match turn {
-                        Turn::Continue => {}
-                        Turn::Closed => return Err(PlayerGone::Left("closed".into())),
-                        Turn::Fault(e) => return Err(PlayerGone::Fault(e.to_string())),
+                    loop {
+                        let mut early = std::mem::take(&mut self.early);
+                        let turn = self.decode(&mut early, EARLY_DATA_LIMIT).await;
+                        self.early = early;
+                        match turn {
+                            // A control message stops the turn: what follows it is decoded too.
+                            Turn::Ack(_) | Turn::Stay => continue,
+                            Turn::Continue => break,
+                            Turn::Closed(_) => return Err(PlayerGone::Left("closed".into())),
+                            Turn::Fault(e) | Turn::Lost(e) => return Err(PlayerGone::Fault(e.to_string())),
+                        }
                     }
                 }
             }
