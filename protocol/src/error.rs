@@ -6,6 +6,7 @@ use crate::varint::VarIntDecodeError;
 ///
 /// Every variant is final for the stream: the framing is lost, so the connection must be closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FrameError {
     /// The length prefix did not end within [`crate::frame::MAX_LENGTH_PREFIX`] (3) bytes, so the declared
     /// length is over 2,097,151 bytes (cases such as `80 80 80 01` or an endless run of `FF`).
@@ -29,6 +30,7 @@ pub enum FrameError {
 
 /// Why a packet body could not be decoded. Final for that packet.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The body ended while reading the named field.
     #[error("packet ended inside field `{0}`")]
@@ -83,6 +85,7 @@ pub enum DecodeError {
 
 /// Why a packet could not be encoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The encoded frame body would exceed [`crate::frame::MAX_FRAME_LEN`].
     #[error("packet of {0} bytes is over the 2097151-byte frame limit")]

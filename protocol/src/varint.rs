@@ -8,6 +8,7 @@ use bytes::BufMut;
 
 /// Why a VarInt or VarLong could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum VarIntDecodeError {
     /// The input ended before the last byte (one without bit 7) was seen. More input may complete it.
     #[error("incomplete VarInt")]

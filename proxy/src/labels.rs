@@ -165,6 +165,26 @@ labels! {
 }
 
 labels! {
+    /// The `result` of `moonbridge_network_leases_total`: a lease renewal in Redis.
+    LeaseResult {
+        /// Redis answered: the leases live on.
+        Renewed => "renewed",
+        /// Redis did not answer in time.
+        Missed => "missed",
+    }
+}
+
+labels! {
+    /// The `action` of `moonbridge_network_duplicate_logins_total`: what `duplicate_login` did.
+    DuplicateAction {
+        /// The older session was told to go (`kick_existing`).
+        KickedExisting => "kicked_existing",
+        /// The new login was refused (`refuse_new`).
+        RefusedNew => "refused_new",
+    }
+}
+
+labels! {
     /// The `version` of `moonbridge_tls_handshakes_total`.
     TlsVersion {
         /// TLS 1.2.
@@ -193,6 +213,8 @@ mod tests {
         distinct(TransferOutcome::TEXTS);
         distinct(DrainMove::TEXTS);
         distinct(TlsVersion::TEXTS);
+        distinct(LeaseResult::TEXTS);
+        distinct(DuplicateAction::TEXTS);
         assert_eq!(LoginOutcome::TEXTS[0], LoginOutcome::PassthroughOk.as_str());
         assert_eq!(TransferOutcome::Switched.as_str(), "moved", "the published label value");
         assert_eq!(LoginOutcome::TEXTS.len(), 20);

@@ -16,7 +16,8 @@ use prometheus::{
 };
 
 use crate::labels::{
-    DrainMove, HandshakeFailure, LoginOutcome, RefusedReason, ResumeOutcome, TlsVersion, TransferOutcome,
+    DrainMove, DuplicateAction, HandshakeFailure, LeaseResult, LoginOutcome, RefusedReason, ResumeOutcome, TlsVersion,
+    TransferOutcome,
 };
 use crate::transport::Transport;
 
@@ -114,14 +115,14 @@ pub(crate) struct NetworkMetrics {
 }
 
 impl NetworkMetrics {
-    /// Counts a lease renewal (`renewed`, `missed`).
-    pub(crate) fn lease(&self, result: &str) {
-        self.leases.with_label_values(&[result]).inc();
+    /// Counts a lease renewal.
+    pub(crate) fn lease(&self, result: LeaseResult) {
+        self.leases.with_label_values(&[result.as_str()]).inc();
     }
 
-    /// Counts a duplicate login (`kicked_existing`, `refused_new`).
-    pub(crate) fn duplicate(&self, action: &str) {
-        self.duplicates.with_label_values(&[action]).inc();
+    /// Counts a duplicate login.
+    pub(crate) fn duplicate(&self, action: DuplicateAction) {
+        self.duplicates.with_label_values(&[action.as_str()]).inc();
     }
 }
 
@@ -371,10 +372,10 @@ impl Metrics {
              from_owner).",
             &["direction"],
         )?;
-        for v in ["renewed", "missed"] {
+        for v in LeaseResult::TEXTS {
             let _ = leases.with_label_values(&[v]);
         }
-        for v in ["kicked_existing", "refused_new"] {
+        for v in DuplicateAction::TEXTS {
             let _ = duplicates.with_label_values(&[v]);
         }
         Ok(NetworkMetrics {

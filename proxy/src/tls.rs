@@ -29,6 +29,7 @@ pub(crate) const TLS_VERSIONS: &str = "1.2,1.3";
 
 /// Why a certificate or key could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TlsError {
     /// The certificate file could not be read or holds no PEM certificate.
     #[error("certificate {path}: {reason}")]

@@ -31,6 +31,7 @@ use tracing::{info, warn};
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
 
+use crate::labels::{DuplicateAction, LeaseResult};
 use crate::move_state::MoveAnswer;
 use crate::players::{Change, PlayerTable, Record, Update, Updates};
 
@@ -222,11 +223,11 @@ impl RedisNetwork {
         let policy = self.config.duplicate_login;
         if self.players.find(name).is_some() {
             if policy == DuplicateLogin::RefuseNew {
-                self.metrics.duplicate("refused_new");
+                self.metrics.duplicate(DuplicateAction::RefusedNew);
                 return Admit::Refuse;
             }
             self.players.kick(name, KICKED_ELSEWHERE);
-            self.metrics.duplicate("kicked_existing");
+            self.metrics.duplicate(DuplicateAction::KickedExisting);
         }
         let lower = name.to_lowercase();
         let value = format!("{}:{:016x}:{}", self.id, rand_core::RngCore::next_u64(&mut rand_core::OsRng), now_ms());
@@ -250,13 +251,13 @@ impl RedisNetwork {
             (DuplicateLogin::RefuseNew, None) => {
                 // Held by another instance, or by a login of the same name here that is still under way.
                 let _ = claim.take();
-                self.metrics.duplicate("refused_new");
+                self.metrics.duplicate(DuplicateAction::RefusedNew);
                 Admit::Refuse
             }
             (DuplicateLogin::KickExisting, Some(holder)) => {
                 let instance = holder.split(':').next().unwrap_or_default();
                 if instance != self.id {
-                    self.metrics.duplicate("kicked_existing");
+                    self.metrics.duplicate(DuplicateAction::KickedExisting);
                     match self.peer_of(instance) {
                         Some(peer) => {
                             if let Err(e) = link::kick(&peer, &self.secret, name, &holder, KICKED_ELSEWHERE).await {
@@ -411,7 +412,7 @@ impl RedisNetwork {
                         c
                     }
                     _ => {
-                        self.metrics.lease("missed");
+                        self.metrics.lease(LeaseResult::Missed);
                         *rewrite = true;
                         return false;
                     }
@@ -420,7 +421,7 @@ impl RedisNetwork {
         };
         let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, releases, settled)).await;
         let ok = matches!(result, Ok(Ok(())));
-        self.metrics.lease(if ok { "renewed" } else { "missed" });
+        self.metrics.lease(if ok { LeaseResult::Renewed } else { LeaseResult::Missed });
         if !ok {
             // Whatever was lost meanwhile is written again at the next renewal that works, on a new connection:
             // the connection manager would reconnect only after its next request failed as well, which would
