@@ -51,7 +51,8 @@
 //! | `auth.rs` | online mode: the RSA key pair and the session server's `hasJoined` |
 //! | `backend.rs` | a backend and connecting to it |
 //! | `move_state.rs` | a move's state from end to end (`MoveState`), the ticket's request (`Take`) and the answer |
-//! | `ws_link/mod.rs` | the player's WebSocket (`WsLink`): state, carriage v2 control, keepalive, close |
+//! | `ws_link/state.rs` | the link's state, one enum: its closing handshake, a fault's close code, a broken stream |
+//! | `ws_link/mod.rs` | the player's WebSocket (`WsLink`, a closed type): its events, carriage v2 control, keepalive, close, counts |
 //! | `ws_link/codec.rs` | its codec: frames in (decode, inflate, close codes for bad input), whole frames out |
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `resume.rs` | carriage v2 resume: the table of resumable sessions and move tickets (single-use tokens, typed entries), a new link handed to its session |

@@ -11,7 +11,7 @@ use moonbridge_protocol::ws::frame::{self as wsframe, Event, FrameFault, ServerD
 use moonbridge_protocol::ws::v2::Control;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{PeerClose, Reading, Turn, Wake, Writing, WsLink, MAX_SERVER_HEADER, WS_READ_CHUNK};
+use super::{PeerClose, Turn, Wake, WsLink, MAX_SERVER_HEADER, WS_READ_CHUNK};
 use crate::metrics::WsMetrics;
 use crate::wire::{within_stall, Side, LINGER};
 
@@ -145,7 +145,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                     let moved = matches!(&c, wsframe::CloseReceived::Code(carriage::CLOSE_NORMAL, r)
                         if r == moonbridge_protocol::ws::v2::CLOSE_REASON_MOVED);
                     let close = PeerClose { code: Some(code), moved };
-                    self.state.read = Reading::Closed(close);
+                    self.state = self.state.peer_ended(close);
                     let _ = self.write_frame(&pongs).await;
                     self.send_close(c.reply_code(), "").await;
                     return Turn::Closed(close);
@@ -192,21 +192,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// Writes one or more whole frames within the write-stall limit. Refused after a Close was sent or after
     /// an earlier write failed or was cut off (its frame may be half on the wire).
     pub(crate) async fn write_frame(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.state.write != Writing::Open {
+        if !self.state.writable() {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the WebSocket is closing"));
         }
         if bytes.is_empty() {
             return Ok(());
         }
-        // Set until the write completes: a write dropped half-way (a timeout or select around it) leaves it set.
-        self.state.write = Writing::Broken;
+        // Broken until the write completes: a write dropped half-way (a timeout or select around it) leaves it so.
+        let before = self.state;
+        self.state = before.writing();
         let stream = &mut self.stream;
         within_stall(self.write_stall, Side::Player, async {
             stream.write_all(bytes).await?;
             stream.flush().await
         })
         .await?;
-        self.state.write = Writing::Open;
+        self.state = before;
         self.counters.bytes_out.inc_by(bytes.len() as u64);
         if let Some(k) = &mut self.keepalive {
             k.on_write();
@@ -225,12 +226,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Sends a Close (once) within [`LINGER`], unless the frame stream is already broken.
     pub(crate) async fn send_close(&mut self, code: u16, reason: &str) {
-        if self.state.write == Writing::Open {
+        if self.state.writable() {
             let frame = wsframe::close_frame(code, reason);
             let _ = tokio::time::timeout(LINGER, self.write_frame(&frame)).await;
         }
-        if self.state.write == Writing::Open {
-            self.state.write = Writing::CloseSent;
-        }
+        // Unless the write broke the stream.
+        self.state = self.state.close_sent();
     }
 }

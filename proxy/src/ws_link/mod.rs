@@ -43,6 +43,10 @@ use crate::wire::LINGER;
 
 pub(crate) mod codec;
 pub(crate) mod stage;
+mod state;
+
+pub(crate) use state::PeerClose;
+use state::State;
 
 /// Largest single read from a WebSocket player, in bytes. Player → proxy traffic is small (a tick's packets),
 /// and the read buffer is kept per connection, so it stays small; larger messages arrive over several reads.
@@ -71,7 +75,7 @@ pub(crate) struct WsLink<S> {
     tick: Pin<Box<tokio::time::Sleep>>,
     /// How long a write to the player may make no progress (`limits.write_stall_timeout_seconds`).
     write_stall: Duration,
-    /// Where each side of the closing handshake is (RFC 6455 §7).
+    /// Where its closing handshake is, a fault, a broken stream ([`State`]).
     state: State,
     /// Carriage v2 was negotiated (`moonbridge.v2`): control messages (Text) are accepted.
     v2: bool,
@@ -93,52 +97,6 @@ pub(crate) struct WsLink<S> {
     stopped_early: bool,
     /// The client offered moves (`MoonBridge-Move: 1`, carriage v2): a draining proxy may send it `move`.
     move_offered: bool,
-}
-
-/// The link's state: the closing handshake has two sides (RFC 6455 §7.1: each endpoint sends a Close and
-/// receives one), each in one of its own few states.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct State {
-    read: Reading,
-    write: Writing,
-}
-
-/// What comes from the player.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reading {
-    /// Frames are read.
-    Open,
-    /// The player broke the carriage: the Close it earned (code and reason) goes out when the link closes.
-    Faulted(u16, &'static str),
-    /// The player's Close arrived (`Some` code, 1005 for a Close without one) or its connection ended
-    /// (`None`): nothing more is read.
-    Closed(PeerClose),
-}
-
-/// What goes to the player.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Writing {
-    /// Frames are written.
-    Open,
-    /// A Close went out: no frame may follow it (RFC 6455 §5.5.1).
-    CloseSent,
-    /// A write failed or was cut off: the frame stream may be broken, so nothing more is written.
-    Broken,
-}
-
-/// How the player's side ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PeerClose {
-    /// The code of the player's Close (1005 for a Close without one); `None` when the connection ended without
-    /// a Close.
-    pub(crate) code: Option<u16>,
-    /// The Close was 1000 with the reason `moved`: the player left after a move (docs/carriage.md).
-    pub(crate) moved: bool,
-}
-
-impl PeerClose {
-    /// The connection ended without a Close.
-    pub(crate) const ENDED: Self = Self { code: None, moved: false };
 }
 
 /// What one decode turn turned up besides stream bytes: the event the relay acts on.
@@ -187,7 +145,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             keepalive,
             tick,
             write_stall,
-            state: State { read: Reading::Open, write: Writing::Open },
+            state: State::Open,
             v2: false,
             stream_in: 0,
             stream_out: 0,
@@ -327,10 +285,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// already sent; then, unless the player's Close already arrived, a brief wait for it (so the TCP close
     /// does not race it); then the transport's own close (TLS close_notify, FIN).
     pub(crate) async fn close(&mut self, code: u16, reason: &'static str) {
-        let (code, reason) = match self.state.read {
-            Reading::Faulted(code, reason) => (code, reason),
-            _ => (code, reason),
-        };
+        let (code, reason) = self.state.fault().unwrap_or((code, reason));
         self.send_close(code, reason).await;
         if !self.peer_closed() {
             // Until the player's Close (or EOF): frames are decoded and dropped while the stream is in step;
@@ -364,24 +319,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
 
     /// Records the close code bad input earned (the Close [`WsLink::close`] sends).
     pub(crate) fn fault(&mut self, code: u16, reason: &'static str) {
-        if !matches!(self.state.read, Reading::Closed(_)) {
-            self.state.read = Reading::Faulted(code, reason);
-        }
+        self.state = self.state.faulted(code, reason);
     }
 
     /// The player's connection ended without a Close: nothing more is read.
     pub(crate) fn ended(&mut self) {
-        if !matches!(self.state.read, Reading::Closed(_)) {
-            self.state.read = Reading::Closed(PeerClose::ENDED);
-        }
+        self.state = self.state.peer_ended(PeerClose::ENDED);
     }
 
     /// How the player's side ended, once it did (its Close, or the connection's end).
     pub(crate) fn peer_close(&self) -> Option<PeerClose> {
-        match self.state.read {
-            Reading::Closed(c) => Some(c),
-            _ => None,
-        }
+        self.state.peer_close()
     }
 
     /// The player's side ended: nothing more will be read.
@@ -392,7 +340,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
     /// Both sides of the closing handshake are done: the player's Close arrived (or its connection ended) and
     /// this side's Close went out (or cannot: the stream broke).
     pub(crate) fn closed_both_ways(&self) -> bool {
-        self.peer_closed() && self.state.write != Writing::Open
+        self.peer_closed() && !self.state.writable()
     }
 
     /// The transport's own close (FIN, TLS close_notify) within `limit`, with no Close frame: a lost link's end.
