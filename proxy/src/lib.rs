@@ -108,7 +108,9 @@
 //! 1. `listen/` accepts a connection, takes a `max_connections` permit and a `max_handshaking` slot, and
 //!    runs the transport setup under the handshake deadline (`listen/conn.rs`): the PROXY header
 //!    (`listen/tcp.rs`), or TLS and the HTTP upgrade (`listen/ws.rs`, `listen/upgrade.rs`), which also yield
-//!    the player's real address (`trusted.rs`).
+//!    the player's real address (`trusted.rs`). What the setup opened (`listen/opened.rs`: a new session, a
+//!    player moving here, a resume handed to its session or carried to another instance) is dispatched in
+//!    one place, `listen/conn.rs`.
 //! 2. `session/` reads the handshake through the `session::Player` trait: for a WebSocket player, the
 //!    Binary messages' payloads are the stream (`ws_link/` is where a message becomes stream bytes, in every
 //!    stage). It routes by the handshake host, authenticates in online mode, connects the backend
@@ -120,6 +122,10 @@
 //! 4. `transfer/` takes over a session whose backend sends the player on (BungeeCord `Connect`, a fallback, a
 //!    failover when the backend is lost) or asks the proxy something (the `BungeeCord` channel's requests): the
 //!    relay's backend side becomes the switchboard, on the same sockets.
+//!
+//! `[network]` stands on top of this path, not in it: the core asks the `network::Network` port (`network.rs`,
+//! an optional handle in the state) to admit a name, carry a resume or fetch a move's state; the Redis leases,
+//! the instance links and the drain (`network/`) are opened by `server.rs` alone.
 
 mod auth;
 mod backend;
