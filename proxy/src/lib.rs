@@ -55,6 +55,7 @@
 //! | `ws_link/mod.rs` | the player's WebSocket (`WsLink`, a closed type): its events, carriage v2 control, keepalive, close, counts |
 //! | `ws_link/codec.rs` | its codec: frames in (decode, inflate, close codes for bad input), whole frames out |
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
+//! | `ws_link/tests.rs` | the link's unit tests: its events with real frames through an in-memory stream |
 //! | `resume.rs` | carriage v2 resume: the table of resumable sessions and move tickets (single-use tokens, typed entries), a new link handed to its session |
 //! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
 //! | `network.rs` | `[network]` as the core sees it: the `Network` interface (admit a name, carry a resume, fetch a move's state), claims, link errors |

@@ -32,13 +32,13 @@ use crate::metrics::NetworkMetrics;
 use crate::move_state::MoveAnswer;
 use crate::players::PlayerTable;
 
-pub use link::NetworkError;
-
 /// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
 pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
 /// What a new login reads when `duplicate_login = "refuse_new"`.
 pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
 
+/// The shortest secret accepted, in bytes.
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 /// The longest instance-link request, in bytes of JSON: 4,096.
 pub(crate) const MAX_REQUEST_BYTES: usize = 4096;
 /// An instance link's opening deadline on each side (connect, TLS, both MACs and the request): 5 seconds.
@@ -195,4 +195,41 @@ pub(crate) enum Unservable {
     /// The carried control message does not parse.
     #[error("malformed resume request")]
     MalformedResume,
+}
+
+/// Why the network could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkError {
+    /// `secret_file` could not be read.
+    #[error("network.secret_file {path}: {source}")]
+    SecretRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `secret_file` holds fewer than [`MIN_SECRET_BYTES`] bytes.
+    #[error("network.secret_file {path}: the secret has {len} bytes; at least {} are needed", MIN_SECRET_BYTES)]
+    SecretShort {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Bytes it holds (surrounding whitespace ignored).
+        len: usize,
+    },
+    /// `redis_url` was refused by the Redis client.
+    #[error("network.redis_url: {0}")]
+    Redis(String),
+    /// `peer_bind` could not be bound.
+    #[error("cannot listen on network.peer_bind {bind}: {source}")]
+    PeerBind {
+        /// The address.
+        bind: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `peer_address` is not set, `peer_bind` is unspecified, and the address to advertise could not be
+    /// found from the route to Redis.
+    #[error("network.peer_address: not set, and peer_bind is unspecified; finding this host's address towards Redis failed: {0} (set peer_address)")]
+    PeerAddress(String),
 }

@@ -70,39 +70,30 @@ pub(crate) trait PlayerStream: AsyncRead + AsyncWrite + Unpin + Send + Sized + '
     fn holds(entry: &Entry) -> bool;
 }
 
-impl PlayerStream for TcpStream {
-    fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry {
-        Entry::Ws(tx)
-    }
+/// Implements [`PlayerStream`] for a stream type whose sessions are the entries of one [`Entry`] variant.
+macro_rules! player_stream {
+    ($stream:ty => $variant:ident) => {
+        impl PlayerStream for $stream {
+            fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry {
+                Entry::$variant(tx)
+            }
 
-    fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>> {
-        match entry {
-            Entry::Ws(tx) => Some(tx),
-            _ => None,
+            fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>> {
+                match entry {
+                    Entry::$variant(tx) => Some(tx),
+                    _ => None,
+                }
+            }
+
+            fn holds(entry: &Entry) -> bool {
+                matches!(entry, Entry::$variant(_))
+            }
         }
-    }
-
-    fn holds(entry: &Entry) -> bool {
-        matches!(entry, Entry::Ws(_))
-    }
+    };
 }
 
-impl PlayerStream for TlsStream<TcpStream> {
-    fn entry(tx: ResumptionTx<WsLink<Self>>) -> Entry {
-        Entry::Wss(tx)
-    }
-
-    fn session(entry: Entry) -> Option<ResumptionTx<WsLink<Self>>> {
-        match entry {
-            Entry::Wss(tx) => Some(tx),
-            _ => None,
-        }
-    }
-
-    fn holds(entry: &Entry) -> bool {
-        matches!(entry, Entry::Wss(_))
-    }
-}
+player_stream!(TcpStream => Ws);
+player_stream!(TlsStream<TcpStream> => Wss);
 
 /// What a v2 relay needs besides [`crate::relay::RelayStart`].
 pub(crate) struct ResumeStart {

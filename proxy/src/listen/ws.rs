@@ -12,7 +12,7 @@ use moonbridge_protocol::ws as carriage;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::carry::Carried;
 use super::opened::Opening;
@@ -182,8 +182,8 @@ async fn carry<S: PlayerStream>(
             let (stream, leftover) = link.into_raw();
             Opening::Carried(Carried::new(stream, leftover, carrier, stall, client))
         }
-        Err(e) => {
-            info!(client = %client, "resume for another instance: {e}");
+        Err(_) => {
+            // The network logged why (with the owner's address).
             let refusal = Refusal::OTHER_INSTANCE;
             metrics.resume(refusal.outcome);
             link.close(refusal.code, refusal.reason).await;

@@ -26,53 +26,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{CarriedResume, LinkStream};
-pub(crate) use super::{LinkError, AUTH_TIMEOUT, MAX_REQUEST_BYTES};
+pub(crate) use super::{LinkError, NetworkError, AUTH_TIMEOUT, MAX_REQUEST_BYTES, MIN_SECRET_BYTES};
 
 /// The first bytes of a plain link (a TLS link starts with a TLS ClientHello, byte `0x16`).
 pub(crate) const MAGIC: &[u8; 8] = b"MBLINK1\n";
-/// The shortest secret accepted, in bytes.
-pub(crate) const MIN_SECRET_BYTES: usize = 32;
 /// The RFC 5705 exporter label that binds a TLS link's MACs to its TLS session.
 pub(crate) const EXPORTER_LABEL: &[u8] = b"EXPORTER-moonbridge-instance-link";
 const NONCE_LEN: usize = 32;
 const MAC_LEN: usize = 32;
-
-/// Why the network could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NetworkError {
-    /// `secret_file` could not be read.
-    #[error("network.secret_file {path}: {source}")]
-    SecretRead {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// `secret_file` holds fewer than [`MIN_SECRET_BYTES`] bytes.
-    #[error("network.secret_file {path}: the secret has {len} bytes; at least {} are needed", MIN_SECRET_BYTES)]
-    SecretShort {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Bytes it holds (surrounding whitespace ignored).
-        len: usize,
-    },
-    /// `redis_url` was refused by the Redis client.
-    #[error("network.redis_url: {0}")]
-    Redis(String),
-    /// `peer_bind` could not be bound.
-    #[error("cannot listen on network.peer_bind {bind}: {source}")]
-    PeerBind {
-        /// The address.
-        bind: SocketAddr,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// `peer_address` is not set, `peer_bind` is unspecified, and the address to advertise could not be
-    /// found from the route to Redis.
-    #[error("network.peer_address: not set, and peer_bind is unspecified; finding this host's address towards Redis failed: {0} (set peer_address)")]
-    PeerAddress(String),
-}
 
 /// The network's shared secret, as an HMAC-SHA-256 key.
 pub(crate) struct Secret(hmac::Key);

@@ -1,5 +1,5 @@
 //! The instance-link listener (`[network] peer_bind`): what other instances of the network ask of this one
-//! ([`serve`]), and the opening of a link that carries a resume that belongs elsewhere ([`open_carrier`]).
+//! ([`serve`]). The dialler's side of a link that carries a resume is `super::link::open_carrier`.
 //!
 //! A resume carried over a link becomes, at the owner, a WebSocket over the link: the owner's session adopts
 //! it exactly as it adopts a player's new connection (`relay::ws_resume`), with the carriage the player
@@ -169,7 +169,7 @@ async fn answer<S: PlayerStream>(
                 return Err(LinkError::BadRequest(Unservable::MalformedResume));
             };
             let outcome = deliver_resumption(link, control, &state.resume, &state.metrics, &state.bad_input_log).await;
-            info!(client = %client, via = %peer, %outcome, "resume carried over an instance link");
+            info!(client = %client, via = %peer, outcome = outcome.as_str(), "resume carried over an instance link");
             Ok(())
         }
     }

@@ -540,8 +540,14 @@ impl Network for RedisNetwork {
     fn carry(&self, owner: &str, resume: CarriedResume) -> Option<BoxFuture<'_, Result<Carrier, LinkError>>> {
         let peer = self.peer_of(owner).filter(|_| owner != self.id)?;
         Some(Box::pin(async move {
-            let stream = link::open_carrier(&peer, &self.secret, resume).await?;
-            Ok(Carrier { stream, metrics: self.metrics.clone(), stop: self.stop.clone() })
+            let client = resume.client;
+            match link::open_carrier(&peer, &self.secret, resume).await {
+                Ok(stream) => Ok(Carrier { stream, metrics: self.metrics.clone(), stop: self.stop.clone() }),
+                Err(e) => {
+                    info!(client = %client, peer = %peer, "resume for another instance: {e}");
+                    Err(e)
+                }
+            }
         }))
     }
 

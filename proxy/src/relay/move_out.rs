@@ -34,12 +34,33 @@ pub(crate) const MOVE_WAIT: Duration = Duration::from_secs(12);
 /// How a move ended for the draining relay.
 pub(super) enum MoveEnd<L> {
     /// Not moved: the relay goes on (the player said `stay`, the hand-over was refused, the wait ended before
-    /// anyone asked, or the instance stops before anyone asked: the relay then sends the shutdown message).
-    Stay,
+    /// anyone asked, or the instance stops before anyone asked: the relay then sends the shutdown message),
+    /// with the highest `ack` the player sent meanwhile, to apply first.
+    Stay(Option<u64>),
     /// The session is over here (moved, or ended while moving).
     Over(RelayEnd),
     /// The link was lost or taken over meanwhile: the v2 relay handles it as usual.
     Stretch(StretchEnd<L>),
+}
+
+/// The carriage v2 control messages the player sent while the relay waited for the move: the highest `ack`
+/// (cumulative, applied when the relay goes on) and a `stay`.
+#[derive(Default)]
+struct Heard {
+    ack: Option<u64>,
+    stay: bool,
+}
+
+impl Heard {
+    /// Notes `turn` when it is a control message; true when it was one.
+    fn note(&mut self, turn: &Turn) -> bool {
+        match turn {
+            Turn::Ack(n) => self.ack = Some(self.ack.map_or(*n, |a| a.max(*n))),
+            Turn::Stay => self.stay = true,
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// What the draining relay's wait turned up.
@@ -70,7 +91,7 @@ pub(super) async fn move_out<S: PlayerStream>(
     pipe: &mut Pipe<'_>,
     r: &mut Resumable<WsLink<S>>,
 ) -> MoveEnd<WsLink<S>> {
-    let Some(board) = pipe.backend.board() else { return MoveEnd::Stay };
+    let Some(board) = pipe.backend.board() else { return MoveEnd::Stay(None) };
     board.take_move_request();
     let player = board.player_name().to_string();
     let (tx, mut rx) = mpsc::channel::<Take>(1);
@@ -84,6 +105,7 @@ pub(super) async fn move_out<S: PlayerStream>(
     let mut deadline = tokio::time::Instant::now() + MOVE_WAIT;
     let mut batch = BytesMut::new();
     let mut handed = false;
+    let mut heard = Heard::default();
     let stall = pipe.up.stall;
     let shutdown = pipe.shutdown;
     loop {
@@ -100,13 +122,13 @@ pub(super) async fn move_out<S: PlayerStream>(
         };
         match event {
             Event::Take(take) => {
-                let answer = hand_over(link, pipe, &take).await;
+                let answer = hand_over(link, pipe, &take, &mut heard).await;
                 let state = matches!(answer, MoveAnswer::State(_));
                 if let MoveAnswer::Refused { why } = &answer {
                     info!(player = %player, "draining: the move was refused here: {why}");
                     metrics.drain_move(DrainMove::Failed);
                     let _ = take.reply.send(answer);
-                    return MoveEnd::Stay;
+                    return MoveEnd::Stay(heard.ack);
                 }
                 // Handed over only when the other instance got it (it may have given up waiting).
                 handed = state && take.reply.send(answer).is_ok();
@@ -121,7 +143,7 @@ pub(super) async fn move_out<S: PlayerStream>(
             Event::Shutdown => {
                 info!(player = %player, "draining: the session ends (shutdown or kick) before the move; the player stays");
                 metrics.drain_move(DrainMove::Failed);
-                return MoveEnd::Stay;
+                return MoveEnd::Stay(heard.ack);
             }
             Event::Timeout => {
                 metrics.drain_move(DrainMove::Failed);
@@ -132,7 +154,7 @@ pub(super) async fn move_out<S: PlayerStream>(
                     return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
                 }
                 info!(player = %player, "draining: no instance asked for the player within {}s; the player stays", MOVE_WAIT.as_secs());
-                return MoveEnd::Stay;
+                return MoveEnd::Stay(heard.ack);
             }
             Event::Read(Some(res)) => {
                 if !matches!(res, Ok(n) if n > 0) {
@@ -144,9 +166,10 @@ pub(super) async fn move_out<S: PlayerStream>(
             Event::Read(None) => {}
         }
         let turn = link.decode(&mut batch, RELAY_CHUNK).await;
+        heard.note(&turn);
         // After a `stay`, what the client sent behind it goes on here too (it follows the `stay` on the wire,
         // and is decoded once the relay goes on).
-        if !batch.is_empty() && (!handed || matches!(turn, Turn::Stay)) {
+        if !batch.is_empty() && (!handed || heard.stay) {
             // Bytes the player sent before it read `move`: they reach the backend as usual.
             pipe.up.process_owned(&mut batch);
             if let Err(e) = pipe.backend.write_all(&batch, stall).await {
@@ -160,16 +183,16 @@ pub(super) async fn move_out<S: PlayerStream>(
         batch.clear();
         // Also after the state was handed over: the other instance refused once the backend turned the
         // second login away, and the player goes on here.
-        if matches!(turn, Turn::Stay) {
+        if heard.stay {
             if let Some(board) = pipe.backend.board() {
                 board.handed_away(false);
             }
             info!(player = %player, "draining: the move was refused at the other instance; the player stays");
             metrics.drain_move(DrainMove::Failed);
-            return MoveEnd::Stay;
+            return MoveEnd::Stay(heard.ack);
         }
         match turn {
-            // An `ack` while moving: the draining instance retains nothing more for this link.
+            // An `ack` is kept for when the relay goes on ([`Heard`]).
             Turn::Continue | Turn::Ack(_) | Turn::Stay => {}
             Turn::Closed(c) => return left(handed, r, pipe, (&metrics, &player), (c, "Close")).await,
             // A Pong that could not be written: the link is lost, not broken by the player.
@@ -217,7 +240,12 @@ async fn left<S: PlayerStream>(
 
 /// Answers the other instance's request: the counts must match, the player's bytes up to `take.sent`
 /// reach the backend (at most [`CATCH_UP_TIMEOUT`]), then the switchboard's state.
-async fn hand_over<S: PlayerStream>(link: &mut WsLink<S>, pipe: &mut Pipe<'_>, take: &Take) -> MoveAnswer {
+async fn hand_over<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    take: &Take,
+    heard: &mut Heard,
+) -> MoveAnswer {
     let refused = |why: String| MoveAnswer::Refused { why };
     let (_, sent) = link.counts();
     if take.received != sent {
@@ -238,7 +266,8 @@ async fn hand_over<S: PlayerStream>(link: &mut WsLink<S>, pipe: &mut Pipe<'_>, t
             pipe.up.process_owned(&mut batch);
             pipe.backend.write_all(&batch, stall).await.map_err(|e| format!("backend write failed: {e}"))?;
             batch.clear();
-            if !matches!(turn, Turn::Continue) {
+            // A control message (the client's acks go on meanwhile) stops a turn, not the catch-up.
+            if !matches!(turn, Turn::Continue) && !heard.note(&turn) {
                 return Err("the old connection ended".to_string());
             }
         }
@@ -261,5 +290,28 @@ async fn hand_over<S: PlayerStream>(link: &mut WsLink<S>, pipe: &mut Pipe<'_>, t
             MoveAnswer::State(Box::new(state))
         }
         Err(why) => refused(why.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_messages_while_moving_are_kept_and_do_not_end_the_catch_up() {
+        let mut heard = Heard::default();
+        // The catch-up goes on past a control message (the client's acks come among its bytes) ...
+        assert!(heard.note(&Turn::Ack(10)));
+        assert!(heard.note(&Turn::Ack(7)));
+        assert!(heard.note(&Turn::Ack(12)));
+        assert_eq!(heard.ack, Some(12), "the highest ack, applied when the relay goes on");
+        assert!(!heard.stay);
+        assert!(heard.note(&Turn::Stay));
+        assert!(heard.stay);
+        // ... and stops at anything else that is not plain data.
+        assert!(!heard.note(&Turn::Continue));
+        assert!(!heard.note(&Turn::Closed(PeerClose::ENDED)));
+        assert!(!heard.note(&Turn::Lost(io::Error::other("x"))));
+        assert!(!heard.note(&Turn::Fault(io::Error::other("x"))));
     }
 }

@@ -63,6 +63,12 @@ impl Inbound {
         Self { batch: BytesMut::new(), pending: Turn::Continue }
     }
 
+    /// Nothing decoded yet but the player's highest `ack` so far, applied first (a relay going on after a
+    /// move that did not happen).
+    pub(super) fn acked(ack: Option<u64>) -> Self {
+        Self { batch: BytesMut::new(), pending: ack.map_or(Turn::Continue, Turn::Ack) }
+    }
+
     /// What the relay starts with ([`WsLink::first_inbound`]).
     pub(super) async fn first<S: PlayerStream>(link: &mut WsLink<S>) -> Self {
         let (batch, pending) = link.first_inbound(RELAY_CHUNK).await;

@@ -115,7 +115,7 @@ async fn stretches<S: PlayerStream>(
             StretchEnd::End(end) => return end,
             StretchEnd::Move => {
                 step = match move_out(link, pipe, r).await {
-                    MoveEnd::Stay => pump(link, pipe, Some(&mut *r), Inbound::empty()).await,
+                    MoveEnd::Stay(ack) => pump(link, pipe, Some(&mut *r), Inbound::acked(ack)).await,
                     MoveEnd::Over(end) => return end,
                     MoveEnd::Stretch(s) => s,
                 };
@@ -317,12 +317,13 @@ pub(crate) enum Delivered {
     Refused(ResumeOutcome),
 }
 
-impl std::fmt::Display for Delivered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Delivered {
+    /// The outcome as the log names it.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Self::HandedOver => f.write_str("handed_over"),
-            Self::BadRequest => f.write_str("bad_request"),
-            Self::Refused(outcome) => f.write_str(outcome.as_str()),
+            Self::HandedOver => "handed_over",
+            Self::BadRequest => "bad_request",
+            Self::Refused(outcome) => outcome.as_str(),
         }
     }
 }

@@ -154,8 +154,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             }
         };
         if !pongs.is_empty() {
+            // Lost when they cannot be written, unless the player broke the carriage first (then the fault ends
+            // the session).
+            let faulted = self.state.fault().is_some();
             if let Err(e) = self.write_frame(&pongs).await {
-                return Turn::Lost(e);
+                return if faulted { Turn::Fault(e) } else { Turn::Lost(e) };
             }
         }
         turn

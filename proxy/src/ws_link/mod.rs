@@ -44,6 +44,8 @@ use crate::wire::LINGER;
 pub(crate) mod codec;
 pub(crate) mod stage;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use state::PeerClose;
 use state::State;

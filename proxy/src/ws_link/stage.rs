@@ -35,7 +35,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         }
         loop {
             match self.decode(buf, before + WS_READ_CHUNK).await {
-                Turn::Continue | Turn::Ack(_) | Turn::Stay => {}
+                Turn::Ack(n) => self.early_ack(n)?,
+                Turn::Continue | Turn::Stay => {}
                 Turn::Closed(_) => return Ok(buf.len() - before),
                 Turn::Fault(e) | Turn::Lost(e) => return Err(e),
             }
@@ -53,6 +54,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                 return Ok(0);
             }
         }
+    }
+
+    /// An `ack` before the relay: nothing is retained yet (the relay retains only what it sends), so it only
+    /// has to be within what was sent; past it, it earns 1002 as in the relay.
+    fn early_ack(&mut self, n: u64) -> io::Result<()> {
+        if n <= self.stream_out {
+            return Ok(());
+        }
+        self.fault(moonbridge_protocol::ws::CLOSE_PROTOCOL_ERROR, "ack past the bytes sent");
+        Err(io::Error::new(io::ErrorKind::InvalidData, format!("ack of {n} bytes, {} were sent", self.stream_out)))
     }
 
     /// Runs `work` while keeping the player's WebSocket alive: Pings on the keepalive schedule, Pongs to the
@@ -90,7 +101,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
                         self.early = early;
                         match turn {
                             // A control message stops the turn: what follows it is decoded too.
-                            Turn::Ack(_) | Turn::Stay => continue,
+                            Turn::Ack(n) => {
+                                if let Err(e) = self.early_ack(n) {
+                                    return Err(PlayerGone::Fault(e.to_string()));
+                                }
+                            }
+                            Turn::Stay => {}
                             Turn::Continue => break,
                             Turn::Closed(_) => return Err(PlayerGone::Left("closed".into())),
                             Turn::Fault(e) | Turn::Lost(e) => return Err(PlayerGone::Fault(e.to_string())),

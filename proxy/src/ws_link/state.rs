@@ -24,7 +24,7 @@ pub(super) enum State {
     /// Frames go both ways.
     Open,
     /// The player broke the carriage: the Close it earned (code and reason) goes out when the link closes.
-    /// Nothing more is read.
+    /// Its session ends: whoever reads the link stops at the fault.
     Faulted(u16, &'static str),
     /// The player's side ended (its Close, or the connection's end) and this side's Close has not gone out.
     PeerClosed(PeerClose),
