@@ -97,7 +97,7 @@
 //! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client, a carried resume's link |
 //! | `network/moves.rs` | moving a player off a draining instance: the drain's pacing, the state over an instance link |
 //! | `network/redis.rs` | `RedisNetwork`: leases in Redis, the other instances' players, one session per name |
-//! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests |
+//! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests; the address others dial |
 //! | `memory.rs` | freed memory back to the operating system after sessions end (glibc `malloc_trim`) |
 //! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
 //! | `server.rs` | the server's lifecycle: binding, graceful shutdown, reload, stats |

@@ -19,7 +19,7 @@ use tracing::info;
 
 use super::link::{self, Request};
 use super::redis::RedisNetwork;
-use super::{LinkError, Unservable, AUTH_TIMEOUT};
+use super::{LinkError, NetworkError, Unservable, AUTH_TIMEOUT};
 use crate::config::WsSettings;
 use crate::move_state::MoveAnswer;
 use crate::relay::ws_resume::deliver_resumption;
@@ -172,5 +172,43 @@ async fn answer<S: PlayerStream>(
             info!(client = %client, via = %peer, outcome = outcome.as_str(), "resume carried over an instance link");
             Ok(())
         }
+    }
+}
+
+/// The address this host advertises when `peer_bind` is unspecified and `peer_address` is not set: the local
+/// IP its route to the Redis host uses (a UDP socket connected there; nothing is sent), with `port`.
+///
+/// # Errors
+/// [`NetworkError::PeerAddress`] when the Redis URL names a Unix socket, its host does not resolve, or no
+/// route leads there.
+pub(crate) fn route_to_redis(redis_url: &str, port: u16) -> Result<String, NetworkError> {
+    let fail = |why: String| NetworkError::PeerAddress(why);
+    let info = redis::IntoConnectionInfo::into_connection_info(redis_url).map_err(|e| fail(e.to_string()))?;
+    let (host, redis_port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(h, p) | redis::ConnectionAddr::TcpTls { host: h, port: p, .. } => (h.clone(), *p),
+        _ => return Err(fail("the Redis URL names a Unix socket".into())),
+    };
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), redis_port))
+        .map_err(|e| fail(format!("{host}: {e}")))?
+        .next()
+        .ok_or_else(|| fail(format!("{host} has no address")))?;
+    let any: std::net::SocketAddr =
+        if target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let socket = std::net::UdpSocket::bind(any).map_err(|e| fail(e.to_string()))?;
+    socket.connect(target).map_err(|e| fail(format!("no route to {target}: {e}")))?;
+    let local = socket.local_addr().map_err(|e| fail(e.to_string()))?;
+    Ok(std::net::SocketAddr::new(local.ip(), port).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advertised_address_follows_the_route_to_redis() {
+        assert_eq!(route_to_redis("redis://127.0.0.1:6379/0", 25600).ok().as_deref(), Some("127.0.0.1:25600"));
+        assert_eq!(route_to_redis("rediss://[::1]:6380/", 7).ok().as_deref(), Some("[::1]:7"));
+        let unix = route_to_redis("redis+unix:///run/redis.sock", 25600);
+        assert!(matches!(unix, Err(NetworkError::PeerAddress(ref m)) if m.contains("Unix socket")), "{unix:?}");
     }
 }
