@@ -41,12 +41,23 @@ fuzz_target!(|data: &[u8]| {
     filter(data);
 });
 
+/// The frame limit a run uses: vanilla's 2 MiB, or GT New Horizons' 256 MiB when bit 6 of the first byte is set.
+fn limit_of(cut: u8) -> usize {
+    if cut & 0x40 != 0 {
+        256 << 20
+    } else {
+        MAX_FRAME_LEN
+    }
+}
+
 /// Filters `data` as the relay filters a player's stream, in batches cut as [`watch`] cuts them, and checks it
 /// against a frame decoder's reading of the same stream.
 fn filter(data: &[u8]) {
     let Some((&cut, stream)) = data.split_first() else { return };
     let size = usize::from(cut % 64) + 1;
-    let mut filter = ServerboundFilter::new();
+    // Vanilla's limit, or GT New Horizons' (5-byte prefixes): the reference decoder uses the same.
+    let limit = limit_of(cut);
+    let mut filter = ServerboundFilter::with_limit(limit);
     let mut passed = Vec::new();
     let mut held = Vec::new();
     for piece in stream.chunks(size) {
@@ -58,7 +69,7 @@ fn filter(data: &[u8]) {
         held = batch[f.pass..f.pass + f.held].to_vec();
     }
     // The reference: whole frames, the `BungeeCord` Plugin Messages (C17) left out.
-    let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
+    let mut frames = FrameDecoder::new(limit);
     frames.queue_slice(stream);
     let mut expected = Vec::new();
     let mut taken = 0;
@@ -92,7 +103,7 @@ fn filter(data: &[u8]) {
 fn watch(data: &[u8]) {
     let Some((&cut, stream)) = data.split_first() else { return };
     let size = usize::from(cut % 64) + 1;
-    let mut watch = ClientboundWatch::new(cut & 0x80 != 0);
+    let mut watch = ClientboundWatch::new(cut & 0x80 != 0, limit_of(cut));
     let mut passed = Vec::new();
     let mut held = Vec::new();
     for piece in stream.chunks(size) {

@@ -8,9 +8,10 @@ use crate::varint::VarIntDecodeError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FrameError {
-    /// The length prefix did not end within [`crate::frame::MAX_LENGTH_PREFIX`] (3) bytes, so the declared
-    /// length is over 2,097,151 bytes (cases such as `80 80 80 01` or an endless run of `FF`).
-    #[error("frame length prefix is longer than 3 bytes (declared length over 2097151)")]
+    /// The length prefix did not end within the bytes the reader's limit allows ([`crate::frame::prefix_width`]:
+    /// 3 for a vanilla limit, so the declared length is over 2,097,151 bytes; cases such as `80 80 80 01` or an
+    /// endless run of `FF`).
+    #[error("frame length prefix is wider than the frame limit allows")]
     LengthPrefixTooLong,
     /// The length prefix declared 0 bytes; every frame holds at least a packet id.
     #[error("frame of length 0")]
@@ -87,8 +88,8 @@ pub enum DecodeError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
-    /// The encoded frame body would exceed [`crate::frame::MAX_FRAME_LEN`].
-    #[error("packet of {0} bytes is over the 2097151-byte frame limit")]
+    /// The encoded frame body would exceed the frame limit ([`crate::frame::MAX_FRAME_LEN`] for vanilla).
+    #[error("packet of {0} bytes is over the frame limit")]
     FrameTooLarge(usize),
     /// A string is longer than the field allows.
     #[error("string field `{field}` is too long ({len} > {max})")]

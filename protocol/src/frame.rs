@@ -4,6 +4,11 @@
 //! (`MessageDeserializer2`), so a body is at most 2,097,151 bytes and a prefix that still has its continuation
 //! bit set in its third byte is an error. A length of 0 cannot hold a packet id and is refused too.
 //!
+//! GT New Horizons' Hodgepodge (`increasePacketSizeLimit`, `packetSizeLimit` = 256 MiB by default) reads and
+//! writes prefixes of up to 5 bytes, on the server and the client alike. Every reader here therefore takes a
+//! limit in bytes, and the prefix may be as wide as that limit needs ([`prefix_width`]: 3 bytes up to
+//! [`MAX_FRAME_LEN`], so a vanilla limit keeps the vanilla rule, 5 bytes for 256 MiB), never wider.
+//!
 //! [`FrameDecoder`] is sans-IO, shaped like valence_protocol's decoder: the caller queues bytes it read and
 //! asks for the next complete frame. The declared length is checked against the limit as soon as the prefix is
 //! complete, before the decoder waits for (and so before the caller buffers) the body.
@@ -13,11 +18,42 @@ use bytes::{Buf, BufMut, BytesMut};
 use crate::error::{EncodeError, FrameError};
 use crate::varint::{decode_bounded, VarInt, VarIntDecodeError};
 
-/// Largest frame body in bytes: the largest value of a 3-byte VarInt (`FF FF 7F`).
+/// Largest frame body in vanilla 1.7.10, in bytes: the largest value of a 3-byte VarInt (`FF FF 7F`).
 pub const MAX_FRAME_LEN: usize = 2_097_151;
 
-/// Largest number of bytes in a frame length prefix.
-pub const MAX_LENGTH_PREFIX: usize = 3;
+/// Largest frame body any dialect can declare, in bytes: a Java `int` (a 5-byte prefix).
+pub const MAX_WIDE_FRAME_LEN: usize = i32::MAX as usize;
+
+/// Largest number of bytes in a frame length prefix of any dialect (a VarInt's most).
+pub const MAX_LENGTH_PREFIX: usize = VarInt::MAX_SIZE;
+
+/// Largest number of bytes in a vanilla frame length prefix.
+pub const VANILLA_LENGTH_PREFIX: usize = 3;
+
+/// How many bytes a length prefix may take under a limit of `max_frame_len` bytes: the VarInt width of the
+/// limit, and never less than vanilla's 3 (a tight limit refuses a long frame as too large, not as a bad
+/// prefix).
+///
+/// ```
+/// use moonbridge_protocol::frame::prefix_width;
+/// assert_eq!(prefix_width(64), 3);
+/// assert_eq!(prefix_width(2_097_151), 3);
+/// assert_eq!(prefix_width(2_097_152), 4);
+/// assert_eq!(prefix_width(256 << 20), 5);
+/// ```
+pub const fn prefix_width(max_frame_len: usize) -> usize {
+    let mut width = 1;
+    let mut rest = max_frame_len >> 7;
+    while rest > 0 && width < MAX_LENGTH_PREFIX {
+        width += 1;
+        rest >>= 7;
+    }
+    if width < VANILLA_LENGTH_PREFIX {
+        VANILLA_LENGTH_PREFIX
+    } else {
+        width
+    }
+}
 
 /// One frame taken off the stream: its packet id and the fields after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,11 +64,24 @@ pub struct Frame {
     pub body: BytesMut,
 }
 
-/// Outcome of reading a length prefix at the start of a buffer.
-pub(crate) fn read_length_prefix(buf: &[u8]) -> Result<Option<(usize, usize)>, FrameError> {
-    match decode_bounded(buf, MAX_LENGTH_PREFIX) {
-        // A 3-byte VarInt is at most 2^21 - 1, so this cannot truncate.
-        Ok((len, n)) => Ok(Some((len as usize, n))),
+/// Reads a length prefix at the start of `buf` under a limit of `max_frame_len` bytes: `Ok(Some((length,
+/// prefix bytes)))`, `Ok(None)` while incomplete.
+///
+/// # Errors
+/// [`FrameError::LengthPrefixTooLong`] past [`prefix_width`]; [`FrameError::Empty`] for 0;
+/// [`FrameError::TooLarge`] over the limit.
+pub(crate) fn read_length_prefix(buf: &[u8], max_frame_len: usize) -> Result<Option<(usize, usize)>, FrameError> {
+    match decode_bounded(buf, prefix_width(max_frame_len)) {
+        Ok((0, _)) => Err(FrameError::Empty),
+        // A 5-byte VarInt is at most 2^35 - 1: no truncation on 64-bit targets, and saturated elsewhere.
+        Ok((len, n)) => {
+            let len = usize::try_from(len).unwrap_or(usize::MAX);
+            if len > max_frame_len {
+                Err(FrameError::TooLarge { len, max: max_frame_len })
+            } else {
+                Ok(Some((len, n)))
+            }
+        }
         Err(VarIntDecodeError::Incomplete) => Ok(None),
         Err(VarIntDecodeError::TooLong) => Err(FrameError::LengthPrefixTooLong),
     }
@@ -56,14 +105,15 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
-    /// A decoder that refuses bodies longer than `max_frame_len` bytes (clamped to [`MAX_FRAME_LEN`]).
+    /// A decoder that refuses bodies longer than `max_frame_len` bytes (clamped to [`MAX_WIDE_FRAME_LEN`]);
+    /// its prefixes may be [`prefix_width`] bytes wide.
     pub fn new(max_frame_len: usize) -> Self {
-        Self { buf: BytesMut::new(), max_frame_len: max_frame_len.min(MAX_FRAME_LEN) }
+        Self { buf: BytesMut::new(), max_frame_len: max_frame_len.min(MAX_WIDE_FRAME_LEN) }
     }
 
     /// Changes the limit for frames not yet returned (for example after the handshake stage).
     pub fn set_max_frame_len(&mut self, max_frame_len: usize) {
-        self.max_frame_len = max_frame_len.min(MAX_FRAME_LEN);
+        self.max_frame_len = max_frame_len.min(MAX_WIDE_FRAME_LEN);
     }
 
     /// The current limit in bytes.
@@ -98,22 +148,9 @@ impl FrameDecoder {
     /// # Errors
     /// As [`Self::try_next_frame`] for a bad prefix.
     pub fn bytes_wanted(&self) -> Result<usize, FrameError> {
-        match read_length_prefix(&self.buf)? {
+        match read_length_prefix(&self.buf, self.max_frame_len)? {
             None => Ok(1),
-            Some((len, n)) => {
-                self.check_len(len)?;
-                Ok((n + len).saturating_sub(self.buf.len()))
-            }
-        }
-    }
-
-    fn check_len(&self, len: usize) -> Result<(), FrameError> {
-        if len == 0 {
-            Err(FrameError::Empty)
-        } else if len > self.max_frame_len {
-            Err(FrameError::TooLarge { len, max: self.max_frame_len })
-        } else {
-            Ok(())
+            Some((len, n)) => Ok((n + len).saturating_sub(self.buf.len())),
         }
     }
 
@@ -124,10 +161,9 @@ impl FrameDecoder {
     /// prefix shows it (without waiting for the body); [`FrameError::BadPacketId`] when the body does not start
     /// with a VarInt. After an error the stream cannot be resynchronised.
     pub fn try_next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        let Some((len, n)) = read_length_prefix(&self.buf)? else {
+        let Some((len, n)) = read_length_prefix(&self.buf, self.max_frame_len)? else {
             return Ok(None);
         };
-        self.check_len(len)?;
         if self.buf.len() < n + len {
             return Ok(None);
         }
@@ -177,6 +213,15 @@ mod take_passing_tests {
         assert_eq!(big.buffered().len(), 4, "nothing taken before the error");
         assert_eq!(passing_len(&[2, 1, 9, 1, 1, 3, 5, 7, 7], 16, |id, _| id == 1), Ok(5));
         assert_eq!(passing_len(&[1, 1, 0], 16, |_, _| true), Err(FrameError::Empty));
+        // A run may end inside a frame that passes on its head: its rest is owed.
+        let stream = [2, 1, 9, 6, 1, 7, 7, 7];
+        assert_eq!(passing_run(&stream, 16, 2, |id, _| id == 1), Ok(Run { len: 8, owed: 2 }));
+        assert_eq!(passing_run(&stream, 16, 2, |id, f| id == 1 && f.len() < 2), Ok(Run { len: 3, owed: 0 }));
+        assert_eq!(passing_run(&stream[..4], 16, 2, |_, _| true), Ok(Run { len: 3, owed: 0 }), "too little head");
+        assert_eq!(passing_run(&stream, 16, 2, |id, _| id == 5), Ok(Run { len: 0, owed: 0 }));
+        // A whole frame refused stays whole.
+        assert_eq!(passing_run(&[2, 5, 1, 2, 1, 0], 16, 2, |id, _| id == 1), Ok(Run { len: 0, owed: 0 }));
+        assert_eq!(passing_run(&[0], 16, 2, |_, _| true), Err(FrameError::Empty));
     }
 }
 
@@ -194,13 +239,7 @@ pub fn passing_len(
     let mut at = 0;
     loop {
         let rest = buf.get(at..).unwrap_or_default();
-        let Some((len, n)) = read_length_prefix(rest)? else { return Ok(at) };
-        if len == 0 {
-            return Err(FrameError::Empty);
-        }
-        if len > max_frame_len {
-            return Err(FrameError::TooLarge { len, max: max_frame_len });
-        }
+        let Some((len, n)) = read_length_prefix(rest, max_frame_len)? else { return Ok(at) };
         let Some(body) = rest.get(n..n + len) else { return Ok(at) };
         let (id, k) = VarInt::decode_partial(body).map_err(|_| FrameError::BadPacketId)?;
         if !pass(id, body.get(k..).unwrap_or_default()) {
@@ -210,18 +249,84 @@ pub fn passing_len(
     }
 }
 
+/// What [`passing_run`] found at the start of a buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Bytes from the start that may go on as they are.
+    pub len: usize,
+    /// Body bytes of the last frame of the run that are not in the buffer yet (0 when the run ends with a whole
+    /// frame): they may go on as they arrive, before anything else.
+    pub owed: usize,
+}
+
+/// The start of the frame at the start of a buffer, once its head is there ([`frame_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head<'a> {
+    /// The declared body length in bytes (packet id included).
+    pub len: usize,
+    /// Bytes of the length prefix.
+    pub prefix: usize,
+    /// The packet id.
+    pub id: i32,
+    /// The fields after the packet id, as far as they are in the buffer (at most the frame's).
+    pub fields: &'a [u8],
+}
+
+impl Head<'_> {
+    /// Bytes of the frame (prefix and body) in all.
+    pub fn total(&self) -> usize {
+        self.prefix + self.len
+    }
+}
+
+/// The frame at the start of `buf` once its first `head` body bytes (or all of a shorter body) are there;
+/// `Ok(None)` before.
+///
+/// # Errors
+/// As [`FrameDecoder::try_next_frame`] (with `max_frame_len` as its limit).
+pub fn frame_head(buf: &[u8], max_frame_len: usize, head: usize) -> Result<Option<Head<'_>>, FrameError> {
+    let Some((len, prefix)) = read_length_prefix(buf, max_frame_len)? else { return Ok(None) };
+    let body = buf.get(prefix..).unwrap_or_default();
+    let body = body.get(..len.min(body.len())).unwrap_or_default();
+    if body.len() < len.min(head) {
+        return Ok(None);
+    }
+    let (id, k) = VarInt::decode_partial(body).map_err(|_| FrameError::BadPacketId)?;
+    Ok(Some(Head { len, prefix, id, fields: body.get(k..).unwrap_or_default() }))
+}
+
+/// [`passing_len`], and then the start of one more frame that `pass` lets through on its first `head` body
+/// bytes (or all of a shorter body): a relay passes a large frame nobody looks into as it arrives, never
+/// holding it whole. `pass` sees the fields after the packet id as far as they came.
+///
+/// # Errors
+/// As [`passing_len`].
+pub fn passing_run(
+    buf: &[u8],
+    max_frame_len: usize,
+    head: usize,
+    mut pass: impl FnMut(i32, &[u8]) -> bool,
+) -> Result<Run, FrameError> {
+    let at = passing_len(buf, max_frame_len, &mut pass)?;
+    let rest = buf.get(at..).unwrap_or_default();
+    match frame_head(rest, max_frame_len, head)? {
+        Some(h) if h.total() > rest.len() && pass(h.id, h.fields) => {
+            Ok(Run { len: buf.len(), owed: h.total() - rest.len() })
+        }
+        // A whole frame `pass` refused, too little of a head to tell, or nothing more.
+        _ => Ok(Run { len: at, owed: 0 }),
+    }
+}
+
 /// The packet id of the frame at the start of `buf`, without consuming it; `Ok(None)` until the length
-/// prefix and the id are complete.
+/// prefix and the id are complete. Any length a vanilla prefix can declare is accepted.
 ///
 /// # Errors
 /// [`FrameError`] for a bad length prefix or a packet id that does not fit the frame.
 pub fn peek_packet_id(buf: &[u8]) -> Result<Option<i32>, FrameError> {
-    let Some((len, n)) = read_length_prefix(buf)? else {
+    let Some((len, n)) = read_length_prefix(buf, MAX_FRAME_LEN)? else {
         return Ok(None);
     };
-    if len == 0 {
-        return Err(FrameError::Empty);
-    }
     let body = buf.get(n..).unwrap_or_default();
     let body = body.get(..len.min(body.len())).unwrap_or_default();
     match VarInt::decode_partial(body) {
@@ -234,23 +339,40 @@ pub fn peek_packet_id(buf: &[u8]) -> Result<Option<i32>, FrameError> {
 /// Appends one frame: length prefix, packet id and `fields`.
 ///
 /// # Errors
-/// [`EncodeError::FrameTooLarge`] when id plus fields exceed [`MAX_FRAME_LEN`].
+/// [`EncodeError::FrameTooLarge`] when id plus fields exceed [`MAX_FRAME_LEN`] (see [`encode_wide_frame`]).
 pub fn encode_frame(out: &mut impl BufMut, id: i32, fields: &[u8]) -> Result<(), EncodeError> {
+    encode_frame_within(out, id, fields, MAX_FRAME_LEN)
+}
+
+/// [`encode_frame`] for a dialect with wider prefixes: id plus fields up to `max_frame_len` bytes (at most
+/// [`MAX_WIDE_FRAME_LEN`]), with a prefix of up to 5 bytes.
+///
+/// # Errors
+/// [`EncodeError::FrameTooLarge`] over `max_frame_len`.
+pub fn encode_wide_frame(
+    out: &mut impl BufMut,
+    id: i32,
+    fields: &[u8],
+    max_frame_len: usize,
+) -> Result<(), EncodeError> {
+    encode_frame_within(out, id, fields, max_frame_len.min(MAX_WIDE_FRAME_LEN))
+}
+
+fn encode_frame_within(out: &mut impl BufMut, id: i32, fields: &[u8], max: usize) -> Result<(), EncodeError> {
     let len = VarInt(id).written_size() + fields.len();
-    if len > MAX_FRAME_LEN {
+    let Some(prefix) = i32::try_from(len).ok().filter(|_| len <= max) else {
         return Err(EncodeError::FrameTooLarge(len));
-    }
-    // len <= 2^21 - 1 fits in i32.
-    VarInt(len as i32).encode(out);
+    };
+    VarInt(prefix).encode(out);
     VarInt(id).encode(out);
     out.put_slice(fields);
     Ok(())
 }
 
 /// Follows frame boundaries in a byte stream without buffering it: O(1) memory, one length prefix read per
-/// frame. Used to count frames in relayed or sent bytes and to know when a stream is between two frames
-/// (the only place a packet may be injected). Meaningless once the stream is encrypted.
-#[derive(Clone, Debug, Default)]
+/// frame, whatever the frame's size. Used to count frames in relayed or sent bytes and to know when a stream is
+/// between two frames (the only place a packet may be injected). Meaningless once the stream is encrypted.
+#[derive(Clone, Debug)]
 pub struct FrameScanner {
     /// Body bytes of the current frame still to come.
     remaining: usize,
@@ -260,12 +382,33 @@ pub struct FrameScanner {
     /// The next byte is the first of a frame's body (its packet id's first byte).
     body_start: bool,
     frames: u64,
+    /// Longest body followed, in bytes.
+    max_frame_len: usize,
+}
+
+impl Default for FrameScanner {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl FrameScanner {
-    /// A scanner at the start of a stream.
+    /// A scanner at the start of a stream of vanilla frames (at most [`MAX_FRAME_LEN`] bytes).
     pub fn new() -> Self {
-        Self::default()
+        Self::with_limit(MAX_FRAME_LEN)
+    }
+
+    /// A scanner at the start of a stream whose frames may be `max_frame_len` bytes long (prefixes as wide as
+    /// [`prefix_width`] allows).
+    pub fn with_limit(max_frame_len: usize) -> Self {
+        Self {
+            remaining: 0,
+            prefix: [0; MAX_LENGTH_PREFIX],
+            prefix_len: 0,
+            body_start: false,
+            frames: 0,
+            max_frame_len: max_frame_len.min(MAX_WIDE_FRAME_LEN),
+        }
     }
 
     /// Frames completed so far.
@@ -281,8 +424,8 @@ impl FrameScanner {
     /// Consumes the next bytes of the stream and returns how many frames they completed.
     ///
     /// # Errors
-    /// [`FrameError::LengthPrefixTooLong`] or [`FrameError::Empty`]; the scanner is then stuck and further
-    /// calls return the same error class.
+    /// [`FrameError::LengthPrefixTooLong`], [`FrameError::Empty`] or [`FrameError::TooLarge`]; the scanner is
+    /// then stuck and further calls return an error.
     pub fn scan(&mut self, bytes: &[u8]) -> Result<u64, FrameError> {
         self.scan_ids(bytes, |_| {})
     }
@@ -312,7 +455,7 @@ impl FrameScanner {
                 return Ok(self.frames - before);
             };
             bytes = rest;
-            if self.prefix_len >= MAX_LENGTH_PREFIX {
+            if self.prefix_len >= prefix_width(self.max_frame_len) {
                 return Err(FrameError::LengthPrefixTooLong);
             }
             if let Some(slot) = self.prefix.get_mut(self.prefix_len) {
@@ -320,11 +463,8 @@ impl FrameScanner {
             }
             self.prefix_len += 1;
             let prefix = self.prefix.get(..self.prefix_len).unwrap_or_default();
-            if let Some((len, _)) = read_length_prefix(prefix)? {
+            if let Some((len, _)) = read_length_prefix(prefix, self.max_frame_len)? {
                 self.prefix_len = 0;
-                if len == 0 {
-                    return Err(FrameError::Empty);
-                }
                 self.remaining = len;
                 self.body_start = true;
             }
@@ -350,180 +490,4 @@ impl FrameScanner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn scan_ids_sees_every_first_body_byte_and_finish_frame_stops_at_the_boundary() {
-        // Frames: [id 0x0d, 1 byte], [id 0x00 and 200 bytes: a two-byte prefix], [id 0x0d]; they end at 3, 206, 208.
-        let mut stream = vec![0x02, 0x0d, 0x07, 0xc9, 0x01, 0x00];
-        stream.extend_from_slice(&[0xaa; 200]);
-        stream.extend_from_slice(&[0x01, 0x0d]);
-        for split in 0..=stream.len() {
-            let (a, b) = stream.split_at(split);
-            let mut ids = Vec::new();
-            let mut scanner = FrameScanner::new();
-            let mut frames = scanner.scan_ids(a, |id| ids.push(id)).unwrap();
-            frames += scanner.scan_ids(b, |id| ids.push(id)).unwrap();
-            assert_eq!((frames, ids.as_slice()), (3, &[0x0d, 0x00, 0x0d][..]), "split at {split}");
-            // Taking over after `a`: the rest of the frame under way, then whole frames.
-            let mut scanner = FrameScanner::new();
-            scanner.scan(a).unwrap();
-            let rest = scanner.finish_frame(b).unwrap();
-            let ends = [0, 3, 206, 208];
-            let expected = ends.iter().find(|&&e| e >= split).unwrap() - split;
-            assert_eq!(rest, expected, "split at {split}");
-            assert!(scanner.at_boundary());
-        }
-    }
-
-    #[test]
-    fn c2_lengths_up_to_21_bits_are_accepted() {
-        // `FF FF 7F` = 2,097,151: accepted, the decoder waits for the body.
-        let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-        dec.queue_slice(&[0xff, 0xff, 0x7f, 0x00]);
-        assert_eq!(dec.try_next_frame(), Ok(None));
-        assert_eq!(dec.bytes_wanted(), Ok(2_097_151 - 1));
-    }
-
-    #[test]
-    fn c2_wider_lengths_are_refused_at_once() {
-        for bad in [&[0x80, 0x80, 0x80, 0x01][..], &[0xff, 0xff, 0xff, 0xff, 0x0f], &[0xff; 64]] {
-            let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-            dec.queue_slice(bad);
-            assert_eq!(dec.try_next_frame(), Err(FrameError::LengthPrefixTooLong), "{bad:02x?}");
-            assert_eq!(dec.bytes_wanted(), Err(FrameError::LengthPrefixTooLong));
-        }
-        // Even the first three bytes alone are enough to refuse.
-        let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-        dec.queue_slice(&[0xff, 0xff, 0xff]);
-        assert_eq!(dec.try_next_frame(), Err(FrameError::LengthPrefixTooLong));
-        // Two continuation bytes are merely incomplete.
-        let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-        dec.queue_slice(&[0xff, 0xff]);
-        assert_eq!(dec.try_next_frame(), Ok(None));
-    }
-
-    #[test]
-    fn zero_length_and_limit() {
-        let mut dec = FrameDecoder::new(16);
-        dec.queue_slice(&[0x00]);
-        assert_eq!(dec.try_next_frame(), Err(FrameError::Empty));
-
-        let mut dec = FrameDecoder::new(16);
-        dec.queue_slice(&[0x11]); // 17 > 16, refused before any body byte arrives
-        assert_eq!(dec.try_next_frame(), Err(FrameError::TooLarge { len: 17, max: 16 }));
-        dec.set_max_frame_len(17);
-        assert_eq!(dec.try_next_frame(), Ok(None));
-        // The limit never exceeds the protocol maximum.
-        assert_eq!(FrameDecoder::new(usize::MAX).max_frame_len(), MAX_FRAME_LEN);
-    }
-
-    #[test]
-    fn bad_packet_id() {
-        let mut dec = FrameDecoder::new(16);
-        dec.queue_slice(&[0x01, 0x80]);
-        assert_eq!(dec.try_next_frame(), Err(FrameError::BadPacketId));
-    }
-
-    #[test]
-    fn merged_frames_and_leftover() {
-        // HS + LS + the first 3 bytes of the next frame (case C9c).
-        let hs = crate::tests::HS;
-        let ls = crate::tests::LS;
-        let mut dec = FrameDecoder::new(1024);
-        let mut all = hs.to_vec();
-        all.extend_from_slice(ls);
-        all.extend_from_slice(&[0x05, 0x00, 0x01]);
-        dec.queue_slice(&all);
-        let f1 = dec.try_next_frame().unwrap().unwrap();
-        assert_eq!(f1.id, 0);
-        assert_eq!(f1.body.len(), hs.len() - 2);
-        let f2 = dec.try_next_frame().unwrap().unwrap();
-        assert_eq!(&f2.body[..], &ls[2..]);
-        assert_eq!(dec.try_next_frame(), Ok(None));
-        assert_eq!(dec.bytes_wanted(), Ok(3));
-        assert_eq!(&dec.take_buffered()[..], &[0x05, 0x00, 0x01]);
-        assert!(dec.buffered().is_empty());
-    }
-
-    #[test]
-    fn encode_vectors() {
-        let mut out = Vec::new();
-        encode_frame(&mut out, 0x00, &[0x05, b'S', b't', b'e', b'v', b'e']).unwrap();
-        assert_eq!(out, crate::tests::LS);
-        assert_eq!(
-            encode_frame(&mut Vec::new(), 0, &vec![0; MAX_FRAME_LEN]),
-            Err(EncodeError::FrameTooLarge(MAX_FRAME_LEN + 1))
-        );
-        let mut out = Vec::new();
-        encode_frame(&mut out, 0x3f, &vec![7; MAX_FRAME_LEN - 1]).unwrap();
-        assert_eq!(&out[..4], &[0xff, 0xff, 0x7f, 0x3f]);
-    }
-
-    #[test]
-    fn peek_id() {
-        assert_eq!(peek_packet_id(&[]), Ok(None));
-        assert_eq!(peek_packet_id(&[0x2c]), Ok(None));
-        assert_eq!(peek_packet_id(&[0x2c, 0x02, 0x24]), Ok(Some(2)));
-        assert_eq!(peek_packet_id(&[0x03, 0x80]), Ok(None));
-        assert_eq!(peek_packet_id(&[0x01, 0x80]), Err(FrameError::BadPacketId));
-        assert_eq!(peek_packet_id(&[0x00]), Err(FrameError::Empty));
-        assert_eq!(peek_packet_id(&[0xff, 0xff, 0xff]), Err(FrameError::LengthPrefixTooLong));
-    }
-
-    #[test]
-    fn scanner_counts_and_tracks_boundaries() {
-        let mut s = FrameScanner::new();
-        let mut stream = Vec::new();
-        stream.extend_from_slice(crate::tests::HS);
-        stream.extend_from_slice(crate::tests::LS);
-        assert_eq!(s.scan(&stream[..1]).unwrap(), 0);
-        assert!(!s.at_boundary());
-        assert_eq!(s.scan(&stream[1..]).unwrap(), 2);
-        assert!(s.at_boundary());
-        assert_eq!(s.frames(), 2);
-        assert_eq!(FrameScanner::new().scan(&[0x80, 0x80, 0x80]), Err(FrameError::LengthPrefixTooLong));
-        assert_eq!(FrameScanner::new().scan(&[0x00]), Err(FrameError::Empty));
-    }
-
-    proptest! {
-        #[test]
-        fn frames_round_trip_under_any_split(
-            packets in proptest::collection::vec((0i32..0x80, proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
-            cuts in proptest::collection::vec(any::<usize>(), 0..8),
-        ) {
-            let mut stream = Vec::new();
-            for (id, body) in &packets {
-                encode_frame(&mut stream, *id, body).unwrap();
-            }
-            let mut points: Vec<usize> = cuts.iter().map(|c| c % (stream.len() + 1)).collect();
-            points.push(0);
-            points.push(stream.len());
-            points.sort_unstable();
-            let mut dec = FrameDecoder::new(MAX_FRAME_LEN);
-            let mut scanner = FrameScanner::new();
-            let mut got = Vec::new();
-            for w in points.windows(2) {
-                dec.queue_slice(&stream[w[0]..w[1]]);
-                scanner.scan(&stream[w[0]..w[1]]).unwrap();
-                while let Some(f) = dec.try_next_frame().unwrap() {
-                    got.push((f.id, f.body.to_vec()));
-                }
-            }
-            prop_assert_eq!(got, packets.clone());
-            prop_assert_eq!(scanner.frames(), packets.len() as u64);
-            prop_assert!(scanner.at_boundary());
-            prop_assert!(dec.buffered().is_empty());
-        }
-
-        #[test]
-        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64), max in 0usize..64) {
-            let mut dec = FrameDecoder::new(max);
-            dec.queue_slice(&bytes);
-            while let Ok(Some(_)) = dec.try_next_frame() {}
-            let _ = FrameScanner::new().scan(&bytes);
-        }
-    }
-}
+mod tests;

@@ -5,6 +5,7 @@
 //!
 //! - [`varint`]: VarInt / VarLong with distinct "incomplete" and "too long" errors.
 //! - [`frame`]: the 1.7.10 frame decoder (length-checked before buffering), encoder and boundary scanner.
+//! - [`array_length`]: the Plugin Message data length in its vanilla, Forge and Hodgepodge forms.
 //! - [`packets`]: the protocol 5 packets MoonBridge reads or writes (handshake, login, status, a few play).
 //! - [`handshake`]: the Forge marker and the routing key of a handshake address.
 //! - [`legacy`]: pre-1.7 `0xFE` server-list pings and their `0xFF` answers.
@@ -17,6 +18,7 @@
 //!
 //! The wire facts come from the protocol 5 (1.7.6–1.7.10) packet tables.
 
+pub mod array_length;
 pub mod codec;
 pub mod crypto;
 pub mod error;

@@ -390,7 +390,10 @@ impl Packet for ChatMessage {
 }
 
 /// Plugin Message, state Play: clientbound S3F (id 0x3F) and serverbound C17 (id 0x17) share the layout
-/// `String channel` (≤ 20), `i16 length`, `byte[length] data` (so data ≤ 32,767 bytes in protocol 5).
+/// `String channel` (≤ 20), data length, `byte[length] data`. The length is an `i16` in vanilla 1.7.10 (data ≤
+/// 32,767 bytes; Forge 1.7.10 keeps it for C17), Forge's 3-byte VarShort in its S3F (≤ 2,097,050), and
+/// Hodgepodge's extended form in GT New Horizons (a VarInt behind a marker): [`crate::array_length`] reads all
+/// three and writes the shortest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginMessage {
     /// Channel name, such as `FML|HS`.
@@ -405,13 +408,15 @@ impl PluginMessage {
     /// Packet id of the serverbound form (C17).
     pub const SERVERBOUND_ID: i32 = 0x17;
 
-    /// Appends the fields (without the id).
+    /// Appends the fields (without the id); the data length in its shortest form (an `i16` up to 32,767, as
+    /// vanilla writes it).
     ///
     /// # Errors
-    /// Channel over 20 characters or data over 32,767 bytes.
+    /// Channel over 20 characters.
     pub fn encode_fields(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         put_string(out, &self.channel, MAX_CHANNEL_CHARS, "channel")?;
-        put_i16_bytes(out, &self.data, "data")
+        crate::array_length::put_data(out, &self.data);
+        Ok(())
     }
 
     /// Reads the fields (id already consumed).
@@ -420,7 +425,7 @@ impl PluginMessage {
     /// Malformed or over-long fields.
     pub fn decode_fields(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let channel = r.string(MAX_CHANNEL_CHARS, "channel")?.to_owned();
-        let data = r.i16_bytes("data")?.to_vec();
+        let data = crate::array_length::read_data(r, "data")?.to_vec();
         Ok(Self { channel, data })
     }
 }
@@ -432,20 +437,27 @@ pub const MAX_LEVEL_TYPE_CHARS: usize = 16;
 /// `i8 dimension` (-1 nether, 0 overworld, 1 end, others from mods), `u8 difficulty`, `u8 max_players`,
 /// `String level_type` (≤ 16). The first packet of Play; `entity_id` is the player's own entity id on that
 /// server.
+///
+/// GT New Horizons' Hodgepodge (`fixLoginDimensionIDOverflow`, on by default) appends an `i32` dimension after
+/// the level type, because its dimension ids do not fit the byte; its reader takes the `i32` when at least 4
+/// bytes remain, and so does this one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JoinGame {
     /// The player's entity id on this server.
     pub entity_id: i32,
     /// Game mode; bit 3 (0x08) is hardcore.
     pub game_mode: u8,
-    /// Dimension id (a byte here, an `i32` in Respawn).
-    pub dimension: i8,
+    /// Dimension id: the trailing `i32` when there is one, otherwise the byte (an `i32` in Respawn too).
+    pub dimension: i32,
     /// Difficulty, 0 (peaceful) to 3 (hard).
     pub difficulty: u8,
     /// What the tab list is sized for.
     pub max_players: u8,
     /// `default`, `flat`, `largeBiomes`, `amplified`, `default_1_1`, or a mod's.
     pub level_type: String,
+    /// The dimension also travels as Hodgepodge's trailing `i32` (written whenever the dimension does not fit
+    /// the byte, whose value is then the low 8 bits).
+    pub trailing_dimension: bool,
 }
 
 impl Packet for JoinGame {
@@ -454,20 +466,26 @@ impl Packet for JoinGame {
     fn encode_body(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         out.extend_from_slice(&self.entity_id.to_be_bytes());
         out.push(self.game_mode);
-        out.extend_from_slice(&self.dimension.to_be_bytes());
+        // The low 8 bits, as Java's `(byte)` cast writes them.
+        out.push(self.dimension.to_be_bytes()[3]);
         out.extend_from_slice(&[self.difficulty, self.max_players]);
-        put_string(out, &self.level_type, MAX_LEVEL_TYPE_CHARS, "level type")
+        put_string(out, &self.level_type, MAX_LEVEL_TYPE_CHARS, "level type")?;
+        if self.trailing_dimension || i8::try_from(self.dimension).is_err() {
+            out.extend_from_slice(&self.dimension.to_be_bytes());
+        }
+        Ok(())
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Self {
-            entity_id: r.i32("entity id")?,
-            game_mode: r.u8("game mode")?,
-            dimension: i8::from_be_bytes([r.u8("dimension")?]),
-            difficulty: r.u8("difficulty")?,
-            max_players: r.u8("max players")?,
-            level_type: r.string(MAX_LEVEL_TYPE_CHARS, "level type")?.to_owned(),
-        })
+        let entity_id = r.i32("entity id")?;
+        let game_mode = r.u8("game mode")?;
+        let byte = i8::from_be_bytes([r.u8("dimension")?]);
+        let difficulty = r.u8("difficulty")?;
+        let max_players = r.u8("max players")?;
+        let level_type = r.string(MAX_LEVEL_TYPE_CHARS, "level type")?.to_owned();
+        let trailing = r.remaining().len() >= 4;
+        let dimension = if trailing { r.i32("trailing dimension")? } else { i32::from(byte) };
+        Ok(Self { entity_id, game_mode, dimension, difficulty, max_players, level_type, trailing_dimension: trailing })
     }
 }
 

@@ -196,6 +196,45 @@ labels! {
     }
 }
 
+labels! {
+    /// The `direction` of `moonbridge_unfollowed_streams_total`: which way the stream went that the proxy
+    /// stopped following.
+    StreamDirection {
+        /// The player's stream to the backend.
+        ToBackend => "to_backend",
+        /// The backend's stream to the player.
+        ToPlayer => "to_player",
+    }
+}
+
+labels! {
+    /// The `reason` of `moonbridge_unfollowed_streams_total`: why a Play stream's frames could not be followed
+    /// (`docs/modpacks.md`).
+    Unfollowed {
+        /// A length prefix wider than `limits.max_play_frame_bytes` allows.
+        WidePrefix => "wide_prefix",
+        /// A frame over `limits.max_play_frame_bytes` (or a Join Game over what the proxy records).
+        TooLarge => "too_large",
+        /// A frame of length 0.
+        Empty => "empty",
+        /// A frame whose body does not start with a packet id.
+        BadPacketId => "bad_packet_id",
+    }
+}
+
+impl Unfollowed {
+    /// The reason of a framing error.
+    pub(crate) fn of(e: moonbridge_protocol::FrameError) -> Self {
+        use moonbridge_protocol::FrameError;
+        match e {
+            FrameError::LengthPrefixTooLong => Self::WidePrefix,
+            FrameError::Empty => Self::Empty,
+            FrameError::BadPacketId => Self::BadPacketId,
+            _ => Self::TooLarge,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +254,8 @@ mod tests {
         distinct(TlsVersion::TEXTS);
         distinct(LeaseResult::TEXTS);
         distinct(DuplicateAction::TEXTS);
+        distinct(StreamDirection::TEXTS);
+        distinct(Unfollowed::TEXTS);
         assert_eq!(LoginOutcome::TEXTS[0], LoginOutcome::PassthroughOk.as_str());
         assert_eq!(TransferOutcome::Switched.as_str(), "moved", "the published label value");
         assert_eq!(LoginOutcome::TEXTS.len(), 20);

@@ -41,6 +41,7 @@
 //! | `labels.rs` | the metrics' label values, one closed enum per label (a value outside its set does not compile) |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
+//! | `config/limits.rs` | `[limits]`: what one process allows, with defaults |
 //! | `config/schema.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
 //! | `config/errors.rs` | [`config::ConfigProblem`] (one per key) and [`config::ConfigError`] |
 //! | `config/settings.rs` | the checked, typed [`config::Settings`]; the sections used as checked, once ([`config::Tunables`]) |
@@ -68,6 +69,7 @@
 //! | `transfer/board.rs` | the switchboard, run inside the relay: frame by frame, runs of frames passed whole |
 //! | `transfer/frames.rs` | what the switchboard does to the frames it looks into, each direction |
 //! | `transfer/cutover.rs` | a switch's course: request, joining, cutover, failure |
+//! | `transfer/pieces.rs` | frames that pass the switchboard in pieces (however large), and what waits behind them |
 //! | `transfer/moving.rs` | a player moved between instances: what a draining switchboard hands over, the switchboard a moved player starts with |
 //! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |
 //! | `transfer/mod.rs` | whether a session can be moved; the `Ticket` a movable relay keeps for its switchboard |
@@ -79,6 +81,7 @@
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
 //! | `relay/move_out.rs` | the draining side of a move: `move`, the hand-over of the state, `stay` or the end |
 //! | `relay/ws_resume.rs` | the carriage v2 session over links: connected stretches, parking, resumes, takeover |
+//! | `relay/flow/tests.rs` | a relay direction's unit tests |
 //! | `session/mod.rs` | what a connection's stages share: the `Player` trait, the `Session` context |
 //! | `session/opening.rs` | the handshake |
 //! | `session/online.rs` | online mode: encryption and `hasJoined` |

@@ -16,8 +16,8 @@ use prometheus::{
 };
 
 use crate::labels::{
-    DrainMove, DuplicateAction, HandshakeFailure, LeaseResult, LoginOutcome, RefusedReason, ResumeOutcome, TlsVersion,
-    TransferOutcome,
+    DrainMove, DuplicateAction, HandshakeFailure, LeaseResult, LoginOutcome, RefusedReason, ResumeOutcome,
+    StreamDirection, TlsVersion, TransferOutcome, Unfollowed,
 };
 use crate::transport::Transport;
 
@@ -64,6 +64,20 @@ pub(crate) struct BackendMetrics {
     pub(crate) to_player: IntCounter,
     connect_seconds: Histogram,
     connect_failures: IntCounter,
+    /// `moonbridge_unfollowed_streams_total`.
+    pub(crate) unfollowed: UnfollowedCounter,
+}
+
+/// `moonbridge_unfollowed_streams_total`: Play streams the proxy stopped following (one pointer, so every
+/// relay direction can keep it).
+#[derive(Clone, Debug)]
+pub(crate) struct UnfollowedCounter(IntCounterVec);
+
+impl UnfollowedCounter {
+    /// Counts a Play stream the proxy stopped following.
+    pub(crate) fn inc(&self, direction: StreamDirection, reason: Unfollowed) {
+        self.0.with_label_values(&[direction.as_str(), reason.as_str()]).inc();
+    }
 }
 
 impl BackendMetrics {
@@ -145,6 +159,7 @@ pub(crate) struct Metrics {
     resumes: IntCounterVec,
     transfers: IntCounterVec,
     drain_moves: IntCounterVec,
+    unfollowed: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
     /// `moonbridge_transfer_handovers_total`: sessions whose relay called in the transfer layer.
@@ -300,6 +315,17 @@ impl Metrics {
                 "zstd contexts (moonbridge.v2.zstd) freed after a quiet spell, both directions.",
             )?,
         )?;
+        let unfollowed = counter_vec(
+            &r,
+            "moonbridge_unfollowed_streams_total",
+            "Play streams whose frames the proxy stopped following, by direction and reason (docs/modpacks.md).",
+            &["direction", "reason"],
+        )?;
+        for d in StreamDirection::TEXTS {
+            for reason in Unfollowed::TEXTS {
+                let _ = unfollowed.with_label_values(&[d, reason]);
+            }
+        }
         // Known label values start at 0, so every series exists from the first scrape (rates and dashboards
         // need no special case for "never happened").
         for t in TRANSPORTS {
@@ -332,6 +358,7 @@ impl Metrics {
             resumes,
             transfers,
             drain_moves,
+            unfollowed,
             transfer_seconds,
             transfer_handovers,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
@@ -400,12 +427,18 @@ impl Metrics {
             to_player: self.bytes.with_label_values(&[name, "to_player"]),
             connect_seconds: self.connect_seconds.with_label_values(&[name]),
             connect_failures: self.connect_failures.with_label_values(&[name]),
+            unfollowed: UnfollowedCounter(self.unfollowed.clone()),
         }
     }
 
     /// The accepted-connections counter of a listener transport.
     pub(crate) fn accepted(&self, transport: Transport) -> IntCounter {
         self.accepted.with_label_values(&[&transport.to_string()])
+    }
+
+    /// Counts a Play stream the proxy stopped following (`moonbridge_unfollowed_streams_total`).
+    pub(crate) fn unfollowed(&self, direction: StreamDirection, reason: Unfollowed) {
+        UnfollowedCounter(self.unfollowed.clone()).inc(direction, reason);
     }
 
     /// Counts a connection refused before any protocol.

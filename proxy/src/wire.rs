@@ -13,6 +13,9 @@ use tokio::net::TcpStream;
 /// Largest single read in the relay, in bytes (per direction, per batch).
 pub(crate) const RELAY_CHUNK: usize = 256 * 1024;
 
+// A relay batch is one WebSocket message: under the carriage's message cap even with zstd's worst case.
+const _: () = assert!(RELAY_CHUNK + RELAY_CHUNK / 128 < moonbridge_protocol::ws::MAX_SENT_MESSAGE);
+
 /// Stream bytes a player may send ahead while the login stage waits for the backend or the session server, in
 /// bytes (any transport); beyond this the proxy stops reading until the relay starts (backpressure, nothing is
 /// dropped).

@@ -140,6 +140,7 @@ pub async fn forge_server(label: &'static str, entity_id: i32, stall: bool) -> (
                                         difficulty: 1,
                                         max_players: 20,
                                         level_type: "default".into(),
+                                        trailing_dimension: false,
                                     };
                                     w.stream.write_all(&join.to_frame_bytes().unwrap()).await.unwrap();
                                 }

@@ -5,8 +5,10 @@
 //! - [`node`]: real node-minecraft-protocol 1.7.10 peers (`tests/peers/`, installed with `npm ci`);
 //! - [`backend`]: a raw-socket backend that records every byte, login answers and decoders;
 //! - [`ws`]: WebSocket and TLS client helpers;
-//! - [`idle`]: a CDN-like intermediary that cuts idle connections;
+//! - [`idle`]: a CDN-like intermediary that cuts idle connections; [`capped`]: one that caps WebSocket frames
+//!   and messages;
 //! - certificates: [`TestCert`] from the `moonbridge-test-certs` crate (rcgen), shared with the benchmark;
+//! - [`gtnh`]: a GT New Horizons dialect peer (Hodgepodge's wide frames, Plugin Message lengths, Join Game);
 //! - [`dns`], [`online`], [`natives`]: a DNS server, online-mode login steps, native-library inspection.
 //!
 //! Every wait here is bounded by a timeout; nothing sleeps to synchronise.
@@ -23,9 +25,11 @@
 use std::time::Duration;
 
 pub mod backend;
+pub mod capped;
 pub mod cutter;
 pub mod dns;
 pub mod forge;
+pub mod gtnh;
 pub mod idle;
 /// The 1.7.10 session driven through the client library (shared with the Windows run under Wine).
 pub use moonbridge_client_scenarios as mc;

@@ -37,6 +37,7 @@ pub fn join_game(entity_id: i32) -> moonbridge_protocol::packets::JoinGame {
         difficulty: 2,
         max_players: 20,
         level_type: "default".into(),
+        trailing_dimension: false,
     }
 }
 

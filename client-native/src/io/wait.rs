@@ -10,8 +10,10 @@ use moonbridge_protocol::FrameScanner;
 use crate::error::ClientError;
 use crate::shared::{bump, lock, Shared};
 
-/// Largest WebSocket message sent, in bytes: every proxy accepts it (one 2 MiB frame with its 3-byte prefix,
-/// [`carriage::MAX_MESSAGE_FOR_ONE_FRAME`]), so a larger batch is split, never refused.
+/// Largest WebSocket message received, in bytes: what every MoonBridge sender stays under
+/// ([`carriage::MAX_MESSAGE_FOR_ONE_FRAME`], 2 MiB and 3 bytes: one whole vanilla frame with its prefix). The
+/// library sends at most [`carriage::MAX_SENT_MESSAGE`] (1 MiB) per message, so a larger batch is split, never
+/// refused.
 pub const MAX_WS_MESSAGE_BYTES: usize = carriage::MAX_MESSAGE_FOR_ONE_FRAME;
 
 /// How long [`crate::Connection::close`] waits for queued bytes to leave and for the server to acknowledge
@@ -31,7 +33,10 @@ pub(super) struct Scanners {
 
 impl Scanners {
     pub(super) fn new() -> Self {
-        Self { out: Some(FrameScanner::new()), inb: Some(FrameScanner::new()) }
+        // Counting only: the library carries any dialect's frames (GT New Horizons' reach 256 MiB), so the
+        // scanners follow any length a prefix can declare.
+        let wide = moonbridge_protocol::frame::MAX_WIDE_FRAME_LEN;
+        Self { out: Some(FrameScanner::with_limit(wide)), inb: Some(FrameScanner::with_limit(wide)) }
     }
 
     pub(super) fn count(scanner: &mut Option<FrameScanner>, data: &[u8], counter: &AtomicU64) {

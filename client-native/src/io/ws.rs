@@ -1,5 +1,6 @@
 //! The I/O loop of a WebSocket connection (carriage v1, and v2 with its acks and retention): each batch one
-//! Binary message (zstd-compressed under `moonbridge.v2.zstd`), Pings answered at once, keepalive Pings sent.
+//! Binary message (zstd-compressed under `moonbridge.v2.zstd`; a larger batch several, of at most 1 MiB, each in
+//! frames of at most 64 KiB), Pings answered at once, keepalive Pings sent.
 
 use std::time::{Duration, Instant};
 
@@ -10,14 +11,16 @@ use moonbridge_protocol::ws::v2::{self, AckSchedule, Control, ResumeToken, Retai
 use moonbridge_protocol::ws::{self as carriage, Keepalive, KeepaliveAction};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::error::ProtocolError;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use super::wait::{
     aged_cutoff, closing_flag, sleep_until, tick_deadline, wait_for_space, write_or_abandon, Scanners, Wake,
+    CLOSE_LINGER,
 };
-use super::wait::{CLOSE_LINGER, MAX_WS_MESSAGE_BYTES};
 use crate::connect::Stream;
 use crate::error::ClientError;
 use crate::shared::{bump, Shared};
@@ -135,23 +138,26 @@ impl WsZstd {
     }
 }
 
-/// Stream bytes per message on a `moonbridge.v2.zstd` connection: 1 MiB, so a message stays under every proxy's
-/// limit ([`MAX_WS_MESSAGE_BYTES`]) even when nothing shrinks (zstd adds at most about 0.4%).
-pub(crate) const MAX_ZSTD_MESSAGE_STREAM_BYTES: usize = 1024 * 1024;
+/// Stream bytes per message on a `moonbridge.v2.zstd` connection: 1 MiB less 8 KiB, so a compressed message
+/// stays under [`carriage::MAX_SENT_MESSAGE`] even when nothing shrinks (zstd's stored blocks add 3 bytes per
+/// 128 KiB, and a frame header).
+pub(crate) const MAX_ZSTD_MESSAGE_STREAM_BYTES: usize = carriage::MAX_SENT_MESSAGE - 8 * 1024;
 
-/// Queues `batch` on `ws` as Binary messages of at most [`MAX_WS_MESSAGE_BYTES`] stream bytes each (at most
-/// [`MAX_ZSTD_MESSAGE_STREAM_BYTES`] compressed with `moonbridge.v2.zstd`), counting them; the caller flushes.
+/// Queues `batch` on `ws` as Binary messages of at most [`carriage::MAX_SENT_MESSAGE`] stream bytes each (at
+/// most [`MAX_ZSTD_MESSAGE_STREAM_BYTES`] compressed with `moonbridge.v2.zstd`), counting them; a message over
+/// [`carriage::MAX_SENT_FRAME_PAYLOAD`] goes as a Binary frame and Continuation frames (RFC 6455 §5.4). The
+/// caller flushes.
 pub(super) async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
     ws: &mut WebSocketStream<S>,
     batch: &Bytes,
     zstd: &mut Option<WsZstd>,
     shared: &Shared,
 ) -> Result<(), ClientError> {
-    let largest = if zstd.is_some() { MAX_ZSTD_MESSAGE_STREAM_BYTES } else { MAX_WS_MESSAGE_BYTES };
+    let largest = if zstd.is_some() { MAX_ZSTD_MESSAGE_STREAM_BYTES } else { carriage::MAX_SENT_MESSAGE };
     let mut rest = batch.clone();
     while !rest.is_empty() {
         let chunk = rest.split_to(rest.len().min(largest));
-        let payload = match zstd {
+        let mut payload = match zstd {
             Some(z) => {
                 let mut out = Vec::new();
                 z.ctx.compress(&chunk, &mut out).map_err(|e| ClientError::Io(e.to_string()))?;
@@ -160,7 +166,17 @@ pub(super) async fn feed_batch<S: AsyncRead + AsyncWrite + Unpin>(
             None => chunk,
         };
         bump(&shared.counters.messages_out, 1);
-        write_or_abandon(shared, ws.feed(Message::Binary(payload))).await?;
+        if payload.len() <= carriage::MAX_SENT_FRAME_PAYLOAD {
+            write_or_abandon(shared, ws.feed(Message::Binary(payload))).await?;
+            continue;
+        }
+        let mut opcode = OpCode::Data(Data::Binary);
+        while !payload.is_empty() {
+            let piece = payload.split_to(payload.len().min(carriage::MAX_SENT_FRAME_PAYLOAD));
+            let frame = Frame::message(piece, opcode, payload.is_empty());
+            write_or_abandon(shared, ws.feed(Message::Frame(frame))).await?;
+            opcode = OpCode::Data(Data::Continue);
+        }
     }
     Ok(())
 }

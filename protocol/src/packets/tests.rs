@@ -143,14 +143,32 @@ fn join_game_and_respawn_vectors() {
         difficulty: 1,
         max_players: 20,
         level_type: "default".into(),
+        trailing_dimension: false,
     };
     let bytes = j.to_frame_bytes().unwrap();
     assert_eq!(&bytes[..], &[0x11, 0x01, 0, 0, 1, 1, 0, 0, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't']);
     assert_eq!(one_frame(&bytes).decode::<JoinGame>().unwrap(), j);
     // The nether as a signed byte.
-    let nether = JoinGame { dimension: -1, ..j };
+    let nether = JoinGame { dimension: -1, ..j.clone() };
     assert_eq!(nether.to_frame_bytes().unwrap()[7], 0xff);
     assert_eq!(one_frame(&nether.to_frame_bytes().unwrap()).decode::<JoinGame>().unwrap().dimension, -1);
+    // Hodgepodge's trailing int: dimension 1000 (its byte is 1000 & 0xff = 0xe8), and a small one kept as sent.
+    let gtnh = JoinGame { dimension: 1000, ..j.clone() };
+    let bytes = gtnh.to_frame_bytes().unwrap();
+    assert_eq!(
+        &bytes[..],
+        &[0x15, 0x01, 0, 0, 1, 1, 0, 0xe8, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't', 0, 0, 0x03, 0xe8]
+    );
+    assert_eq!(one_frame(&bytes).decode::<JoinGame>().unwrap(), JoinGame { trailing_dimension: true, ..gtnh });
+    let small = JoinGame { dimension: -1, trailing_dimension: true, ..j.clone() };
+    let bytes = small.to_frame_bytes().unwrap();
+    assert_eq!(&bytes[bytes.len() - 5..], &[b't', 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(one_frame(&bytes).decode::<JoinGame>().unwrap(), small);
+    // Fewer than 4 bytes after the level type are not a dimension: refused as trailing bytes.
+    let mut short = j.to_frame_bytes().unwrap().to_vec();
+    short[0] += 3;
+    short.extend_from_slice(&[0, 0, 1]);
+    assert_eq!(one_frame(&short).decode::<JoinGame>(), Err(DecodeError::TrailingBytes(3)));
     // Respawn to the nether, hard, creative, "flat".
     let r = Respawn { dimension: -1, difficulty: 3, game_mode: 1, level_type: "flat".into() };
     let bytes = r.to_frame_bytes().unwrap();

@@ -24,7 +24,7 @@ enum Layout {
     /// horse's inventory (type 11) `i32 entity_id`.
     OpenWindow,
     /// S3F Plugin Message on Forge's runtime channel `FML` ([`fml::RUNTIME_CHANNEL`]; Forge 1.7.10
-    /// `FMLRuntimeCodec`, data after the `i16` length): discriminator 2 EntitySpawnMessage (`i32 entity_id`,
+    /// `FMLRuntimeCodec`, data after its length in any [`crate::array_length`] form): discriminator 2 EntitySpawnMessage (`i32 entity_id`,
     /// `String mod_id` as a VarInt-length UTF-8 string, `i32 type`, `i32 x, y, z`, `i8 yaw, pitch, head_yaw`,
     /// the DataWatcher list, `i32 thrower_id`, …) and 3 EntityAdjustMessage (`i32 entity_id`, `i32 x, y, z`).
     /// Other channels and discriminators carry none.
@@ -238,7 +238,7 @@ fn forge_entity_fields(body: &[u8]) -> Result<Option<(usize, Option<usize>)>, De
     if r.string(crate::packets::MAX_CHANNEL_CHARS, "channel")? != fml::RUNTIME_CHANNEL {
         return Ok(None);
     }
-    let data = r.i16_bytes("data")?;
+    let data = crate::array_length::read_data(&mut r, "data")?;
     let start = body.len() - r.remaining().len() - data.len();
     let mut r = Reader::new(data);
     let discriminator = match r.u8("discriminator") {

@@ -46,10 +46,10 @@ pub enum Direction {
 
 /// The two Respawn packets that clear the client's world before the new server's Join Game takes over: the
 /// 1.7.10 client only drops its world (chunks, entities, the old server's leftovers) when a Respawn names
-/// another dimension, so the first goes to a different vanilla dimension (the nether, or the overworld when
+/// another dimension (the new server's Join Game dimension, its trailing `i32` in GT New Horizons), so the first goes to a different vanilla dimension (the nether, or the overworld when
 /// the target is the nether) and the second to the new server's.
 pub fn world_reset(join: &JoinGame) -> [Respawn; 2] {
-    let target = i32::from(join.dimension);
+    let target = join.dimension;
     let detour = if target == -1 { 0 } else { -1 };
     let respawn = |dimension| Respawn {
         dimension,
@@ -81,12 +81,16 @@ mod tests {
             difficulty: 2,
             max_players: 50,
             level_type: "default".into(),
+            trailing_dimension: false,
         };
         let [first, second] = world_reset(&join);
         assert_eq!((first.dimension, second.dimension), (-1, 0));
         assert_eq!((second.game_mode, second.difficulty, second.level_type.as_str()), (1, 2, "default"));
         // To the nether: the detour is the overworld; a mod's dimension 7 detours through the nether.
         assert_eq!(world_reset(&JoinGame { dimension: -1, ..join.clone() }).map(|r| r.dimension), [0, -1]);
-        assert_eq!(world_reset(&JoinGame { dimension: 7, ..join }).map(|r| r.dimension), [-1, 7]);
+        assert_eq!(world_reset(&JoinGame { dimension: 7, ..join.clone() }).map(|r| r.dimension), [-1, 7]);
+        // GT New Horizons' dimension 1000 (Join Game's trailing int): the Respawn carries 1000, not its byte.
+        let gtnh = JoinGame { dimension: 1000, trailing_dimension: true, ..join };
+        assert_eq!(world_reset(&gtnh).map(|r| r.dimension), [-1, 1000]);
     }
 }

@@ -26,15 +26,21 @@ use bytes::BytesMut;
 use super::{fml, Direction, Leftovers, BUNGEE_CHANNEL};
 use crate::codec::Reader;
 use crate::error::FrameError;
-use crate::frame::{read_length_prefix, MAX_LENGTH_PREFIX};
+use crate::frame::{read_length_prefix, MAX_FRAME_LEN, MAX_LENGTH_PREFIX, MAX_WIDE_FRAME_LEN};
 use crate::packets::{JoinGame, Packet, PlayDisconnect, PluginMessage};
 use crate::varint::VarInt;
 
 /// Body bytes at the start of a frame that tell what it is, or all of a shorter body: the packet id (1 byte in
 /// protocol 5) and, for a Plugin Message, the channel's VarInt length, the channel (`BungeeCord`: 10 bytes),
-/// the data's `i16` length and the subchannel as `writeUTF` writes it (`u16` length, `Connect`: 7 bytes); 23
-/// bytes, and one to spare.
+/// the data's length (2 bytes, or Forge's 3) and the subchannel as `writeUTF` writes it (`u16` length,
+/// `Connect`: 7 bytes); 24 bytes. Only the channel decides.
 pub const HEAD_LEN: usize = 24;
+
+/// Longest frame the watch copies to learn from (Join Game, the Forge handshake, what [`Leftovers`] tracks),
+/// in bytes: what a vanilla frame holds. Past it, a Join Game is refused as [`FrameError::TooLarge`] (no 1.7
+/// server sends one), a Forge handshake frame drops the handshake record (as one over
+/// [`fml::MAX_RECORD_BYTES`] does), and a leftover frame passes unrecorded.
+pub const MAX_RECORDED_FRAME: usize = MAX_FRAME_LEN;
 
 /// A length prefix and a head: one more than the most bytes [`Verdict::Hold`] keeps back.
 pub const MAX_HELD: usize = MAX_LENGTH_PREFIX + HEAD_LEN;
@@ -76,19 +82,29 @@ pub struct ClientboundWatch {
     watched: Watched,
     /// The caller's C0D count when the open window was seen.
     window_closes: u64,
+    /// Longest frame followed, in bytes.
+    max_frame_len: usize,
 }
 
 impl ClientboundWatch {
     /// A watch at the start of a stream (the Login Success frame may come first: as a Play frame its id 0x02
-    /// is a Chat Message, which the watch passes). `fallback`: a Play Disconnect hands over.
-    pub fn new(fallback: bool) -> Self {
+    /// is a Chat Message, which the watch passes). `fallback`: a Play Disconnect hands over. Frames may be
+    /// `max_frame_len` bytes long (prefixes as wide as [`crate::frame::prefix_width`] allows); whatever their
+    /// size, the watch holds at most a frame head and the frames it records.
+    pub fn new(fallback: bool, max_frame_len: usize) -> Self {
         Self {
             fallback,
             remaining: 0,
             capture: None,
             watched: Watched { fml_record: Some(BytesMut::new()), ..Watched::default() },
             window_closes: 0,
+            max_frame_len: max_frame_len.min(MAX_WIDE_FRAME_LEN),
         }
+    }
+
+    /// The longest frame followed, in bytes.
+    pub fn max_frame_len(&self) -> usize {
+        self.max_frame_len
     }
 
     /// True between two frames.
@@ -99,8 +115,9 @@ impl ClientboundWatch {
     /// Follows the next batch. `closes`: the Close Window (C0D) frames the client has sent so far.
     ///
     /// # Errors
-    /// [`FrameError::LengthPrefixTooLong`] or [`FrameError::Empty`]: the stream is not Minecraft frames, and the
-    /// watch must not be used again.
+    /// [`FrameError::LengthPrefixTooLong`], [`FrameError::Empty`] or [`FrameError::TooLarge`] (over the limit,
+    /// or a Join Game over [`MAX_RECORDED_FRAME`]): the stream cannot be followed, and the watch must not be
+    /// used again.
     pub fn scan(&mut self, batch: &[u8], closes: u64) -> Result<Verdict, FrameError> {
         let mut at = 0;
         loop {
@@ -123,14 +140,14 @@ impl ClientboundWatch {
             if rest.is_empty() {
                 return Ok(Verdict::Pass);
             }
-            let Some((len, prefix)) = read_length_prefix(rest)? else { return Ok(Verdict::Hold(at)) };
-            if len == 0 {
-                return Err(FrameError::Empty);
-            }
+            let Some((len, prefix)) = read_length_prefix(rest, self.max_frame_len)? else {
+                return Ok(Verdict::Hold(at));
+            };
             let Some(head) = rest.get(prefix..prefix + len.min(HEAD_LEN)) else { return Ok(Verdict::Hold(at)) };
             match self.classify(head) {
                 Class::Handover => return Ok(Verdict::Handover(at)),
-                Class::Record => self.capture = Some(Vec::with_capacity(len)),
+                Class::Record if len <= MAX_RECORDED_FRAME => self.capture = Some(Vec::with_capacity(len)),
+                Class::Record => self.too_large_to_record(head, len)?,
                 Class::Pass => {}
             }
             at += prefix;
@@ -145,6 +162,18 @@ impl ClientboundWatch {
             self.watched.leftovers.observe(Direction::Serverbound, Leftovers::SERVERBOUND_ID, &[]);
         }
         self.watched
+    }
+
+    /// A frame the watch would record is over [`MAX_RECORDED_FRAME`]: see there.
+    fn too_large_to_record(&mut self, head: &[u8], len: usize) -> Result<(), FrameError> {
+        match VarInt::decode_partial(head) {
+            Ok((JoinGame::ID, _)) => Err(FrameError::TooLarge { len, max: MAX_RECORDED_FRAME }),
+            Ok((PluginMessage::CLIENTBOUND_ID, _)) => {
+                self.watched.fml_record = None;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// What a frame is, from its head.
@@ -219,7 +248,7 @@ pub struct Filtered {
 
 /// Follows a serverbound Play stream in place: drops Plugin Messages (C17) on the `BungeeCord` channel,
 /// counts Close Window (C0D) frames, knows where frames end (see the module documentation).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServerboundFilter {
     /// Body bytes of the current frame not seen yet.
     remaining: usize,
@@ -227,12 +256,32 @@ pub struct ServerboundFilter {
     dropping: bool,
     closes: u64,
     dropped: u64,
+    /// Longest frame followed, in bytes.
+    max_frame_len: usize,
+}
+
+impl Default for ServerboundFilter {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ServerboundFilter {
-    /// A filter at the start of a Play stream.
+    /// A filter at the start of a Play stream of vanilla frames (at most [`MAX_FRAME_LEN`] bytes).
     pub fn new() -> Self {
-        Self::default()
+        Self::with_limit(MAX_FRAME_LEN)
+    }
+
+    /// A filter at the start of a Play stream whose frames may be `max_frame_len` bytes long; it holds at most a
+    /// frame head whatever their size.
+    pub fn with_limit(max_frame_len: usize) -> Self {
+        Self {
+            remaining: 0,
+            dropping: false,
+            closes: 0,
+            dropped: 0,
+            max_frame_len: max_frame_len.min(MAX_WIDE_FRAME_LEN),
+        }
     }
 
     /// Close Window (C0D) frames seen so far.
@@ -254,8 +303,8 @@ impl ServerboundFilter {
     /// Filters the next batch in place (dropped frames are cut out, the bytes after them moved up).
     ///
     /// # Errors
-    /// [`FrameError::LengthPrefixTooLong`] or [`FrameError::Empty`]: the stream is not Minecraft frames; the
-    /// batch is left as it was, and the filter must not be used again.
+    /// [`FrameError::LengthPrefixTooLong`], [`FrameError::Empty`] or [`FrameError::TooLarge`]: the stream
+    /// cannot be followed; the batch must not be sent, and the filter must not be used again.
     pub fn filter(&mut self, batch: &mut [u8]) -> Result<Filtered, FrameError> {
         let (mut at, mut out) = (0, 0);
         loop {
@@ -286,10 +335,7 @@ impl ServerboundFilter {
                 }
                 Ok(Filtered { pass: out, held })
             };
-            let Some((len, prefix)) = read_length_prefix(rest)? else { return hold(batch) };
-            if len == 0 {
-                return Err(FrameError::Empty);
-            }
+            let Some((len, prefix)) = read_length_prefix(rest, self.max_frame_len)? else { return hold(batch) };
             let Some(head) = rest.get(prefix..prefix + len.min(SERVERBOUND_HEAD)) else { return hold(batch) };
             match VarInt::decode_partial(head) {
                 Ok((PluginMessage::SERVERBOUND_ID, n)) if is_bungee(head.get(n..).unwrap_or_default()) => {
@@ -322,195 +368,4 @@ enum Class {
 const _: () = assert!(HEAD_LEN > 2 + BUNGEE_CHANNEL.len());
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-    use super::*;
-    use crate::frame::encode_frame;
-    use crate::packets::ChatMessage;
-
-    fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
-        let mut out = BytesMut::new();
-        encode_frame(&mut out, id, fields).unwrap();
-        out.to_vec()
-    }
-
-    fn plugin(channel: &str, data: &[u8]) -> Vec<u8> {
-        let mut fields = Vec::new();
-        PluginMessage { channel: channel.into(), data: data.to_vec() }.encode_fields(&mut fields).unwrap();
-        frame(PluginMessage::CLIENTBOUND_ID, &fields)
-    }
-
-    fn join_game(entity: i32) -> Vec<u8> {
-        // S01: i32 entity id, u8 game mode, i8 dimension, u8 difficulty, u8 max players, String level type.
-        let mut fields = entity.to_be_bytes().to_vec();
-        fields.extend_from_slice(&[0, 0, 1, 20, 7]);
-        fields.extend_from_slice(b"default");
-        frame(0x01, &fields)
-    }
-
-    /// Feeds `stream` in pieces of `size` bytes as a relay would (held bytes start the next piece) and returns
-    /// the bytes passed and the handover offset in the stream, if any.
-    fn relay(watch: &mut ClientboundWatch, stream: &[u8], size: usize) -> (Vec<u8>, Option<usize>) {
-        let mut passed = Vec::new();
-        let mut held = Vec::new();
-        for piece in stream.chunks(size) {
-            let mut batch = std::mem::take(&mut held);
-            batch.extend_from_slice(piece);
-            match watch.scan(&batch, 0).unwrap() {
-                Verdict::Pass => passed.extend_from_slice(&batch),
-                Verdict::Hold(k) => {
-                    assert!(batch.len() - k < MAX_HELD, "held {} bytes", batch.len() - k);
-                    passed.extend_from_slice(&batch[..k]);
-                    held = batch[k..].to_vec();
-                }
-                Verdict::Handover(k) => {
-                    passed.extend_from_slice(&batch[..k]);
-                    return (passed.clone(), Some(passed.len()));
-                }
-            }
-        }
-        assert!(held.is_empty() || stream.is_empty());
-        (passed, None)
-    }
-
-    #[test]
-    fn a_connect_hands_over_at_its_first_byte_whatever_the_batch_sizes() {
-        let hello = plugin(fml::CHANNEL, &[fml::SERVER_HELLO, 2]);
-        let before =
-            [hello.clone(), join_game(42), ChatMessage { json: "\"hi\"".into() }.to_frame_bytes().unwrap().to_vec()]
-                .concat();
-        let connect = plugin(BUNGEE_CHANNEL, &super::super::BungeeRequest::connect_payload("b").unwrap());
-        let stream = [before.clone(), connect, frame(0x00, &[0, 0, 0, 1])].concat();
-        for size in 1..=stream.len() {
-            let mut watch = ClientboundWatch::new(false);
-            let (passed, handover) = relay(&mut watch, &stream, size);
-            assert_eq!(handover, Some(before.len()), "batch size {size}");
-            assert_eq!(passed, before, "batch size {size}");
-            let watched = watch.finish(0);
-            assert_eq!(watched.client_entity, Some(42));
-            assert_eq!(watched.fml_record.as_deref(), Some(&hello[..]), "the handshake before Join Game is recorded");
-        }
-    }
-
-    #[test]
-    fn every_bungeecord_message_hands_over() {
-        for data in [&b"\x00\x0aGetServers"[..], b"\x00\x0cConnectOther\x00\x01a\x00\x01b", b"", b"\x00\x07Conn"] {
-            let stream = [join_game(7), plugin(BUNGEE_CHANNEL, data)].concat();
-            for size in 1..=stream.len() {
-                let mut watch = ClientboundWatch::new(false);
-                assert_eq!(relay(&mut watch, &stream, size).1, Some(join_game(7).len()), "batch size {size}");
-            }
-        }
-    }
-
-    /// Feeds `stream` through a filter in pieces of `size` bytes (held bytes start the next piece).
-    fn filtered(filter: &mut ServerboundFilter, stream: &[u8], size: usize) -> Vec<u8> {
-        let mut passed = Vec::new();
-        let mut held = Vec::new();
-        for piece in stream.chunks(size) {
-            let mut batch = std::mem::take(&mut held);
-            batch.extend_from_slice(piece);
-            let f = filter.filter(&mut batch).unwrap();
-            assert!(f.held < MAX_HELD_SERVERBOUND + 1, "held {} bytes", f.held);
-            passed.extend_from_slice(&batch[..f.pass]);
-            held = batch[f.pass..f.pass + f.held].to_vec();
-        }
-        assert!(held.is_empty());
-        passed
-    }
-
-    #[test]
-    fn serverbound_bungeecord_messages_are_dropped_whatever_the_batch_sizes() {
-        let c17 = |channel: &str, data: &[u8]| {
-            let mut fields = Vec::new();
-            PluginMessage { channel: channel.into(), data: data.to_vec() }.encode_fields(&mut fields).unwrap();
-            frame(PluginMessage::SERVERBOUND_ID, &fields)
-        };
-        let chat = frame(0x01, b"\x02hi");
-        let close = frame(0x0d, &[3]);
-        let keep = [chat.clone(), c17("BungeeCore", b"x"), close.clone(), c17("MC|Brand", b"fml")].concat();
-        let stream = [
-            chat.clone(),
-            c17(BUNGEE_CHANNEL, b"\x00\x07Connect\x00\x01a"),
-            c17("BungeeCore", b"x"),
-            close.clone(),
-            c17(BUNGEE_CHANNEL, &[7; 300]),
-            c17("MC|Brand", b"fml"),
-        ]
-        .concat();
-        for size in 1..=stream.len() {
-            let mut filter = ServerboundFilter::new();
-            assert_eq!(filtered(&mut filter, &stream, size), keep, "batch size {size}");
-            assert_eq!((filter.closes(), filter.dropped()), (1, 2));
-            assert_eq!(filter.under_way(), (0, false));
-        }
-        // A frame under way: 2 bytes of the 300-byte one were seen.
-        let mut filter = ServerboundFilter::new();
-        let big = c17(BUNGEE_CHANNEL, &[7; 300]);
-        let mut part = big[..16].to_vec();
-        assert_eq!(filter.filter(&mut part).unwrap(), Filtered { pass: 0, held: 0 });
-        assert_eq!(filter.under_way(), (big.len() - 16, true));
-        let mut bad = [0x80, 0x80, 0x80, 0x01];
-        assert_eq!(ServerboundFilter::new().filter(&mut bad), Err(FrameError::LengthPrefixTooLong));
-    }
-
-    #[test]
-    fn other_channels_and_a_disconnect_without_fallback_pass() {
-        let stream = [
-            join_game(7),
-            plugin("BungeeCore", b"x"),
-            plugin("FML|HS", &[fml::SERVER_HELLO]),
-            plugin("B", b""),
-            PlayDisconnect { reason_json: "\"bye\"".into() }.to_frame_bytes().unwrap().to_vec(),
-        ]
-        .concat();
-        for size in 1..=stream.len() {
-            let mut watch = ClientboundWatch::new(false);
-            assert_eq!(relay(&mut watch, &stream, size), (stream.clone(), None), "batch size {size}");
-            // After Join Game nothing more is recorded.
-            assert_eq!(watch.finish(0).fml_record.as_deref(), Some(&[][..]));
-        }
-        let disconnect = PlayDisconnect { reason_json: "\"bye\"".into() }.to_frame_bytes().unwrap().len();
-        let mut watch = ClientboundWatch::new(true);
-        assert_eq!(
-            relay(&mut watch, &stream, 64).1,
-            Some(stream.len() - disconnect),
-            "with a fallback, S40 hands over"
-        );
-    }
-
-    #[test]
-    fn leftovers_follow_the_stream_and_a_closed_window_is_not_left() {
-        let open = frame(0x2d, &[3, 0, 1, b'c', 27, 1]);
-        let objective = frame(0x3b, &[1, b'o', 1, b'O', 0]);
-        let stream = [join_game(1), open, objective].concat();
-        let mut watch = ClientboundWatch::new(false);
-        assert_eq!(watch.scan(&stream, 5).unwrap(), Verdict::Pass);
-        let mut expected = Leftovers::default();
-        expected.observe(Direction::Clientbound, 0x2d, &[3, 0, 1, b'c', 27, 1]);
-        expected.observe(Direction::Clientbound, 0x3b, &[1, b'o', 1, b'O', 0]);
-        let mut open_still = ClientboundWatch::new(false);
-        open_still.scan(&stream, 5).unwrap();
-        assert_eq!(open_still.finish(5).leftovers, expected, "no C0D since the window opened");
-        expected.observe(Direction::Serverbound, 0x0d, &[3]);
-        assert_eq!(watch.finish(6).leftovers, expected, "the client closed it");
-    }
-
-    #[test]
-    fn a_bad_length_prefix_is_an_error_and_a_short_head_is_held() {
-        let mut watch = ClientboundWatch::new(false);
-        assert_eq!(watch.scan(&[0x80, 0x80, 0x80, 0x01], 0), Err(FrameError::LengthPrefixTooLong));
-        let mut watch = ClientboundWatch::new(false);
-        assert_eq!(watch.scan(&[0x00], 0), Err(FrameError::Empty));
-        let mut watch = ClientboundWatch::new(false);
-        // A 40-byte frame whose head is not all here yet: held from its first byte.
-        assert_eq!(watch.scan(&[0x01, 0x00, 40, 0x3f, 10, b'B'], 0).unwrap(), Verdict::Hold(2));
-        // The longest hold: a 3-byte length prefix and all but the last byte of a head.
-        let mut watch = ClientboundWatch::new(false);
-        let mut long = vec![0x80, 0x80, 0x01];
-        long.extend_from_slice(&[0x3f; HEAD_LEN - 1]);
-        assert_eq!(long.len(), MAX_HELD - 1);
-        assert_eq!(watch.scan(&long, 0).unwrap(), Verdict::Hold(0));
-        assert!(watch.at_boundary());
-    }
-}
+mod tests;

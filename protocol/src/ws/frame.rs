@@ -384,6 +384,41 @@ pub fn encode_header(opcode: u8, len: usize) -> ([u8; MAX_SERVER_HEADER], usize)
     }
 }
 
+/// Appends `payload` as one unmasked Binary message (a server's, §5.1) of frames of at most `max_frame`
+/// payload bytes each: a Binary frame, then Continuation frames, FIN on the last (§5.4); one frame when it fits.
+/// Returns where each frame's payload sits in `out`, so a caller can keep them without a copy.
+///
+/// ```
+/// use moonbridge_protocol::ws::frame::encode_binary_message;
+/// let mut out = Vec::new();
+/// let at = encode_binary_message(&mut out, b"abcde", 2);
+/// assert_eq!(out, b"\x02\x02ab\x00\x02cd\x80\x01e");
+/// assert_eq!(at, [2..4, 6..8, 10..11]);
+/// ```
+pub fn encode_binary_message(out: &mut Vec<u8>, payload: &[u8], max_frame: usize) -> Vec<std::ops::Range<usize>> {
+    let max_frame = max_frame.max(1);
+    let frames = payload.len().div_ceil(max_frame).max(1);
+    out.reserve(payload.len() + frames * 4);
+    let mut at = Vec::with_capacity(frames);
+    let mut pieces = payload.chunks(max_frame).peekable();
+    let mut opcode = OP_BINARY;
+    loop {
+        let piece = pieces.next().unwrap_or_default();
+        let last = pieces.peek().is_none();
+        let (mut h, n) = encode_header(opcode, piece.len());
+        if !last {
+            h[0] &= 0x7f;
+        }
+        out.extend_from_slice(h.get(..n).unwrap_or_default());
+        at.push(out.len()..out.len() + piece.len());
+        out.extend_from_slice(piece);
+        opcode = OP_CONTINUATION;
+        if last {
+            return at;
+        }
+    }
+}
+
 /// A whole server Close frame with `code` and `reason` (the reason is cut to fit the 125-byte control payload, at
 /// a character boundary).
 pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {

@@ -5,8 +5,11 @@
 //! - Close codes (RFC 6455 §7.4.1): see the constants below.
 //! - Keepalive: each side sends a Ping when it has written nothing for the ping interval, answers every Ping
 //!   at once, and treats 3 intervals without receiving anything as a dead peer ([`Keepalive`]).
-//! - Size: a message of [`MAX_MESSAGE_FOR_ONE_FRAME`] bytes must always be accepted (one whole 1.7.10 frame);
-//!   a sender splits larger batches.
+//! - Size: a message of [`MAX_MESSAGE_FOR_ONE_FRAME`] bytes must always be accepted (one whole vanilla 1.7.10
+//!   frame); a sender splits larger batches. MoonBridge's senders write no message over [`MAX_SENT_MESSAGE`]
+//!   and no WebSocket frame over [`MAX_SENT_FRAME_PAYLOAD`] (a longer message goes as Continuation frames,
+//!   RFC 6455 §5.4), so intermediaries with message or frame caps pass the carriage whatever the Minecraft
+//!   frames' size (a modpack's may be 256 MiB: they span messages).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,14 @@ pub const SUBPROTOCOL: &str = "moonbridge.v1";
 /// Every receiver's message limit is at least this (the proxy's `max_ws_message_bytes` may not be lower);
 /// the client library never sends a larger message.
 pub const MAX_MESSAGE_FOR_ONE_FRAME: usize = crate::MAX_FRAME_LEN + 3;
+
+/// Largest WebSocket message a MoonBridge sender writes, in bytes: 1 MiB, what Cloudflare Workers and Kong
+/// (its default) let through.
+pub const MAX_SENT_MESSAGE: usize = 1024 * 1024;
+
+/// Largest WebSocket frame payload a MoonBridge sender writes, in bytes: 65,535 (a 16-bit length; Apache
+/// APISIX, for one, refuses longer frames). A longer message is sent as a Binary frame and Continuation frames.
+pub const MAX_SENT_FRAME_PAYLOAD: usize = 65_535;
 
 /// 1000 Normal Closure: the backend closed the session.
 pub const CLOSE_NORMAL: u16 = 1000;

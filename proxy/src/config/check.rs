@@ -5,9 +5,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::errors::{ConfigError, ConfigProblem};
+use super::limits::LimitsConfig;
 use super::schema::{
-    AuthMode, Config, Forwarding, LimitsConfig, ListenerConfig, NetworkConfig, TransferConfig,
-    DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH,
+    AuthMode, Config, Forwarding, ListenerConfig, NetworkConfig, TransferConfig, DEFAULT_PING_INTERVAL_SECONDS,
+    DEFAULT_WS_PATH,
 };
 use super::settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 use crate::transport::Transport;
@@ -360,6 +361,14 @@ fn check_limits(l: &LimitsConfig, push: &mut impl FnMut(String, String)) {
     let min_ws = moonbridge_protocol::ws::MAX_MESSAGE_FOR_ONE_FRAME;
     if l.max_ws_message_bytes < min_ws {
         push("limits.max_ws_message_bytes".into(), format!("must be at least {min_ws} (one 1.7.10 frame)"));
+    }
+    let vanilla = moonbridge_protocol::MAX_FRAME_LEN;
+    let widest = moonbridge_protocol::frame::MAX_WIDE_FRAME_LEN;
+    if !(vanilla..=widest).contains(&l.max_play_frame_bytes) {
+        push(
+            "limits.max_play_frame_bytes".into(),
+            format!("must be between {vanilla} (a vanilla 1.7.10 frame) and {widest} (what a 5-byte prefix declares)"),
+        );
     }
 }
 

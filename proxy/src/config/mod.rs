@@ -16,6 +16,7 @@ use std::path::Path;
 
 mod check;
 mod errors;
+mod limits;
 mod schema;
 mod settings;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod tests;
 pub use crate::transport::Transport;
 pub use crate::trusted::RealIpHeader;
 pub use errors::{ConfigError, ConfigProblem};
+pub use limits::*;
 pub use schema::*;
 pub use settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 

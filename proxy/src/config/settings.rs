@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::limits::LimitsConfig;
 use super::schema::{
-    AuthConfig, CompressionConfig, Forwarding, LimitsConfig, MetricsConfig, NetworkConfig, RateLimitsConfig,
-    RuntimeConfig, StatusConfig, TransferConfig,
+    AuthConfig, CompressionConfig, Forwarding, MetricsConfig, NetworkConfig, RateLimitsConfig, RuntimeConfig,
+    StatusConfig, TransferConfig,
 };
 use crate::transport::Transport;
 use crate::trusted::{RealIpHeader, TrustedProxies};

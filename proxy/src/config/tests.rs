@@ -246,6 +246,7 @@ fn every_problem_is_reported() {
         [limits]
         max_connections = 0
         max_ws_message_bytes = 10
+        max_play_frame_bytes = 2097150
         "#,
     )
     .unwrap();
@@ -262,8 +263,15 @@ fn every_problem_is_reported() {
             "routing.hosts.\"x.com.\"",
             "limits.max_connections",
             "limits.max_ws_message_bytes",
+            "limits.max_play_frame_bytes",
         ]
     );
+    // Vanilla's limit and a Java int are the bounds; the default is GT New Horizons' 256 MiB.
+    for (value, ok) in [(2_097_151u64, true), (268_435_456, true), (2_147_483_647, true), (2_147_483_648, false)] {
+        let c = Config::from_toml(&format!("[limits]\nmax_play_frame_bytes = {value}\n")).unwrap();
+        assert_eq!(c.check().is_empty(), ok, "{value}");
+    }
+    assert_eq!(Config::default().limits.max_play_frame_bytes, 256 << 20);
 }
 
 #[test]

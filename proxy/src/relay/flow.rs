@@ -10,12 +10,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use moonbridge_protocol::crypto::{Cfb8Decryptor, Cfb8Encryptor, SHARED_SECRET_LEN};
 use moonbridge_protocol::transfer::watch::{ClientboundWatch, ServerboundFilter, Verdict};
-use moonbridge_protocol::FrameScanner;
+use moonbridge_protocol::{FrameError, FrameScanner};
 use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::metrics::BackendMetrics;
+use crate::labels::{StreamDirection, Unfollowed};
+use crate::limits::LogLimiter;
+use crate::metrics::{BackendMetrics, UnfollowedCounter};
 use crate::players::Command;
 use crate::resume;
 use crate::transfer::{Handed, Ticket};
@@ -58,12 +60,17 @@ pub(crate) struct RelayStart<'a> {
     /// Carriage v2 resume, when it is on (`limits.resume_window_seconds` > 0); used by v2 WebSocket links only.
     /// Boxed to keep every session's task small.
     pub(crate) resume: Option<Box<resume::ResumeStart>>,
+    /// `limits.max_play_frame_bytes`: the longest frame followed either way.
+    pub(crate) max_frame_len: usize,
 }
 
 /// How a direction follows its plaintext stream.
 pub(crate) enum Follow {
     /// Not at all (not plaintext Minecraft frames, or the stream stopped parsing).
     Nothing,
+    /// Serverbound, after the filter lost the frames: nothing more goes to the backend (a `BungeeCord` message
+    /// could no longer be told apart), and the relay ends with this error.
+    Refused(FrameError),
     /// Frame boundaries (clientbound: where the shutdown disconnect may go).
     Frames(FrameScanner),
     /// Clientbound, in a session that can be switched: frame boundaries, and the watch that tells when the
@@ -79,6 +86,7 @@ impl std::fmt::Debug for Follow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Nothing => "Nothing",
+            Self::Refused(_) => "Refused",
             Self::Frames(_) => "Frames",
             Self::Watch(_) => "Watch",
             Self::Serverbound(..) => "Serverbound",
@@ -157,7 +165,15 @@ pub(crate) struct Flow {
     /// `moonbridge_relayed_bytes_total` of this direction and backend; `None` after a handover (the transfer
     /// layer counts under the backend each byte came from or went to).
     pub(super) counter: Option<IntCounter>,
+    /// Which way this direction goes, and the series that count a stream it stops following.
+    direction: StreamDirection,
+    unfollowed: UnfollowedCounter,
 }
+
+/// Lines about streams the proxy stopped following: at most 10 per 10 seconds for the whole process (a peer
+/// causes them).
+static UNFOLLOWED_LOG: std::sync::LazyLock<LogLimiter> =
+    std::sync::LazyLock::new(|| LogLimiter::new(10, Duration::from_secs(10)));
 
 impl Flow {
     /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
@@ -167,7 +183,7 @@ impl Flow {
             Some(c) => (Some(Transform::Encrypt(Box::new(c.encrypt))), Some(Transform::Decrypt(Box::new(c.decrypt)))),
             None => (None, None),
         };
-        let direction = |bytes, follow, transform, counter: &IntCounter| Self {
+        let flow = |bytes, follow, transform, counter: &IntCounter, direction| Self {
             bytes,
             pending: Vec::new(),
             held: Vec::new(),
@@ -175,17 +191,23 @@ impl Flow {
             stall: start.write_stall,
             transform,
             counter: Some(counter.clone()),
+            direction,
+            unfollowed: start.metrics.unfollowed.clone(),
         };
         let mut follow = start.follow;
         let (up_follow, held) = match &mut follow {
-            Follow::Watch(w) => {
-                (Follow::Serverbound(Box::default(), Arc::clone(&w.closes)), std::mem::take(&mut w.first_held))
-            }
+            Follow::Watch(w) => (
+                Follow::Serverbound(
+                    Box::new(ServerboundFilter::with_limit(start.max_frame_len)),
+                    Arc::clone(&w.closes),
+                ),
+                std::mem::take(&mut w.first_held),
+            ),
             _ => (Follow::Nothing, Vec::new()),
         };
-        let mut down = direction(start.down, follow, encrypt, &start.metrics.to_player);
+        let mut down = flow(start.down, follow, encrypt, &start.metrics.to_player, StreamDirection::ToPlayer);
         down.held = held;
-        (direction(start.up, up_follow, decrypt, &start.metrics.to_backend), down)
+        (flow(start.up, up_follow, decrypt, &start.metrics.to_backend, StreamDirection::ToBackend), down)
     }
 
     /// Everything that happens to a batch in flight, in place: decrypt (serverbound), follow, count and scan
@@ -198,10 +220,11 @@ impl Flow {
         }
         let keep = match &mut self.follow {
             Follow::Nothing => data.len(),
+            Follow::Refused(_) => 0,
             Follow::Frames(s) => {
-                if s.scan(data).is_err() {
-                    // A stream that stops parsing (backend encryption, garbage) simply loses its scanner.
-                    self.follow = Follow::Nothing;
+                if let Err(e) = s.scan(data) {
+                    // Relayed opaquely from here; said once.
+                    self.lose_track(e, false);
                 }
                 data.len()
             }
@@ -212,9 +235,11 @@ impl Flow {
                     self.held.extend_from_slice(held);
                     kept.pass
                 }
-                Err(_) => {
-                    self.follow = Follow::Nothing;
-                    data.len()
+                Err(e) => {
+                    // A `BungeeCord` message could hide anywhere from here: nothing more reaches the backend.
+                    self.lose_track(e, false);
+                    self.follow = Follow::Refused(e);
+                    0
                 }
             },
             Follow::Watch(w) => match w.watch.scan(data, w.closes.load(Ordering::Relaxed)) {
@@ -231,9 +256,9 @@ impl Flow {
                     w.rest = Some(data.get(k..).unwrap_or_default().to_vec());
                     k
                 }
-                Err(_) => {
-                    // Not Minecraft frames after all: relayed opaquely, and nobody can be switched.
-                    self.follow = Follow::Nothing;
+                Err(e) => {
+                    // Relayed opaquely from here, and the player can no longer be switched or moved.
+                    self.lose_track(e, true);
                     data.len()
                 }
             },
@@ -245,6 +270,35 @@ impl Flow {
         }
         self.seal(data);
         keep
+    }
+
+    /// The stream stopped parsing (`e`): counted, logged once for this direction (through the process's limiter,
+    /// with the session's span), and followed no more. `switchable`: the session could be switched or moved
+    /// until now.
+    fn lose_track(&mut self, e: FrameError, switchable: bool) {
+        self.follow = Follow::Nothing;
+        self.unfollowed.inc(self.direction, Unfollowed::of(e));
+        let Some(suppressed) = UNFOLLOWED_LOG.allow() else { return };
+        let way = match self.direction {
+            StreamDirection::ToBackend => "the player's stream: it is closed",
+            StreamDirection::ToPlayer if switchable => {
+                "the backend's stream: relayed unparsed from here, no server switch or move for this player"
+            }
+            StreamDirection::ToPlayer => "the backend's stream: relayed unparsed from here",
+        };
+        tracing::warn!(
+            suppressed,
+            "stopped following the Minecraft frames of {way} ({e}; see limits.max_play_frame_bytes and docs/modpacks.md)"
+        );
+    }
+
+    /// The error the relay ends with when this direction refused to go on (the serverbound filter lost the
+    /// frames).
+    pub(crate) fn refusal(&self) -> Option<io::Error> {
+        match &self.follow {
+            Follow::Refused(e) => Some(io::Error::new(io::ErrorKind::InvalidData, *e)),
+            _ => None,
+        }
     }
 
     /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
@@ -265,7 +319,10 @@ impl Flow {
 
     /// [`Flow::process`] for a batch the caller owns (the WebSocket relay's decoded stream bytes): a frame
     /// head held from the last batch starts it, and it is cut to what may go on now.
-    pub(crate) fn process_owned(&mut self, batch: &mut BytesMut) {
+    ///
+    /// # Errors
+    /// [`Flow::refusal`]: the relay must end (the batch is empty then).
+    pub(crate) fn process_owned(&mut self, batch: &mut BytesMut) -> io::Result<()> {
         if !self.held.is_empty() {
             let mut joined = BytesMut::with_capacity(self.held.len() + batch.len());
             joined.extend_from_slice(&self.held);
@@ -275,6 +332,7 @@ impl Flow {
         }
         let keep = self.process(batch);
         batch.truncate(keep);
+        self.refusal().map_or(Ok(()), Err)
     }
 
     /// The backend's connection was lost (`why`: as the player reads it after the backend's name): when the
@@ -321,9 +379,10 @@ impl Flow {
         if !self.handover_due() {
             return None;
         }
-        let Follow::Watch(w) = std::mem::replace(&mut self.follow, Follow::Frames(FrameScanner::new())) else {
+        let Follow::Watch(w) = std::mem::replace(&mut self.follow, Follow::Nothing) else {
             return None;
         };
+        self.follow = Follow::Frames(FrameScanner::with_limit(w.watch.max_frame_len()));
         up.counter = None;
         self.counter = None;
         let Watching { watch, closes, rest, to, lost, commands, command, .. } = *w;
@@ -345,7 +404,7 @@ impl Flow {
                 Follow::Serverbound(f, _) => f.under_way().0 == 0,
                 // Held bytes are the head of a frame not sent yet: the player's stream is between two frames.
                 Follow::Watch(w) => w.watch.at_boundary(),
-                Follow::Nothing => false,
+                Follow::Nothing | Follow::Refused(_) => false,
             }
     }
 }
@@ -380,6 +439,9 @@ pub(crate) fn read_batch<R>(
                 }
                 let data = buf.get_mut(..h + n).unwrap_or_default();
                 let keep = down.process(data);
+                if let Some(e) = down.refusal() {
+                    return Err(e);
+                }
                 if keep == 0 {
                     return Ok(None);
                 }
@@ -392,182 +454,4 @@ pub(crate) fn read_batch<R>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use moonbridge_protocol::transfer::watch::MAX_HELD;
-    use moonbridge_protocol::transfer::Leftovers;
-
-    #[test]
-    fn a_direction_counts_scans_and_ciphers_in_place() {
-        let secret = [7u8; SHARED_SECRET_LEN];
-        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
-        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let start = RelayStart {
-            shutdown: &shutdown,
-            follow: Follow::Frames(FrameScanner::new()),
-            up: 10,
-            down: 20,
-            write_stall: Duration::from_secs(1),
-            cipher: Some(Box::new(ClientCipher::new(&secret))),
-            metrics: &metrics,
-            resume: None,
-        };
-        let (mut up, mut down) = Flow::pair(start);
-        // Clientbound: two whole frames, scanned as plaintext, then encrypted.
-        let plain = [0x02, 0x00, 0x01, 0x01, 0x00];
-        let mut batch = plain;
-        down.process(&mut batch);
-        assert_eq!(down.bytes, 25);
-        assert!(down.at_frame_boundary());
-        let mut player_side = ClientCipher::new(&secret);
-        let mut seen = batch;
-        player_side.decrypt.apply(&mut seen);
-        assert_eq!(seen, plain, "the player decrypts what the relay encrypted");
-        // Half a frame: not a boundary any more.
-        let mut half = [0x05, 0x00];
-        down.process(&mut half);
-        assert!(!down.at_frame_boundary());
-        // Serverbound: decrypted before counting.
-        let mut sent = *b"hello";
-        player_side.encrypt.apply(&mut sent);
-        up.process(&mut sent);
-        assert_eq!(&sent, b"hello");
-        assert_eq!(up.bytes, 15);
-    }
-
-    fn frame(id: i32, fields: &[u8]) -> Vec<u8> {
-        let mut out = bytes::BytesMut::new();
-        moonbridge_protocol::frame::encode_frame(&mut out, id, fields).unwrap();
-        out.to_vec()
-    }
-
-    #[tokio::test]
-    async fn the_watch_holds_frame_heads_back_and_hands_over_at_a_connect_in_tiny_reads() {
-        use moonbridge_protocol::packets::PluginMessage;
-        use moonbridge_protocol::transfer::BungeeRequest;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut backend = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (relay_end, _) = listener.accept().await.unwrap();
-        // Join Game (entity 9), an objective, a chat line, then BungeeCord's Connect and what follows it.
-        let mut join = 9i32.to_be_bytes().to_vec();
-        join.extend_from_slice(&[0, 0, 1, 20, 7, b'd', b'e', b'f', b'a', b'u', b'l', b't']);
-        let mut connect = Vec::new();
-        let data = BungeeRequest::connect_payload("lobby").unwrap();
-        PluginMessage { channel: "BungeeCord".into(), data }.encode_fields(&mut connect).unwrap();
-        let before = [frame(0x01, &join), frame(0x3b, &[1, b'o', 1, b'O', 0]), frame(0x02, b"\x04\"hi\"")].concat();
-        let after = [frame(0x3f, &connect), frame(0x00, &[0, 0, 0, 5])].concat();
-        tokio::io::AsyncWriteExt::write_all(&mut backend, &[before.clone(), after.clone()].concat()).await.unwrap();
-
-        let secret = [3u8; SHARED_SECRET_LEN];
-        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
-        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        // No ticket: the switchboard itself is tested on live sockets (`tests/tests/transfer.rs`).
-        let watching = Watching::new(ClientboundWatch::new(false), None, false, None);
-        let start = RelayStart {
-            shutdown: &shutdown,
-            follow: Follow::Watch(Box::new(watching)),
-            up: 0,
-            down: 0,
-            write_stall: Duration::from_secs(1),
-            cipher: Some(Box::new(ClientCipher::new(&secret))),
-            metrics: &metrics,
-            resume: None,
-        };
-        let (mut up, mut down) = Flow::pair(start);
-        // Serverbound: a Close Window (C0D), then the first bytes of a Chat Message, too few to tell what it is
-        // (held for the next batch).
-        let mut player = ClientCipher::new(&secret);
-        let mut sent = [frame(0x0d, &[1]), vec![0x05, 0x01]].concat();
-        player.encrypt.apply(&mut sent);
-        assert_eq!(up.process(&mut sent), 3);
-        assert_eq!(up.held, [0x05, 0x01]);
-        let mut passed = Vec::new();
-        while !down.handover_due() {
-            tokio::time::timeout(Duration::from_secs(5), relay_end.readable()).await.unwrap().unwrap();
-            // Reads of at most 5 bytes: every frame head is split at least once.
-            if let Some(data) = read_batch(&relay_end, &mut down, 5, |d| d.to_vec()).unwrap() {
-                assert!(!data.is_empty(), "no EOF before the handover");
-                passed.extend_from_slice(&data);
-            }
-        }
-        player.decrypt.apply(&mut passed);
-        assert_eq!(passed, before, "everything before the Connect reached the player, encrypted once");
-        assert_eq!(down.bytes, before.len() as u64, "the bytes not delivered are not counted");
-        assert!(down.at_frame_boundary());
-        let (ticket, handed) = down.take_handover(&mut up).unwrap();
-        assert!(ticket.is_none());
-        let Handed { rest, watched, tail, lost, .. } = handed;
-        assert_eq!(lost, None);
-        assert!(rest.len() <= 5 + MAX_HELD && after.starts_with(&rest), "the rest starts at the Connect");
-        assert_eq!(rest.first(), after.first());
-        assert_eq!(watched.client_entity, Some(9));
-        let mut objective = Leftovers::default();
-        objective.observe(moonbridge_protocol::transfer::Direction::Clientbound, 0x3b, &[1, b'o', 1, b'O', 0]);
-        assert_eq!(watched.leftovers, objective);
-        // No serverbound frame under way: the held head starts the player's next batch.
-        assert_eq!(tail, (0, false));
-        assert_eq!(up.held, [0x05, 0x01]);
-        assert!(matches!(down.follow, Follow::Frames(_)) && matches!(up.follow, Follow::Nothing));
-        drop(relay_end);
-    }
-
-    /// The two directions of a session that can be switched (no ticket, no cipher); `failover` when its backend
-    /// has a fallback.
-    fn switchable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failover: bool) -> (Flow, Flow) {
-        let watching = Watching::new(ClientboundWatch::new(false), None, failover, None);
-        Flow::pair(RelayStart {
-            shutdown,
-            follow: Follow::Watch(Box::new(watching)),
-            up: 0,
-            down: 0,
-            write_stall: Duration::from_secs(1),
-            cipher: None,
-            metrics,
-            resume: None,
-        })
-    }
-
-    #[test]
-    fn a_lost_backend_hands_over_only_between_two_frames_and_only_with_a_fallback() {
-        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
-        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let flows = |failover| switchable(&shutdown, &metrics, failover);
-        let (mut up, mut down) = flows(true);
-        // Half of a chat frame reached the player: it cannot be completed by another server.
-        let long = frame(0x02, &[&[40u8][..], &[b'a'; 40]].concat());
-        let mut half = long[..30].to_vec();
-        down.process(&mut half);
-        assert!(!down.fail_over("closed the connection unexpectedly"));
-        let (mut up2, mut down2) = flows(true);
-        let mut whole = frame(0x02, b"\x04\"hi\"");
-        down2.process(&mut whole);
-        assert!(down2.fail_over("closed the connection unexpectedly"));
-        let (_, handed) = down2.take_handover(&mut up2).unwrap();
-        assert_eq!(handed.lost.as_deref(), Some("closed the connection unexpectedly"));
-        let (_, mut down3) = flows(false);
-        assert!(!down3.fail_over("x"), "no fallback, no failover");
-        assert!(down.take_handover(&mut up).is_none());
-    }
-
-    #[test]
-    fn serverbound_bungeecord_messages_never_reach_the_backend_and_heads_are_held() {
-        use moonbridge_protocol::packets::PluginMessage;
-        let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
-        let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
-        let (mut up, _down) = switchable(&shutdown, &metrics, false);
-        let mut fields = Vec::new();
-        PluginMessage { channel: "BungeeCord".into(), data: b"\x00\x03Msg".to_vec() }
-            .encode_fields(&mut fields)
-            .unwrap();
-        let forged = frame(0x17, &fields);
-        let chat = frame(0x01, b"\x02hi");
-        // The forged message's head split across two batches: held, then dropped whole.
-        let mut first = BytesMut::from(&[chat.clone(), forged[..5].to_vec()].concat()[..]);
-        up.process_owned(&mut first);
-        assert_eq!(&first[..], &chat[..]);
-        let mut second = BytesMut::from(&[forged[5..].to_vec(), chat.clone()].concat()[..]);
-        up.process_owned(&mut second);
-        assert_eq!(&second[..], &chat[..]);
-        assert_eq!(up.bytes, 2 * chat.len() as u64, "dropped bytes are not counted as relayed");
-    }
-}
+mod tests;

@@ -171,7 +171,13 @@ pub(super) async fn move_out<S: PlayerStream>(
         // and is decoded once the relay goes on).
         if !batch.is_empty() && (!handed || heard.stay) {
             // Bytes the player sent before it read `move`: they reach the backend as usual.
-            pipe.up.process_owned(&mut batch);
+            if let Err(e) = pipe.up.process_owned(&mut batch) {
+                metrics.drain_move(DrainMove::Failed);
+                if handed {
+                    pipe.leave_claim();
+                }
+                return MoveEnd::Over(RelayEnd::Error(Side::Player, e));
+            }
             if let Err(e) = pipe.backend.write_all(&batch, stall).await {
                 metrics.drain_move(DrainMove::Failed);
                 if handed {
@@ -263,7 +269,7 @@ async fn hand_over<S: PlayerStream>(
                 }
             }
             let turn = link.decode(&mut batch, RELAY_CHUNK).await;
-            pipe.up.process_owned(&mut batch);
+            pipe.up.process_owned(&mut batch).map_err(|e| format!("the player's stream cannot be followed: {e}"))?;
             pipe.backend.write_all(&batch, stall).await.map_err(|e| format!("backend write failed: {e}"))?;
             batch.clear();
             // A control message (the client's acks go on meanwhile) stops a turn, not the catch-up.

@@ -116,7 +116,10 @@ pub(super) async fn pump<S: PlayerStream>(
             }
         }
         if !batch.is_empty() {
-            pipe.up.process_owned(&mut batch);
+            if let Err(e) = pipe.up.process_owned(&mut batch) {
+                link.close(carriage::CLOSE_PROTOCOL_ERROR, "unreadable Minecraft frames").await;
+                return StretchEnd::End(RelayEnd::Error(Side::Player, e));
+            }
         }
         if !batch.is_empty() {
             if let Err(e) = pipe.backend.write_all(&batch, stall).await {
@@ -221,7 +224,10 @@ pub(super) async fn pump<S: PlayerStream>(
                 let retain = v2.is_some();
                 let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
                     link.binary_frame(d).map(|(frame, at)| {
-                        let kept = retain.then(|| at.map_or_else(|| Bytes::copy_from_slice(d), |n| frame.slice(n..)));
+                        let kept = retain.then(|| match at {
+                            Some(pieces) => pieces.into_iter().map(|p| frame.slice(p)).collect(),
+                            None => vec![Bytes::copy_from_slice(d)],
+                        });
                         (frame, kept, d.len())
                     })
                 }) {
@@ -247,7 +253,9 @@ pub(super) async fn pump<S: PlayerStream>(
                     return StretchEnd::End(RelayEnd::Closed(Side::Backend));
                 }
                 if let (Some(r), Some(kept)) = (v2.as_deref_mut(), kept) {
-                    r.retained.push(kept);
+                    for piece in kept {
+                        r.retained.push(piece);
+                    }
                 }
                 link.count_sent(n);
                 if let Err(end) = send_frames(link, &frame, v2.as_deref_mut()).await {

@@ -256,7 +256,7 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
     let arrival = Arrival { stream, early, state: st, commands: Some(rx) };
     let start = RelayStart {
         shutdown: &stop,
-        follow: Follow::Frames(FrameScanner::new()),
+        follow: Follow::Frames(FrameScanner::with_limit(live.tunables.limits.max_play_frame_bytes)),
         up: 0,
         down: 0,
         write_stall: live.tunables.limits.write_stall_timeout(),
@@ -269,6 +269,7 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
             metrics: Arc::clone(&state.metrics),
             moved: true,
         })),
+        max_frame_len: live.tunables.limits.max_play_frame_bytes,
     };
     let report = s.player.relay(BackendSide::Board(ticket.arrived(arrival)), start).await;
     summary.relay_ended(report, &stop);

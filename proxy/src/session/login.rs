@@ -296,7 +296,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             state.players.register(seen, None, Some(Arc::clone(&stop)), claim, duplicate(&state))
         });
         drop(identity);
-        let mut scanner = FrameScanner::new();
+        let mut scanner = FrameScanner::with_limit(live.tunables.limits.max_play_frame_bytes);
         if logged_in && scanner.scan(&first).is_ok() {
             Follow::Frames(scanner)
         } else {
@@ -311,7 +311,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         }
         let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_QUEUE);
         let fallback = transfer::has_fallback(&live, backend);
-        let mut watch = ClientboundWatch::new(fallback);
+        let mut watch = ClientboundWatch::new(fallback, live.tunables.limits.max_play_frame_bytes);
         let ticket = Box::new(transfer::Ticket {
             live: Arc::clone(&live),
             identity: *identity,
@@ -342,7 +342,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
                     commands: Some(rx),
                 };
                 board = Some((ticket, handed));
-                Follow::Frames(FrameScanner::new())
+                Follow::Frames(FrameScanner::with_limit(live.tunables.limits.max_play_frame_bytes))
             }
             Err(_) => Follow::Nothing,
         }
@@ -362,7 +362,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         return summary;
     }
     drop(first);
-    let start = RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume };
+    let max_frame_len = live.tunables.limits.max_play_frame_bytes;
+    let start = RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume, max_frame_len };
     let side = match board {
         Some((ticket, handed)) => BackendSide::Board((*ticket).board(stream, handed)),
         None => BackendSide::new(stream),

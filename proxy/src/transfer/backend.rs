@@ -5,7 +5,7 @@ use std::io;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::FrameDecoder;
 use moonbridge_protocol::packets::{LoginDisconnect, LoginSuccess, Packet};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -25,8 +25,9 @@ pub(super) struct Link {
 }
 
 impl Link {
-    pub(super) fn new(backend: Backend, stream: TcpStream, early: &[u8]) -> Self {
-        let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
+    /// A link whose frames may be `max_frame_len` bytes long (`limits.max_play_frame_bytes`).
+    pub(super) fn new(backend: Backend, stream: TcpStream, early: &[u8], max_frame_len: usize) -> Self {
+        let mut frames = FrameDecoder::new(max_frame_len);
         frames.queue_slice(early);
         Self { backend, stream, frames }
     }

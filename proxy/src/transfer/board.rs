@@ -11,7 +11,8 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use moonbridge_protocol::frame::{passing_len, FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::{passing_len, passing_run, FrameDecoder, Run};
+use moonbridge_protocol::transfer::watch::HEAD_LEN;
 use moonbridge_protocol::transfer::{Direction, EntityIdSwap, Leftovers};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -31,12 +32,10 @@ use crate::wire::{discard_until_eof, read_clearing, with_scratch, within_stall, 
 pub(super) struct PlayerEnd {
     /// Serverbound frames from the relay.
     pub(super) up: FrameDecoder,
-    /// The serverbound frame the relay was in when it handed over: body bytes still to come, and whether they
-    /// are dropped (a `BungeeCord` message); passed on first, to the backend that had its beginning (dropped
-    /// once another backend serves the player).
+    /// The serverbound frame under way (the one the relay was in when it handed over, or one passing in
+    /// pieces): body bytes still to come, and whether they are dropped (a `BungeeCord` message, or a frame
+    /// whose backend no longer serves the player); passed on first, to the backend that had its beginning.
     pub(super) tail: (usize, bool),
-    /// The backend that had the beginning of `tail`'s frame no longer serves the player.
-    pub(super) tail_orphaned: bool,
     /// The player closed its side (FIN): nothing more comes.
     closed: bool,
 }
@@ -44,7 +43,7 @@ pub(super) struct PlayerEnd {
 impl PlayerEnd {
     /// A player end whose serverbound frames start with what `up` holds (no frame under way at a backend).
     pub(super) fn starting_with(up: FrameDecoder) -> Self {
-        Self { up, tail: (0, false), tail_orphaned: false, closed: false }
+        Self { up, tail: (0, false), closed: false }
     }
 
     /// Serverbound bytes queued after the last whole frame (the start of the next one).
@@ -110,11 +109,12 @@ impl Switchboard {
         // Read from the backend by the relay, not delivered (nor counted) there.
         backend.metrics.to_player.inc_by(rest.len() as u64);
         let visited = vec![backend.name.clone()];
-        let mut player = PlayerEnd::starting_with(FrameDecoder::new(MAX_FRAME_LEN));
+        let limit = ctx.live.tunables.limits.max_play_frame_bytes;
+        let mut player = PlayerEnd::starting_with(FrameDecoder::new(limit));
         player.tail = tail;
         let forge = Forge { record: fml_record, replaying: false };
         let mut board = Self::empty(ctx, player, forge, commands, visited);
-        board.current = Some(Link::new(backend, stream, &rest));
+        board.current = Some(Link::new(backend, stream, &rest, limit));
         board.client_entity = client_entity;
         board.leftovers = leftovers;
         let step = board.clientbound();
@@ -253,27 +253,48 @@ impl Switchboard {
         self.commands = None;
     }
 
+    /// Where a frame the switchboard makes for the current backend goes: behind the player's frame under way,
+    /// if one is being written to it.
+    pub(super) fn for_current(&mut self) -> &mut BytesMut {
+        if self.player.tail.0 > 0 && !self.player.tail.1 {
+            &mut self.out.backend_waiting
+        } else {
+            &mut self.out.to_backend
+        }
+    }
+
     /// Handles the player's bytes.
     fn player_bytes(&mut self, mut data: &[u8]) -> Result<(), End> {
-        // The rest of a frame the relay had begun before the handover goes on as it is (or is dropped).
+        // The rest of a frame under way (begun before the handover, or passing in pieces) goes on as it is (or
+        // is dropped).
         let (remaining, dropping) = self.player.tail;
         if remaining > 0 {
             let raw = remaining.min(data.len());
-            if !dropping && self.current.is_some() && !self.player.tail_orphaned {
+            if !dropping && self.current.is_some() {
                 self.out.to_backend.extend_from_slice(data.get(..raw).unwrap_or_default());
             }
             self.player.tail.0 -= raw;
             data = data.get(raw..).unwrap_or_default();
+            if self.player.tail.0 == 0 && !self.out.backend_waiting.is_empty() {
+                let waiting = self.out.backend_waiting.split();
+                self.out.to_backend.unsplit(waiting);
+            }
         }
-        // Frames nobody looks into go straight on; only the rest is queued (and copied) for parsing.
+        // Frames nobody looks into go straight on (the last one in pieces, when its head says so); only the rest
+        // is queued (and copied) for parsing.
         let swapped = self.swap.is_some_and(|s| !s.is_identity());
         let forge = self.forge.replaying || self.forge_handshake_running();
-        let pass = if self.player.up.is_empty() {
-            passing_len(data, MAX_FRAME_LEN, |id, f| !inspected(Direction::Serverbound, id, f, true, swapped, forge))
-                .unwrap_or(0)
+        let limit = self.ctx.live.tunables.limits.max_play_frame_bytes;
+        let run = if self.player.up.is_empty() && self.player.tail.0 == 0 {
+            let passes = |id, f: &[u8]| !inspected(Direction::Serverbound, id, f, true, swapped, forge);
+            passing_run(data, limit, HEAD_LEN, passes).unwrap_or_default()
         } else {
-            0
+            Run::default()
         };
+        let pass = run.len;
+        if run.owed > 0 {
+            self.player.tail = (run.owed, false);
+        }
         if self.current.is_some() {
             self.out.to_backend.extend_from_slice(data.get(..pass).unwrap_or_default());
         }
@@ -299,8 +320,9 @@ impl Switchboard {
                 }
             }
             Event::Dialed(Ok((stream, early))) => {
+                let limit = self.ctx.live.tunables.limits.max_play_frame_bytes;
                 if let Some(s) = &mut self.switch {
-                    s.step = SwitchStep::Joining(Link::new(s.target.clone(), stream, &early));
+                    s.step = SwitchStep::Joining(Box::new(Link::new(s.target.clone(), stream, &early, limit)));
                 }
                 let registration = registration(&self.ctx.live);
                 self.out.to_target.extend_from_slice(&registration);
@@ -336,7 +358,7 @@ impl Switchboard {
                 self.fail(&format!("it did not finish within {secs}s"))
             }
             Event::OwnKeepAlive => {
-                self.keep_alive.send_own(&mut self.out.to_player);
+                self.keep_alive.send_own(self.out.player());
                 Ok(())
             }
             Event::Command(c) => self.command(c),
@@ -381,22 +403,38 @@ impl Switchboard {
         None
     }
 
-    /// Bytes just read from the current backend: how many from the start go to the player as they are (whole
-    /// frames nobody looks into, while nothing is queued before them); the rest is queued, parsed, and what it
-    /// produces waits in [`Self::output`] behind them. Counted under the backend.
+    /// Bytes just read from the current backend: how many from the start go to the player as they are (the
+    /// rest of a frame passing in pieces, then whole frames nobody looks into while nothing is queued before
+    /// them, the last one in pieces when its head says so and no switch is under way); the rest is queued,
+    /// parsed, and what it produces waits in [`Self::output`] behind them. Counted under the backend.
     pub(crate) fn pass_through(&mut self, data: &[u8]) -> usize {
         let (joined, swapped) = (self.client_entity.is_some(), self.swap.is_some_and(|s| !s.is_identity()));
+        let in_pieces = self.switch.is_none();
+        let limit = self.ctx.live.tunables.limits.max_play_frame_bytes;
         let Some(link) = &mut self.current else { return 0 };
         link.backend.metrics.to_player.inc_by(data.len() as u64);
-        let pass = if link.frames.is_empty() && self.out.to_player.is_empty() {
+        let mut pass = self.out.player_owed.min(data.len());
+        let was_owed = self.out.player_owed > 0;
+        self.out.player_passed(pass);
+        if self.out.player_owed == 0 && link.frames.is_empty() && self.out.to_player.is_empty() {
+            let rest = data.get(pass..).unwrap_or_default();
             let passes = |id, f: &[u8]| !inspected(Direction::Clientbound, id, f, joined, swapped, false);
-            passing_len(data, MAX_FRAME_LEN, passes).unwrap_or(0)
-        } else {
-            0
-        };
+            let run = if in_pieces {
+                passing_run(rest, limit, HEAD_LEN, passes).unwrap_or_default()
+            } else {
+                Run { len: passing_len(rest, limit, passes).unwrap_or(0), owed: 0 }
+            };
+            pass += run.len;
+            self.out.player_owed = run.owed;
+        }
         if pass < data.len() {
             link.frames.queue_slice(data.get(pass..).unwrap_or_default());
             let step = self.clientbound();
+            self.settle(step);
+        }
+        if was_owed && self.out.player_owed == 0 && self.switch.is_some() {
+            // A switch waited for the frame to end before it went on with the new backend's frames.
+            let step = self.joining_frames();
             self.settle(step);
         }
         pass
@@ -408,6 +446,11 @@ impl Switchboard {
         let Some(link) = self.current.take() else { return };
         if self.switch.is_some() || self.player.closed || self.goodbye || self.handed_away {
             // A switch under way decides; a player who left (or went to another instance) is not moved.
+            return;
+        }
+        if self.out.player_owed > 0 {
+            // The player is inside a frame that only this backend could finish: no other server can go on.
+            info!(player = %self.ctx.identity.name, backend = %link.backend.name, "backend {why} inside a frame");
             return;
         }
         let from = link.backend.name.clone();
@@ -432,6 +475,9 @@ impl Switchboard {
         let waiting_for_player = self.current.is_none() && self.switch.is_some();
         let own_at = self.keep_alive.own_at;
         let commands = self.commands.as_mut();
+        // The new backend waits while a frame of the current one passes in pieces (its Join Game would cut over
+        // inside that frame).
+        let frame_under_way = self.out.player_owed > 0;
         let (dial, joining, deadline) = match &mut self.switch {
             Some(Switch { step: SwitchStep::Dialing(d), deadline, .. }) => (Some(d), None, Some(*deadline)),
             Some(Switch { step: SwitchStep::Joining(l), deadline, .. }) => (None, Some(&l.stream), Some(*deadline)),
@@ -440,7 +486,7 @@ impl Switchboard {
         tokio::select! {
             r = readable(current) => Event::Backend(r),
             r = async { match dial { Some(d) => d.await, None => std::future::pending().await } } => Event::Dialed(r),
-            r = readable(joining) => Event::Joining(r),
+            r = readable(joining.filter(|_| !frame_under_way)) => Event::Joining(r),
             () = async { match deadline { Some(d) => sleep_until(d).await, None => std::future::pending().await } } => Event::Deadline,
             // Built only when it can fire: a timer per event would cost every frame of a switched player.
             () = async { if waiting_for_player { sleep_until(own_at).await } else { std::future::pending().await } } => Event::OwnKeepAlive,

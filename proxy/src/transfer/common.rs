@@ -77,22 +77,52 @@ pub(crate) enum End {
 
 /// What one event of the switchboard produced, written before the next: to the player (taken by the relay),
 /// the current backend and the backend being switched to.
+///
+/// A large frame nobody looks into passes as it arrives, in pieces (`limits.max_play_frame_bytes`, docs/modpacks.md);
+/// while one is under way, what the switchboard itself makes for that side waits behind it, so it never lands
+/// inside the frame.
 #[derive(Default)]
 pub(super) struct Outbox {
     pub(super) to_player: BytesMut,
     pub(super) to_backend: BytesMut,
     pub(super) to_target: BytesMut,
+    /// Body bytes still to come of a clientbound frame passing through in pieces.
+    pub(super) player_owed: usize,
+    /// What the switchboard made for the player while `player_owed` > 0.
+    player_waiting: BytesMut,
+    /// What the switchboard made for the current backend while the player's frame under way
+    /// (`PlayerEnd::tail`) is still being written to it.
+    pub(super) backend_waiting: BytesMut,
 }
 
 impl Outbox {
+    /// Where a frame the switchboard makes for the player goes: behind a frame passing in pieces, if one is
+    /// under way.
+    pub(super) fn player(&mut self) -> &mut BytesMut {
+        if self.player_owed > 0 {
+            &mut self.player_waiting
+        } else {
+            &mut self.to_player
+        }
+    }
+
+    /// `n` more bytes of the frame passing in pieces went to the player; once it is whole, what waited follows.
+    pub(super) fn player_passed(&mut self, n: usize) {
+        self.player_owed = self.player_owed.saturating_sub(n);
+        if self.player_owed == 0 && !self.player_waiting.is_empty() {
+            let waiting = self.player_waiting.split();
+            self.to_player.unsplit(waiting);
+        }
+    }
+
     /// Queues a chat line for the player.
     pub(super) fn chat(&mut self, text: &str) {
-        let _ = (ChatMessage { json: chat_text(text) }).encode_frame(&mut self.to_player);
+        let _ = (ChatMessage { json: chat_text(text) }).encode_frame(self.player());
     }
 
     /// Queues a Play Disconnect with `text` for the player.
     pub(super) fn disconnect(&mut self, text: &str) {
-        let _ = (PlayDisconnect { reason_json: chat_text(text) }).encode_frame(&mut self.to_player);
+        let _ = (PlayDisconnect { reason_json: chat_text(text) }).encode_frame(self.player());
     }
 }
 

@@ -2,7 +2,7 @@
 //! or the failure and what the player is told.
 
 use bytes::BytesMut;
-use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::FrameDecoder;
 use moonbridge_protocol::packets::{JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{fml, is_channel, world_reset, Direction, EntityIdSwap, Leftovers, BUNGEE_CHANNEL};
 use tokio::time::Instant;
@@ -43,7 +43,7 @@ impl Switchboard {
             self.ctx.metrics.transfer(TransferOutcome::Refused);
             self.out.chat(&refusal);
             match trigger {
-                Trigger::Fallback { disconnect, .. } => self.out.to_player.extend_from_slice(&disconnect),
+                Trigger::Fallback { disconnect, .. } => self.out.player().extend_from_slice(&disconnect),
                 Trigger::Lost { from, why } => self.out.disconnect(&format!("{from} {why}")),
                 Trigger::Connect | Trigger::Arrived => {}
             }
@@ -67,8 +67,12 @@ impl Switchboard {
         self.keep_alive.own_at = started + OWN_KEEP_ALIVE_INTERVAL;
     }
 
-    /// Handles the frames of the backend being switched to, up to its Join Game.
+    /// Handles the frames of the backend being switched to, up to its Join Game; none while a frame of the
+    /// current backend passes to the player in pieces (they wait queued).
     pub(super) fn joining_frames(&mut self) -> Result<(), End> {
+        if self.out.player_owed > 0 {
+            return Ok(());
+        }
         let forge = self.ctx.identity.is_forge();
         loop {
             let Some(Switch {
@@ -99,13 +103,13 @@ impl Switchboard {
                         // The new server starts its handshake: the client must forget the old one's first.
                         *reset_sent = true;
                         *deadline = *started + self.ctx.live.tunables.transfer.forge_handshake_timeout();
-                        encode(&mut self.out.to_player, PluginMessage::CLIENTBOUND_ID, &handshake_reset_fields());
+                        encode(self.out.player(), PluginMessage::CLIENTBOUND_ID, &handshake_reset_fields());
                     }
                     fml::record(record, frame.id, &frame.body);
                     if !is_channel(&frame.body, "REGISTER") {
                         *delivered = (*delivered).max(ServerStep::of(&frame.body));
                     }
-                    encode(&mut self.out.to_player, frame.id, &frame.body);
+                    encode(self.out.player(), frame.id, &frame.body);
                 }
                 JoinGame::ID => {
                     let join = match frame.decode::<JoinGame>() {
@@ -133,18 +137,19 @@ impl Switchboard {
     fn cutover(&mut self, join: &JoinGame) -> Result<(), End> {
         let Some(switch) = self.switch.take() else { return Ok(()) };
         let SwitchStep::Joining(link) = switch.step else { return Ok(()) };
-        // The rest of a frame begun with the old backend must not reach the new one.
-        self.player.tail_orphaned = true;
+        // The rest of a frame begun with the old backend must not reach the new one, nor what waited behind it.
+        self.player.tail.1 = true;
+        self.out.backend_waiting.clear();
         let client = self.client_entity.unwrap_or(join.entity_id);
         let swap = EntityIdSwap::new(client, join.entity_id);
         // What the old server left (scoreboard, teams, tab list, an open window) goes first, then the world.
-        let _ = self.leftovers.clear(&mut self.out.to_player);
+        let _ = self.leftovers.clear(self.out.player());
         for respawn in world_reset(join) {
             // Cannot fail: the level type was read within the same limit it is written with.
-            let _ = respawn.encode_frame(&mut self.out.to_player);
+            let _ = respawn.encode_frame(self.out.player());
         }
         // Frames held before the Join Game, now through the swap.
-        let mut held = FrameDecoder::new(MAX_FRAME_LEN);
+        let mut held = FrameDecoder::new(self.ctx.live.tunables.limits.max_play_frame_bytes);
         held.queue_bytes(switch.held);
         let mut body = Vec::new();
         while let Ok(Some(frame)) = held.try_next_frame() {
@@ -154,7 +159,7 @@ impl Switchboard {
             if frame.id == PluginMessage::CLIENTBOUND_ID && is_channel(&frame.body, BUNGEE_CHANNEL) {
                 continue;
             }
-            put_frame(&mut self.out.to_player, Some(swap), Direction::Clientbound, frame, &mut body);
+            put_frame(self.out.player(), Some(swap), Direction::Clientbound, frame, &mut body);
         }
         let from = match (&switch.trigger, &self.current) {
             (Trigger::Fallback { from, .. } | Trigger::Lost { from, .. }, _) => from.clone(),
@@ -192,7 +197,7 @@ impl Switchboard {
         // Keep Alive answers queued for the new backend go out with its other traffic now.
         let answers = std::mem::take(&mut self.out.to_target);
         self.out.to_backend.extend_from_slice(&answers);
-        self.current = Some(link);
+        self.current = Some(*link);
         self.forge.record = switch.record;
         self.forge.replaying = false;
         self.swap = Some(swap);
@@ -219,7 +224,7 @@ impl Switchboard {
         }
         if let (true, Some(replay)) = (self.current.is_some(), replay) {
             if let Some(rest) = replay {
-                self.out.to_player.extend_from_slice(&rest);
+                self.out.player().extend_from_slice(&rest);
                 self.forge.replaying = true;
             }
             self.out.chat(&message);
@@ -228,7 +233,7 @@ impl Switchboard {
         match switch.trigger {
             Trigger::Fallback { disconnect, reason, .. } => {
                 self.out.chat(&message);
-                self.out.to_player.extend_from_slice(&disconnect);
+                self.out.player().extend_from_slice(&disconnect);
                 Err(End::Closed(format!("disconnected by the backend ({reason}); fallback {target} failed: {why}")))
             }
             Trigger::Lost { from, why: lost } => {

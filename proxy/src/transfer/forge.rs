@@ -78,7 +78,7 @@ const FML_CLIENT_COMPLETE: u8 = 5;
 fn fml_data(body: &[u8]) -> Option<&[u8]> {
     let mut r = Reader::new(body);
     r.string(moonbridge_protocol::packets::MAX_CHANNEL_CHARS, "channel").ok()?;
-    r.i16_bytes("data").ok()
+    moonbridge_protocol::array_length::read_data(&mut r, "data").ok()
 }
 
 /// The frames of a recorded handshake from the first message of step `from` on (`REGISTER` left out), or

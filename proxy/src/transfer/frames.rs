@@ -7,12 +7,14 @@ use bytes::BytesMut;
 use moonbridge_protocol::codec::Reader;
 use moonbridge_protocol::packets::{JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{fml, is_channel, BungeeRequest, Direction, Leftovers, BUNGEE_CHANNEL};
+use moonbridge_protocol::FrameError;
 use tokio::time::Instant;
 use tracing::info;
 
 use super::board::Switchboard;
 use super::common::{chat_plain, encode, inspected, put_frame, End};
 use super::switch::{Switch, SwitchStep, Trigger, FALLBACK_WINDOW, MAX_FALLBACKS};
+use crate::labels::{StreamDirection, Unfollowed};
 
 impl Switchboard {
     /// Handles the serverbound frames queued from the relay.
@@ -25,12 +27,12 @@ impl Switchboard {
             match passing {
                 Ok(run) if self.current.is_some() => self.out.to_backend.extend_from_slice(&run),
                 Ok(_) => {}
-                Err(e) => return Err(End::Closed(format!("player sent a bad frame: {e}"))),
+                Err(e) => return Err(self.unfollowed(StreamDirection::ToBackend, e)),
             }
             let frame = match self.player.up.try_next_frame() {
                 Ok(Some(f)) => f,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(End::Closed(format!("player sent a bad frame: {e}"))),
+                Ok(None) => return self.up_in_pieces(),
+                Err(e) => return Err(self.unfollowed(StreamDirection::ToBackend, e)),
             };
             match frame.id {
                 KeepAlive::ID => {
@@ -61,6 +63,18 @@ impl Switchboard {
         }
     }
 
+    /// A stream the switchboard cannot follow (`e`): counted (`moonbridge_unfollowed_streams_total`), and the
+    /// session ends with why (nothing after the bad frame reaches either side).
+    fn unfollowed(&self, direction: StreamDirection, e: FrameError) -> End {
+        self.ctx.metrics.unfollowed(direction, Unfollowed::of(e));
+        match (direction, &self.current) {
+            (StreamDirection::ToPlayer, Some(link)) => {
+                End::Closed(format!("backend {} sent a bad frame: {e}", link.backend.name))
+            }
+            _ => End::Closed(format!("player sent a bad frame: {e}")),
+        }
+    }
+
     /// True while a switch's Forge handshake runs (the client's `FML|HS` answers go to the new backend).
     pub(super) fn forge_handshake_running(&self) -> bool {
         matches!(&self.switch, Some(Switch { step: SwitchStep::Joining(_), reset_sent: true, .. }))
@@ -77,13 +91,16 @@ impl Switchboard {
             let passing =
                 link.frames.take_passing(|id, f| !inspected(Direction::Clientbound, id, f, joined, swapped, false));
             match passing {
-                Ok(run) => self.out.to_player.extend_from_slice(&run),
-                Err(e) => return Err(End::Closed(format!("backend {} sent a bad frame: {e}", link.backend.name))),
+                Ok(run) => self.out.player().extend_from_slice(&run),
+                Err(e) => return Err(self.unfollowed(StreamDirection::ToPlayer, e)),
             }
             let frame = match link.frames.try_next_frame() {
                 Ok(Some(f)) => f,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(End::Closed(format!("backend {} sent a bad frame: {e}", link.backend.name))),
+                Ok(None) => {
+                    self.down_in_pieces();
+                    return Ok(());
+                }
+                Err(e) => return Err(self.unfollowed(StreamDirection::ToPlayer, e)),
             };
             match frame.id {
                 JoinGame::ID if self.client_entity.is_none() => {
@@ -145,7 +162,7 @@ impl Switchboard {
                 }
                 _ => {}
             }
-            put_frame(&mut self.out.to_player, self.swap, Direction::Clientbound, frame, &mut body);
+            put_frame(self.out.player(), self.swap, Direction::Clientbound, frame, &mut body);
         }
     }
 }

@@ -66,6 +66,7 @@ mod forge;
 mod frames;
 mod keep_alive;
 mod moving;
+mod pieces;
 mod requests;
 mod switch;
 

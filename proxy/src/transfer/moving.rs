@@ -6,7 +6,7 @@
 //! rewritten from then on.
 
 use bytes::BytesMut;
-use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::FrameDecoder;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -94,10 +94,10 @@ impl Switchboard {
         if self.client_entity.is_none() {
             return Err(NotMovable::NotJoined);
         }
-        if self.player.tail.0 > 0 && !self.player.tail_orphaned {
+        if self.player.tail.0 > 0 {
             return Err(NotMovable::HalfWritten);
         }
-        if !self.out.to_player.is_empty() {
+        if !self.out.to_player.is_empty() || self.out.player_owed > 0 {
             return Err(NotMovable::Pending);
         }
         Ok(())
@@ -139,7 +139,8 @@ impl Switchboard {
                 ctx.live.tunables.transfer.switch_timeout()
             };
         let Arrival { stream, early, state, commands } = a;
-        let mut up = FrameDecoder::new(MAX_FRAME_LEN);
+        let limit = ctx.live.tunables.limits.max_play_frame_bytes;
+        let mut up = FrameDecoder::new(limit);
         up.queue_slice(&state.partial);
         let visited = vec![target.name.clone()];
         let mut board = Self::empty(
@@ -150,7 +151,7 @@ impl Switchboard {
             visited,
         );
         board.client_entity = Some(state.client_entity);
-        board.out.to_player.extend_from_slice(&state.clear);
+        board.out.player().extend_from_slice(&state.clear);
         let registration = registration(&board.ctx.live);
         board.out.to_target.extend_from_slice(&registration);
         board.switch = Some(Switch {
@@ -158,7 +159,7 @@ impl Switchboard {
             trigger: Trigger::Arrived,
             started,
             deadline,
-            step: SwitchStep::Joining(Link::new(target, stream, &early)),
+            step: SwitchStep::Joining(Box::new(Link::new(target, stream, &early, limit))),
             reset_sent: false,
             delivered: ServerStep::None,
             held: BytesMut::new(),

@@ -135,12 +135,12 @@ impl Switchboard {
     pub(super) fn command(&mut self, command: Command) -> Result<(), End> {
         match command {
             Command::Chat(json) => {
-                let _ = (ChatMessage { json }).encode_frame(&mut self.out.to_player);
+                let _ = (ChatMessage { json }).encode_frame(self.out.player());
                 Ok(())
             }
             Command::Kick(reason_json) => {
                 let reason = chat_plain(&reason_json);
-                let _ = (PlayDisconnect { reason_json }).encode_frame(&mut self.out.to_player);
+                let _ = (PlayDisconnect { reason_json }).encode_frame(self.out.player());
                 Err(End::Closed(format!("kicked by a server plugin: {reason}")))
             }
             Command::Forward(payload) => {
@@ -157,12 +157,17 @@ impl Switchboard {
         }
     }
 
-    /// Queues a `BungeeCord` Plugin Message (serverbound C17) with `payload` for the current backend.
+    /// Queues a `BungeeCord` Plugin Message (serverbound C17) with `payload` for the current backend. C17 keeps
+    /// vanilla's `i16` data length in Forge 1.7.10 (docs/modpacks.md), so a payload over 32,767 bytes is not
+    /// sent (as before: BungeeCord's answers are names and counts).
     fn send_to_current(&mut self, payload: &[u8]) {
+        if payload.len() > moonbridge_protocol::array_length::MAX_SHORT {
+            return;
+        }
         let mut fields = Vec::with_capacity(payload.len() + 16);
         let message = PluginMessage { channel: BUNGEE_CHANNEL.into(), data: payload.to_vec() };
         if self.current.is_some() && message.encode_fields(&mut fields).is_ok() {
-            encode(&mut self.out.to_backend, PluginMessage::SERVERBOUND_ID, &fields);
+            encode(self.for_current(), PluginMessage::SERVERBOUND_ID, &fields);
         }
     }
 }

@@ -50,7 +50,7 @@ pub(super) enum SwitchStep {
     /// Connecting and logging in.
     Dialing(Pin<Box<dyn Future<Output = Dialed> + Send>>),
     /// In Play, before its Join Game.
-    Joining(Link),
+    Joining(Box<Link>),
 }
 
 /// A switch in progress.

@@ -3,6 +3,7 @@
 //! `moonbridge.v2.zstd`), the close codes bad input earns, and writing whole frames under the write-stall bound.
 
 use std::io;
+use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 use moonbridge_protocol::ws as carriage;
@@ -16,23 +17,30 @@ use crate::metrics::WsMetrics;
 use crate::wire::{within_stall, Side, LINGER};
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
-    /// One Binary frame carrying `data` (compressed with `moonbridge.v2.zstd`), and where `data` itself starts
-    /// in it when it is carried as is (so a caller can keep that part without copying).
+    /// One Binary message carrying `data` (compressed with `moonbridge.v2.zstd`) in frames of at most
+    /// [`carriage::MAX_SENT_FRAME_PAYLOAD`] bytes (Continuation frames past the first), and where `data`'s pieces
+    /// sit in it when it is carried as is (so a caller can keep them without copying). `data` is at most
+    /// [`crate::wire::RELAY_CHUNK`] bytes, so the message stays under [`carriage::MAX_SENT_MESSAGE`].
     ///
     /// # Errors
     /// zstd failed (the stream cannot go on).
-    pub(crate) fn binary_frame(&mut self, data: &[u8]) -> io::Result<(Bytes, Option<usize>)> {
+    pub(crate) fn binary_frame(&mut self, data: &[u8]) -> io::Result<(Bytes, Option<Vec<Range<usize>>>)> {
         let Some(z) = &mut self.zstd else {
-            let (h, n) = wsframe::encode_header(OP_BINARY, data.len());
-            let mut msg = Vec::with_capacity(n + data.len());
-            msg.extend_from_slice(h.get(..n).unwrap_or_default());
-            msg.extend_from_slice(data);
-            return Ok((Bytes::from(msg), Some(n)));
+            let mut msg = Vec::new();
+            let pieces = wsframe::encode_binary_message(&mut msg, data, carriage::MAX_SENT_FRAME_PAYLOAD);
+            return Ok((Bytes::from(msg), Some(pieces)));
         };
-        // Room for the longest header in front, written once the compressed length is known: no second copy.
+        // Room for the longest header in front, written once the compressed length is known: no second copy
+        // when it fits one frame (the usual case: a relay batch compresses well under 64 KiB).
         let mut msg = vec![0u8; MAX_SERVER_HEADER];
         z.ctx.compress(data, &mut msg).map_err(io::Error::other)?;
-        let (h, n) = wsframe::encode_header(OP_BINARY, msg.len() - MAX_SERVER_HEADER);
+        let compressed = msg.get(MAX_SERVER_HEADER..).unwrap_or_default();
+        if compressed.len() > carriage::MAX_SENT_FRAME_PAYLOAD {
+            let mut fragmented = Vec::new();
+            wsframe::encode_binary_message(&mut fragmented, compressed, carriage::MAX_SENT_FRAME_PAYLOAD);
+            return Ok((Bytes::from(fragmented), None));
+        }
+        let (h, n) = wsframe::encode_header(OP_BINARY, compressed.len());
         let start = MAX_SERVER_HEADER - n;
         if let (Some(dst), Some(src)) = (msg.get_mut(start..MAX_SERVER_HEADER), h.get(..n)) {
             dst.copy_from_slice(src);

@@ -260,3 +260,32 @@ proptest! {
         prop_assert_eq!(ends, msgs.len());
     }
 }
+
+#[test]
+fn a_message_over_the_frame_cap_goes_as_continuation_frames() {
+    use crate::ws::{MAX_SENT_FRAME_PAYLOAD, MAX_SENT_MESSAGE};
+    // 65,535 bytes: one frame with the 16-bit length; one byte more: a second, final Continuation frame.
+    let mut out = Vec::new();
+    let at = encode_binary_message(&mut out, &[7; MAX_SENT_FRAME_PAYLOAD], MAX_SENT_FRAME_PAYLOAD);
+    assert_eq!(&out[..4], &[0x82, 126, 0xff, 0xff]);
+    assert_eq!(out.len(), 4 + 65_535);
+    assert_eq!((at.len(), at.first()), (1, Some(&(4..65_539))));
+    let mut out = Vec::new();
+    let at = encode_binary_message(&mut out, &[7; MAX_SENT_FRAME_PAYLOAD + 1], MAX_SENT_FRAME_PAYLOAD);
+    assert_eq!(&out[..4], &[0x02, 126, 0xff, 0xff], "Binary, no FIN");
+    assert_eq!(&out[65_539..], &[0x80, 1, 7], "Continuation with FIN");
+    assert_eq!(at, [4..65_539, 65_541..65_542]);
+    // A whole 1 MiB message: 17 frames, none over the cap, the payload intact.
+    let payload: Vec<u8> = (0..MAX_SENT_MESSAGE).map(|i| i as u8).collect();
+    let mut out = Vec::new();
+    let at = encode_binary_message(&mut out, &payload, MAX_SENT_FRAME_PAYLOAD);
+    assert_eq!(at.len(), 17);
+    let joined: Vec<u8> = at.iter().flat_map(|r| out[r.clone()].to_vec()).collect();
+    assert_eq!(joined, payload);
+    assert!(at.iter().all(|r| r.len() <= MAX_SENT_FRAME_PAYLOAD));
+    // An empty payload is one empty final frame.
+    let mut out = Vec::new();
+    let at = encode_binary_message(&mut out, &[], MAX_SENT_FRAME_PAYLOAD);
+    assert_eq!((at.len(), at.first()), (1, Some(&(2..2))));
+    assert_eq!(out, [0x82, 0]);
+}

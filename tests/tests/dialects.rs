@@ -1,0 +1,441 @@
+//! The modpack dialects end to end (docs/modpacks.md), with a GT New Horizons dialect peer
+//! (`testbed::gtnh`: Hodgepodge's rules, no GTNH server runs here) as backend and player:
+//!
+//! - frames of 3 and 20 MiB (4-byte prefixes) each way arrive byte for byte through tcp, ws carriage v1 (a
+//!   plain WebSocket client), ws carriage v2 + zstd and wss carriage v2 (the client library);
+//! - `BungeeCord` requests of 40 KiB (Forge's 3-byte VarShort), 3 MiB and 9 MiB (Hodgepodge's marker and
+//!   VarInt) are read and answered, and a 20 MiB frame after them passes the switchboard in pieces;
+//! - a transfer into dimension 1000 (Join Game's trailing int) sends the Respawn for 1000;
+//! - after a frame the proxy cannot follow, a player's `BungeeCord` message never reaches the backend, the
+//!   session ends, and `moonbridge_unfollowed_streams_total` says why; a backend's stream that stops parsing is
+//!   relayed on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use moonbridge_client::{Connection, Options};
+use moonbridge_protocol::codec::Reader;
+use moonbridge_protocol::packets::{Packet, PluginMessage, Respawn};
+use moonbridge_proxy::config::Transport;
+use testbed::{
+    gtnh, hs_ls, login_success, ws_connect, KeyType, Proxy, RawBackend, RawBehaviour, RawWs, TestCert, STEP,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Time for one 20 MiB frame to cross (debug builds, two cores, every carriage).
+const BIG: Duration = Duration::from_secs(60);
+
+/// How a test player reaches the proxy.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    Tcp,
+    /// A plain WebSocket client offering no subprotocol: carriage v1.
+    WsV1,
+    /// The client library over ws: carriage v2 with zstd.
+    WsV2Zstd,
+    /// The client library over wss, compression off: carriage v2.
+    WssV2,
+}
+
+const EVERY_WAY: [Way; 4] = [Way::Tcp, Way::WsV1, Way::WsV2Zstd, Way::WssV2];
+
+/// A player's connection, whichever way it came.
+enum Player {
+    Tcp(TcpStream),
+    Ws(Box<RawWs>),
+    Library(Arc<Connection>),
+}
+
+impl Player {
+    async fn open(way: Way, proxy: &Proxy, cert: &TestCert) -> Self {
+        let ws = proxy.addr(Transport::Ws);
+        match way {
+            Way::Tcp => Self::Tcp(TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap()),
+            Way::WsV1 => Self::Ws(Box::new(ws_connect(ws, &format!("ws://{ws}/mc"), &[], None).await.unwrap().0)),
+            Way::WsV2Zstd | Way::WssV2 => {
+                let (url, options) = match way {
+                    Way::WsV2Zstd => (format!("ws://{ws}/mc"), "{}".to_string()),
+                    _ => (
+                        format!("wss://{}/mc", proxy.addr(Transport::Wss)),
+                        format!(r#"{{"ca_file":{:?},"server_name":"localhost","compress":false}}"#, cert.ca),
+                    ),
+                };
+                Self::library(url, options).await
+            }
+        }
+    }
+
+    /// The client library's connection to `url` with `options` (JSON).
+    async fn library(url: String, options: String) -> Self {
+        let conn = tokio::task::spawn_blocking(move || {
+            Connection::connect(&url, Options::from_json(Some(&options)).unwrap()).unwrap()
+        })
+        .await
+        .unwrap();
+        Self::Library(Arc::new(conn))
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Tcp(s) => s.write_all(bytes).await.unwrap(),
+            Self::Ws(ws) => ws.send(Message::Binary(bytes.to_vec().into())).await.unwrap(),
+            Self::Library(c) => {
+                let (c, bytes) = (Arc::clone(c), bytes.to_vec());
+                tokio::task::spawn_blocking(move || {
+                    c.send(&bytes).unwrap();
+                    c.end_tick().unwrap();
+                })
+                .await
+                .unwrap();
+            }
+        }
+    }
+
+    /// Reads exactly `n` stream bytes, within `within`.
+    async fn read(&mut self, n: usize, within: Duration) -> Vec<u8> {
+        let mut out = Vec::with_capacity(n);
+        let read = async {
+            match self {
+                Self::Tcp(s) => {
+                    out.resize(n, 0);
+                    s.read_exact(&mut out).await.unwrap();
+                }
+                Self::Ws(ws) => {
+                    while out.len() < n {
+                        match ws.next().await {
+                            Some(Ok(Message::Binary(b))) => out.extend_from_slice(&b),
+                            Some(Ok(Message::Close(f))) => panic!("closed after {} bytes: {f:?}", out.len()),
+                            Some(Ok(_)) => {}
+                            other => panic!("read failed after {} bytes: {other:?}", out.len()),
+                        }
+                    }
+                }
+                Self::Library(c) => {
+                    let c = Arc::clone(c);
+                    out = tokio::task::spawn_blocking(move || {
+                        let mut got = Vec::with_capacity(n);
+                        let mut buf = vec![0; 1 << 20];
+                        while got.len() < n {
+                            let k = c.recv(&mut buf, Some(within)).unwrap();
+                            got.extend_from_slice(&buf[..k]);
+                        }
+                        got
+                    })
+                    .await
+                    .unwrap();
+                }
+            }
+        };
+        tokio::time::timeout(within, read).await.unwrap_or_else(|_| panic!("{n} bytes not read within {within:?}"));
+        assert_eq!(out.len(), n, "nothing past what was sent");
+        out
+    }
+
+    /// True once the proxy ended the connection (EOF, a Close, or an error), within `within`.
+    async fn ended(&mut self, within: Duration) -> bool {
+        let end = async {
+            match self {
+                Self::Tcp(s) => {
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
+                            return true;
+                        }
+                    }
+                }
+                Self::Ws(ws) => loop {
+                    match ws.next().await {
+                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return true,
+                        Some(Ok(_)) => {}
+                    }
+                },
+                Self::Library(c) => {
+                    let c = Arc::clone(c);
+                    tokio::task::spawn_blocking(move || {
+                        let mut buf = vec![0; 1 << 16];
+                        loop {
+                            if c.recv(&mut buf, Some(Duration::from_secs(1))).is_err() {
+                                return true;
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap()
+                }
+            }
+        };
+        tokio::time::timeout(within, end).await.unwrap_or(false)
+    }
+}
+
+/// A proxy with tcp, ws and wss listeners in front of `survival` (and `lobby`, a transfer target, so the
+/// relay watches the stream and filters the player's `BungeeCord` messages), with `[metrics]` and `extra`.
+async fn proxy(cert: &TestCert, survival: &RawBackend, lobby: std::net::SocketAddr, extra: &str) -> Proxy {
+    Proxy::start(&format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\npath = \"/mc\"\n\
+         [[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\npath = \"/mc\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{}\"\n\
+         [[backend]]\nname = \"lobby\"\naddress = \"{lobby}\"\n\
+         [transfer]\ntargets = [\"lobby\"]\n\
+         [metrics]\nbind = \"127.0.0.1:0\"\n{extra}",
+        cert.cert.display(),
+        cert.key.display(),
+        survival.addr,
+    ))
+    .await
+}
+
+/// A backend that completes every login with Login Success for `Steve`, and then GT New Horizons' Join Game
+/// for entity 7 in `dimension`.
+async fn gtnh_backend(dimension: i32) -> RawBackend {
+    let reply = [login_success("Steve"), gtnh::join_game(7, dimension)].concat();
+    RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply }).await
+}
+
+/// Logs a player in: the first bytes it reads are Login Success and the GTNH Join Game.
+async fn log_in(player: &mut Player, dimension: i32) {
+    player.send(&hs_ls()).await;
+    let expected = [login_success("Steve"), gtnh::join_game(7, dimension)].concat();
+    assert_eq!(player.read(expected.len(), STEP).await, expected, "Login Success, then Join Game as sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gtnh_frames_of_3_and_20_mib_cross_every_transport_and_carriage_byte_for_byte() {
+    let cert = TestCert::generate("dialects", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(-1000).await;
+    let lobby = gtnh_backend(0).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "").await;
+    // Chunk data (S26 Map Chunk Bulk) as GTNH sends it, a big AE2 terminal's window items (S30), a chat line.
+    let down = [gtnh::bulk(0x26, 3 << 20, 1), gtnh::bulk(0x30, 20 << 20, 2), gtnh::frame(0x02, b"\x04\"ok\"")].concat();
+    assert_eq!(&down[..4], &[0x80, 0x80, 0xc0, 0x01], "a 4-byte prefix");
+    // A client's 3 MiB frame (C10 Creative Inventory Action with a huge NBT item), then a chat line.
+    let up = [gtnh::bulk(0x10, 3 << 20, 3), gtnh::frame(0x01, b"\x02hi")].concat();
+    for (i, way) in EVERY_WAY.into_iter().enumerate() {
+        let mut player = Player::open(way, &proxy, &cert).await;
+        log_in(&mut player, -1000).await;
+        let before = survival.wait_received(i, 1, STEP).await.len();
+        survival.send(i, &down).await;
+        assert!(player.read(down.len(), BIG).await == down, "{way:?}: clientbound bytes differ");
+        player.send(&up).await;
+        let got = until_ends_with(&survival, i, &up, BIG).await;
+        assert!(got.len() >= before + up.len(), "{way:?}");
+        // The proxy still knows where frames end both ways: a request after them is answered.
+        survival.send(i, &gtnh::bungee_request("GetServer", &[], 0)).await;
+        until_answered(&survival, i, 1).await;
+    }
+    for direction in ["to_player", "to_backend"] {
+        for reason in ["wide_prefix", "too_large", "empty", "bad_packet_id"] {
+            let series =
+                format!("moonbridge_unfollowed_streams_total{{direction=\"{direction}\",reason=\"{reason}\"}}");
+            assert_eq!(proxy.metric(&series).await, Some(0.0), "{series}");
+        }
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_carriage_crosses_an_intermediary_that_caps_frames_at_64_kib_and_messages_at_1_mib() {
+    use moonbridge_protocol::ws::{MAX_SENT_FRAME_PAYLOAD, MAX_SENT_MESSAGE};
+    use std::sync::atomic::Ordering::Relaxed;
+    use testbed::capped::FrameCap;
+    let cert = TestCert::generate("dialects-capped", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(0).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "").await;
+    let cap = FrameCap::start(proxy.addr(Transport::Ws), MAX_SENT_FRAME_PAYLOAD, MAX_SENT_MESSAGE).await;
+    let down = [gtnh::bulk(0x26, 20 << 20, 5), gtnh::frame(0x02, b"\x04\"ok\"")].concat();
+    let up = [gtnh::bulk(0x10, 3 << 20, 6), gtnh::frame(0x01, b"\x02hi")].concat();
+    // Carriage v1, v2, v2 + zstd.
+    for (i, options) in [r#"{"resume":false}"#, r#"{"compress":false}"#, "{}"].into_iter().enumerate() {
+        let mut player = Player::library(format!("ws://{}/mc", cap.addr), options.to_string()).await;
+        log_in(&mut player, 0).await;
+        survival.send(i, &down).await;
+        assert!(player.read(down.len(), BIG).await == down, "{options}: clientbound bytes differ");
+        player.send(&up).await;
+        until_ends_with(&survival, i, &up, BIG).await;
+    }
+    for (way, seen) in [("to the proxy", &cap.up), ("to the player", &cap.down)] {
+        assert!(!seen.over.load(Relaxed), "{way}: over a cap");
+        assert!(seen.largest_frame.load(Relaxed) <= MAX_SENT_FRAME_PAYLOAD, "{way}: {seen:?}");
+        assert!(seen.largest_message.load(Relaxed) <= MAX_SENT_MESSAGE, "{way}: {seen:?}");
+    }
+    // The client's 3 MiB went as messages of several frames each.
+    assert!(cap.up.largest_message.load(Relaxed) > MAX_SENT_FRAME_PAYLOAD, "{:?}", cap.up);
+    proxy.shutdown().await;
+}
+
+/// What the `i`-th connection of `backend` received, once it ends with `tail` (within `within`).
+async fn until_ends_with(backend: &RawBackend, i: usize, tail: &[u8], within: Duration) -> Vec<u8> {
+    tokio::time::timeout(within, async {
+        loop {
+            let got = backend.wait_received(i, tail.len(), within).await;
+            if got.ends_with(tail) {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("connection {i} did not receive the {} bytes expected last", tail.len()))
+}
+
+/// Waits until the `i`-th connection of `backend` received `n` `BungeeCord` answers.
+async fn until_answered(backend: &RawBackend, i: usize, n: usize) -> Vec<u8> {
+    tokio::time::timeout(BIG, async {
+        loop {
+            let got = backend.wait_received(i, 1, STEP).await;
+            if answers(&got).len() >= n {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("connection {i}: {n} answers"))
+}
+
+/// The `BungeeCord` answers (serverbound C17 frames) in a backend's `received` bytes: their subchannels.
+fn answers(received: &[u8]) -> Vec<String> {
+    // Skip the handshake and Login Start (vanilla frames), then read the dialect.
+    gtnh::frames(received)
+        .into_iter()
+        .filter(|(id, _)| *id == PluginMessage::SERVERBOUND_ID)
+        .filter_map(|(_, body)| PluginMessage::decode_fields(&mut Reader::new(&body)).ok())
+        .filter(|m| m.channel == "BungeeCord")
+        .map(|m| {
+            let mut r = Reader::new(&m.data);
+            let len = usize::from(r.u16("subchannel").unwrap());
+            String::from_utf8(r.bytes(len, "subchannel").unwrap().to_vec()).unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forge_and_hodgepodge_plugin_lengths_are_read_and_answered() {
+    let cert = TestCert::generate("dialects-bungee", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(0).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "").await;
+    let requests = [
+        gtnh::bungee_request("PlayerCount", &["ALL"], 40 * 1024),
+        gtnh::bungee_request("GetServers", &[], 3 << 20),
+        gtnh::bungee_request("GetServer", &[], 9 << 20),
+    ];
+    // The data lengths in Forge's 3-byte VarShort (40 KiB, 3 MiB) and Hodgepodge's marker and VarInt (9 MiB).
+    // (After the prefix, the id and the channel: 3 + 1 + 11 and 4 + 1 + 11 bytes.)
+    assert_eq!(&requests[0][15..18], &[0xa0, 0x12, 0x01], "40,978 bytes");
+    assert_eq!(&requests[2][16..19], &[0xff, 0xff, 0xff], "the marker");
+    for (i, way) in [Way::Tcp, Way::WsV2Zstd].into_iter().enumerate() {
+        let mut player = Player::open(way, &proxy, &cert).await;
+        log_in(&mut player, 0).await;
+        // After the requests (the switchboard took over at the first), a 20 MiB frame passes in pieces.
+        let after = [gtnh::bulk(0x26, 20 << 20, 4), gtnh::frame(0x02, b"\x04\"ok\"")].concat();
+        survival.send(i, &requests.concat()).await;
+        survival.send(i, &after).await;
+        assert!(player.read(after.len(), BIG).await == after, "{way:?}: the requests never reach the player");
+        let received = until_answered(&survival, i, 3).await;
+        assert_eq!(answers(&received), ["PlayerCount", "GetServers", "GetServer"], "{way:?}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_into_dimension_1000_sends_the_respawn_for_1000() {
+    let cert = TestCert::generate("dialects-transfer", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(1000).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "").await;
+    let mut player = Player::open(Way::Tcp, &proxy, &cert).await;
+    log_in(&mut player, 0).await;
+    survival.send(0, &gtnh::bungee_request("Connect", &["lobby"], 0)).await;
+    // The world reset: a detour through the nether, then the lobby's dimension from its trailing int.
+    let mut got = Vec::new();
+    let Player::Tcp(s) = &mut player else { unreachable!() };
+    let respawns = tokio::time::timeout(STEP, async {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the session ended");
+            got.extend_from_slice(&buf[..n]);
+            let respawns: Vec<i32> = gtnh::frames(&got)
+                .into_iter()
+                .filter(|(id, _)| *id == 0x07)
+                .map(|(_, b)| Respawn::decode_body(&mut Reader::new(&b)).unwrap().dimension)
+                .collect();
+            if respawns.len() >= 2 {
+                return respawns;
+            }
+        }
+    })
+    .await
+    .expect("two Respawns");
+    assert_eq!(respawns, [-1, 1000]);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_frame_the_proxy_cannot_follow_no_bungeecord_message_reaches_the_backend() {
+    let cert = TestCert::generate("dialects-unfollowed", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(0).await;
+    // A 4 MiB limit: the 6 MiB frame below is over it.
+    let proxy = proxy(&cert, &survival, lobby.addr, "[limits]\nmax_play_frame_bytes = 4194304\n").await;
+    let mut forged_fields = Vec::new();
+    let kick = b"\x00\x0aKickPlayer\x00\x05Other\x00\x10forged-by-player";
+    PluginMessage { channel: "BungeeCord".into(), data: kick.to_vec() }.encode_fields(&mut forged_fields).unwrap();
+    let forged = gtnh::frame(PluginMessage::SERVERBOUND_ID, &forged_fields);
+    let chat = gtnh::frame(0x01, b"\x02hi");
+    // Once in the relay's filter, once in the switchboard (after a request handed the session over).
+    for (i, (way, handed)) in
+        [(Way::Tcp, false), (Way::WsV1, false), (Way::Tcp, true), (Way::WsV2Zstd, true)].into_iter().enumerate()
+    {
+        let mut player = Player::open(way, &proxy, &cert).await;
+        log_in(&mut player, 0).await;
+        if handed {
+            survival.send(i, &gtnh::bungee_request("PlayerCount", &["ALL"], 0)).await;
+            // Answered: the switchboard runs.
+            until_answered(&survival, i, 1).await;
+        }
+        player.send(&chat).await;
+        let with_chat = until_ends_with(&survival, i, &chat, STEP).await.len();
+        // A 6 MiB prefix (over the limit), and a forged request right behind it.
+        player.send(&[&[0x80, 0x80, 0x80, 0x03, 0x17][..], &forged].concat()).await;
+        assert!(player.ended(STEP).await, "{way:?}: the session ends");
+        survival.wait_closed(i, STEP).await;
+        let got = survival.wait_received(i, 1, STEP).await;
+        assert_eq!(got.len(), with_chat, "{way:?}: nothing after the chat line reached the backend");
+        assert!(!got.windows(16).any(|w| w == b"forged-by-player"), "{way:?}");
+    }
+    let series = "moonbridge_unfollowed_streams_total{direction=\"to_backend\",reason=\"too_large\"}";
+    assert_eq!(proxy.metric(series).await, Some(4.0));
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_stream_that_stops_parsing_is_relayed_on_and_counted() {
+    let cert = TestCert::generate("dialects-opaque", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(0).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "[limits]\nmax_play_frame_bytes = 4194304\n").await;
+    let mut player = Player::open(Way::Tcp, &proxy, &cert).await;
+    log_in(&mut player, 0).await;
+    // A 6 MiB frame from the backend: over the limit, so the proxy no longer knows where frames end; the
+    // bytes still reach the player as they came.
+    let big = gtnh::bulk(0x26, 6 << 20, 9);
+    survival.send(0, &big).await;
+    assert!(player.read(big.len(), BIG).await == big);
+    let series = "moonbridge_unfollowed_streams_total{direction=\"to_player\",reason=\"too_large\"}";
+    assert_eq!(proxy.metric(series).await, Some(1.0));
+    // A Connect now would land inside what the proxy cannot follow: it passes to the client untouched.
+    let connect = gtnh::bungee_request("Connect", &["lobby"], 0);
+    survival.send(0, &connect).await;
+    assert_eq!(player.read(connect.len(), STEP).await, connect);
+    assert_eq!(lobby.accepted(), 0, "no switch for a stream the proxy does not follow");
+    proxy.shutdown().await;
+}
