@@ -2,7 +2,8 @@
 //! types) and the dispatch only: `session-bench` with no subcommand is the session benchmark
 //! (bench/src/session/), `soak` the soak with injected faults (bench/src/soak/), `capacity` how many players
 //! one proxy holds (bench/src/capacity/), `floor-relay` the floor relay run beside moonbridge as `--peer floor`
-//! (bench/src/floor/). See docs/benchmarks.md.
+//! (bench/src/floor/), `big-frame` one huge frame through the proxy and its RSS (bench/src/big_frame.rs). See
+//! docs/benchmarks.md.
 //!
 //! The pieces the commands share: the fake backend (`backend/`), the raw players (`player/`), the client
 //! library's players (`client/`), the processes under test (`process.rs`), the readings from /proc
@@ -13,6 +14,7 @@
 #![allow(clippy::indexing_slicing, unreachable_pub)]
 
 mod backend;
+mod big_frame;
 mod capacity;
 mod client;
 mod floor;
@@ -57,6 +59,8 @@ enum Command {
     Soak(soak::SoakArgs),
     /// How many idle and active players one proxy holds (players are async tasks of this process).
     Capacity(capacity::CapacityArgs),
+    /// One huge frame (GT New Horizons' 256 MiB) through the proxy over tcp, ws and wss: the proxy's RSS.
+    BigFrame(big_frame::BigFrameArgs),
     /// The floor relay: the least any relay must do, run beside moonbridge as `--peer floor`.
     FloorRelay(floor::FloorArgs),
     /// The backend process of `session-bench capacity` (started by it).
@@ -71,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Soak(args)) => soak::main(args),
         Some(Command::Capacity(args)) => capacity::main(args),
         Some(Command::FloorRelay(args)) => floor::main(&args),
+        Some(Command::BigFrame(args)) => big_frame::main(&args),
         Some(Command::CapacityBackend(args)) => capacity::backend_main(args.load),
     }
 }

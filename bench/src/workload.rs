@@ -8,11 +8,21 @@
 //!   payload on about one tick in three, and a 30–60 KiB S21 chunk on about one in twenty. Every clientbound
 //!   packet carries the tick sequence, so the client checks every byte.
 //!
+//! - **gtnh** (`--profile gtnh`): the modded ticks, and on about one tick in eight a 40–500 KiB mod channel
+//!   message, on about one in 64 a 3–8 MiB S26 Map Chunk Bulk: GT New Horizons' traffic (frames with 4-byte
+//!   prefixes, S3F lengths in Forge's VarShort), checked byte for byte like the rest.
+//!
+//! Every profile writes the dialect's forms (`encode_wide_frame`, `ArrayLength`), which are vanilla's bytes for
+//! vanilla sizes.
+//!
 //! Login (every profile): Login Success, Join Game and Position And Look, then the login burst of 70 S3F plugin
 //! messages of 30,000 bytes (Forge registry sync sized).
 
 use moonbridge_protocol::codec::put_string;
-use moonbridge_protocol::frame::encode_frame;
+use moonbridge_protocol::frame::{encode_frame, encode_wide_frame};
+
+/// GT New Horizons' frame limit (Hodgepodge's `packetSizeLimit`), what the answers are written under.
+const GTNH_FRAME_LIMIT: usize = 256 << 20;
 
 /// Number of modded tick templates.
 pub const TEMPLATES: usize = 256;
@@ -49,6 +59,8 @@ pub enum Kind {
     TileEntity,
     /// S21 chunk data.
     Chunk,
+    /// S26 Map Chunk Bulk of GT New Horizons' size (3–8 MiB).
+    Bulk,
 }
 
 /// One clientbound packet of a template: its kind and payload length, and with `--profile forge` its body
@@ -62,6 +74,9 @@ pub struct Spec {
 
 /// Set once at start for `--profile forge`: the login burst is the FML handshake ([`crate::forge`]).
 pub static FORGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set once at start for `--profile gtnh`: the tick answers come from [`gtnh_templates`].
+pub static GTNH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Set once at start for `--profile forge-channels`: [`forge_templates`] keeps only the mod channel messages.
 pub static CHANNELS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -89,7 +104,7 @@ pub fn forge_templates_of(channels_only: bool) -> Vec<Vec<Spec>> {
                     let body = match s.kind {
                         Kind::Plugin(_) => crate::forge::mod_message(&mut rng, s.len),
                         Kind::TileEntity => crate::forge::tile_entity_nbt(&mut rng, s.len, t as i32, 64, i as i32),
-                        Kind::Chunk => crate::forge::chunk_data(&mut rng, s.len / 10_240),
+                        Kind::Chunk | Kind::Bulk => crate::forge::chunk_data(&mut rng, s.len / 10_240),
                     };
                     Spec { kind: s.kind, len: body.len(), content: Some(std::sync::Arc::new(body)) }
                 })
@@ -105,6 +120,25 @@ pub fn forge_templates_of(channels_only: bool) -> Vec<Vec<Spec>> {
 }
 
 const CHANNELS: [&str; 6] = ["IC2", "BuildCraft|TC", "ThermalExp", "appliedenergistics2", "TConstruct", "MB|Mod"];
+
+/// The templates of `--profile gtnh`: [`templates`], with a 40–500 KiB mod channel message on about one in
+/// eight and a 3–8 MiB S26 on about one in 64.
+pub fn gtnh_templates() -> Vec<Vec<Spec>> {
+    let mut rng = SplitMix(SEED ^ 0x6774_6e68);
+    templates()
+        .into_iter()
+        .map(|mut t| {
+            if rng.next().is_multiple_of(8) {
+                let channel = (rng.next() % 6) as u8;
+                t.push(Spec { kind: Kind::Plugin(channel), len: rng.range(40 * 1024, 500 * 1024), content: None });
+            }
+            if rng.next().is_multiple_of(64) {
+                t.push(Spec { kind: Kind::Bulk, len: rng.range(3 << 20, 8 << 20), content: None });
+            }
+            t
+        })
+        .collect()
+}
 
 /// The 256 tick templates.
 pub fn templates() -> Vec<Vec<Spec>> {
@@ -160,8 +194,7 @@ pub fn encode_tick_answer(templates: &[Vec<Spec>], seq: u32, out: &mut Vec<u8>) 
         let id = match spec.kind {
             Kind::Plugin(ch) => {
                 let _ = put_string(&mut body, CHANNELS[ch as usize], 20, "channel");
-                body.extend_from_slice(&(payload.len() as i16).to_be_bytes());
-                body.extend_from_slice(&payload);
+                moonbridge_protocol::array_length::put_data(&mut body, &payload);
                 0x3f
             }
             Kind::TileEntity => {
@@ -183,8 +216,18 @@ pub fn encode_tick_answer(templates: &[Vec<Spec>], seq: u32, out: &mut Vec<u8>) 
                 body.extend_from_slice(&payload);
                 0x21
             }
+            Kind::Bulk => {
+                body.extend_from_slice(&1i16.to_be_bytes()); // chunk columns
+                body.extend_from_slice(&(payload.len() as i32).to_be_bytes());
+                body.push(1); // sky light
+                body.extend_from_slice(&payload);
+                body.extend_from_slice(&(seq as i32).to_be_bytes()); // chunk x
+                body.extend_from_slice(&0i32.to_be_bytes()); // chunk z
+                body.extend_from_slice(&[0xff, 0xff, 0, 0]); // bitmaps
+                0x26
+            }
         };
-        let _ = encode_frame(out, id, &body);
+        let _ = encode_wide_frame(out, id, &body, GTNH_FRAME_LIMIT);
     }
     template.len()
 }

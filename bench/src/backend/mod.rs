@@ -17,7 +17,7 @@ mod answer;
 mod login;
 mod profile;
 
-pub use login::{login_answer, read_login, soak_login_answer, switch_answer, switch_request};
+pub use login::{join_game, login_answer, read_login, soak_login_answer, switch_answer, switch_request};
 pub use profile::{Load, Profile};
 
 use std::net::SocketAddr;

@@ -51,6 +51,7 @@ impl Profile {
     pub fn templates(self) -> Vec<Vec<Spec>> {
         match self {
             Self::Echo | Self::Modded if workload::FORGE.load(Ordering::Relaxed) => workload::forge_templates(),
+            Self::Echo | Self::Modded if workload::GTNH.load(Ordering::Relaxed) => workload::gtnh_templates(),
             Self::Echo | Self::Modded | Self::Checked => workload::templates(),
             Self::Capacity(load) => load.templates(),
         }

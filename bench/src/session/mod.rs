@@ -29,15 +29,24 @@ pub fn run(args: SessionArgs) -> anyhow::Result<()> {
     let forge = matches!(args.profile, ProfileArg::Forge | ProfileArg::ForgeChannels);
     workload::FORGE.store(forge, std::sync::atomic::Ordering::Relaxed);
     workload::CHANNELS_ONLY.store(args.profile == ProfileArg::ForgeChannels, std::sync::atomic::Ordering::Relaxed);
+    let gtnh = args.profile == ProfileArg::Gtnh;
+    workload::GTNH.store(gtnh, std::sync::atomic::Ordering::Relaxed);
     let (backend_addr, backend_stats, _rt) =
         crate::backend::start(SocketAddr::from(([127, 0, 0, 1], args.backend_port)), profile, 1)?;
     if !args.json {
         println!("# fake backend at {backend_addr}");
     }
-    let templates = Arc::new(if forge { workload::forge_templates() } else { workload::templates() });
+    let templates = Arc::new(if forge {
+        workload::forge_templates()
+    } else if gtnh {
+        workload::gtnh_templates()
+    } else {
+        workload::templates()
+    });
     if args.profile != ProfileArg::Echo && !args.json {
         let (p, b) = workload::template_averages(&templates);
-        println!("# modded templates: {p:.1} clientbound packets and {b:.0} payload bytes per tick on average");
+        let name = format!("{:?}", args.profile).to_lowercase();
+        println!("# {name} templates: {p:.1} clientbound packets and {b:.0} payload bytes per tick on average");
     }
     let dir = std::env::temp_dir().join(format!("session-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
