@@ -439,3 +439,68 @@ async fn a_backend_stream_that_stops_parsing_is_relayed_on_and_counted() {
     assert_eq!(lobby.accepted(), 0, "no switch for a stream the proxy does not follow");
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_moves_a_gtnh_player_into_dimension_1000_with_the_respawn_for_1000() {
+    use testbed::network::{Haproxy, Redis};
+    let redis = Redis::start().await;
+    let dir = testbed::TestDir::new("moonbridge-dialects-drain").unwrap();
+    let key = dir.path().join("network.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef-dialects\n").unwrap();
+    // Every login (the first, and the second one the move makes) lands in GT New Horizons' dimension 1000.
+    let backend = gtnh_backend(1000).await;
+    let config = format!(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{}\"\n\
+         [network]\nredis_url = \"{}\"\nname = \"dialects\"\npeer_bind = \"127.0.0.1:0\"\nsecret_file = \"{}\"\n\
+         [metrics]\nbind = \"127.0.0.1:0\"\n[limits]\nshutdown_grace_seconds = 10\n",
+        backend.addr,
+        redis.url(),
+        key.display()
+    );
+    let (mut a, mut b) = (Proxy::start(&config).await, Proxy::start(&config).await);
+    for p in [&a, &b] {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while p.metric("moonbridge_network_instances").await != Some(2.0) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("both instances see each other");
+    }
+    // The move reconnects to the same address: a balancer in front, as in production.
+    let haproxy = Haproxy::start(&[("ws", vec![a.addr(Transport::Ws), b.addr(Transport::Ws)])]).await;
+    let mut player = Player::library(format!("ws://{}/mc", haproxy.fronts[0]), "{}".into()).await;
+    log_in(&mut player, 1000).await;
+    if a.stats.stats().connections != 1 {
+        std::mem::swap(&mut a, &mut b);
+    }
+    assert_eq!(a.stats.stats().connections, 1, "the player is on one instance");
+    let stopping = tokio::spawn(a.shutdown());
+    let Player::Library(conn) = &player else { unreachable!() };
+    let conn = Arc::clone(conn);
+    let respawns = tokio::task::spawn_blocking(move || {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let deadline = std::time::Instant::now() + STEP;
+        loop {
+            let respawns: Vec<i32> = gtnh::frames(&got)
+                .into_iter()
+                .filter(|(id, _)| *id == 0x07)
+                .map(|(_, b)| Respawn::decode_body(&mut Reader::new(&b)).unwrap().dimension)
+                .collect();
+            if respawns.len() >= 2 || std::time::Instant::now() > deadline {
+                return respawns;
+            }
+            let n = conn.recv(&mut buf, Some(Duration::from_secs(1))).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(respawns, [-1, 1000], "the world reset of the move names the int dimension");
+    tokio::time::timeout(STEP, stopping).await.expect("the drained instance exits").unwrap();
+    assert_eq!(b.stats.stats().connections, 1, "the player plays on at the other instance");
+    drop(player);
+    b.shutdown().await;
+}

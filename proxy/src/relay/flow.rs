@@ -71,6 +71,12 @@ pub(crate) enum Follow {
     /// Serverbound, after the filter lost the frames: nothing more goes to the backend (a `BungeeCord` message
     /// could no longer be told apart), and the relay ends with this error.
     Refused(FrameError),
+    /// Clientbound, after the transfer watch lost the frames: relayed unparsed, nobody can be switched or moved;
+    /// the ticket keeps the session's registration (the player table, the network's claim) until it ends.
+    Lost {
+        /// Held for what dropping it ends (the registration).
+        _kept: Box<Ticket>,
+    },
     /// Frame boundaries (clientbound: where the shutdown disconnect may go).
     Frames(FrameScanner),
     /// Clientbound, in a session that can be switched: frame boundaries, and the watch that tells when the
@@ -87,6 +93,7 @@ impl std::fmt::Debug for Follow {
         f.write_str(match self {
             Self::Nothing => "Nothing",
             Self::Refused(_) => "Refused",
+            Self::Lost { .. } => "Lost",
             Self::Frames(_) => "Frames",
             Self::Watch(_) => "Watch",
             Self::Serverbound(..) => "Serverbound",
@@ -175,6 +182,24 @@ pub(crate) struct Flow {
 static UNFOLLOWED_LOG: std::sync::LazyLock<LogLimiter> =
     std::sync::LazyLock::new(|| LogLimiter::new(10, Duration::from_secs(10)));
 
+/// A Play stream going `direction` stopped parsing (`e`): counted and logged (through [`UNFOLLOWED_LOG`], with
+/// the session's span). `switchable`: the session could be switched or moved until now.
+pub(crate) fn lost_track(counter: &UnfollowedCounter, direction: StreamDirection, e: FrameError, switchable: bool) {
+    counter.inc(direction, Unfollowed::of(e));
+    let Some(suppressed) = UNFOLLOWED_LOG.allow() else { return };
+    let way = match direction {
+        StreamDirection::ToBackend => "the player's stream: it is closed",
+        StreamDirection::ToPlayer if switchable => {
+            "the backend's stream: relayed unparsed from here, no server switch or move for this player"
+        }
+        StreamDirection::ToPlayer => "the backend's stream: relayed unparsed from here",
+    };
+    tracing::warn!(
+        suppressed,
+        "stopped following the Minecraft frames of {way} ({e}; see limits.max_play_frame_bytes and docs/modpacks.md)"
+    );
+}
+
 impl Flow {
     /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
     /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
@@ -219,7 +244,7 @@ impl Flow {
             d.apply(data);
         }
         let keep = match &mut self.follow {
-            Follow::Nothing => data.len(),
+            Follow::Nothing | Follow::Lost { .. } => data.len(),
             Follow::Refused(_) => 0,
             Follow::Frames(s) => {
                 if let Err(e) = s.scan(data) {
@@ -259,6 +284,11 @@ impl Flow {
                 Err(e) => {
                     // Relayed opaquely from here, and the player can no longer be switched or moved.
                     self.lose_track(e, true);
+                    if let Follow::Watch(w) = std::mem::replace(&mut self.follow, Follow::Nothing) {
+                        if let Some(ticket) = w.to {
+                            self.follow = Follow::Lost { _kept: ticket };
+                        }
+                    }
                     data.len()
                 }
             },
@@ -276,20 +306,10 @@ impl Flow {
     /// with the session's span), and followed no more. `switchable`: the session could be switched or moved
     /// until now.
     fn lose_track(&mut self, e: FrameError, switchable: bool) {
-        self.follow = Follow::Nothing;
-        self.unfollowed.inc(self.direction, Unfollowed::of(e));
-        let Some(suppressed) = UNFOLLOWED_LOG.allow() else { return };
-        let way = match self.direction {
-            StreamDirection::ToBackend => "the player's stream: it is closed",
-            StreamDirection::ToPlayer if switchable => {
-                "the backend's stream: relayed unparsed from here, no server switch or move for this player"
-            }
-            StreamDirection::ToPlayer => "the backend's stream: relayed unparsed from here",
-        };
-        tracing::warn!(
-            suppressed,
-            "stopped following the Minecraft frames of {way} ({e}; see limits.max_play_frame_bytes and docs/modpacks.md)"
-        );
+        if !switchable {
+            self.follow = Follow::Nothing;
+        }
+        lost_track(&self.unfollowed, self.direction, e, switchable);
     }
 
     /// The error the relay ends with when this direction refused to go on (the serverbound filter lost the
@@ -404,7 +424,7 @@ impl Flow {
                 Follow::Serverbound(f, _) => f.under_way().0 == 0,
                 // Held bytes are the head of a frame not sent yet: the player's stream is between two frames.
                 Follow::Watch(w) => w.watch.at_boundary(),
-                Follow::Nothing | Follow::Refused(_) => false,
+                Follow::Nothing | Follow::Refused(_) | Follow::Lost { .. } => false,
             }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use moonbridge_protocol::frame::{FrameDecoder, MAX_FRAME_LEN};
+use moonbridge_protocol::frame::FrameDecoder;
 use moonbridge_protocol::packets::{JoinGame, Packet, PlayDisconnect, PluginMessage};
 use moonbridge_protocol::transfer::{fml, is_channel};
 use moonbridge_protocol::ws::v2::Control;
@@ -114,9 +114,15 @@ pub(crate) enum SecondLogin {
 /// Reads the new backend connection (keeping every byte in `early`) until its Join Game or, for a Forge
 /// server, its first `FML|HS` message: the second login is then in play. A Play Disconnect first (a backend
 /// that refuses a second login of a name in play), the connection's end, more than
-/// [`MAX_HELD_BYTES`] before it, or `limit` passing is why not.
-async fn until_play(stream: &mut TcpStream, early: &mut BytesMut, limit: Duration) -> Result<(), SecondLogin> {
-    let mut frames = FrameDecoder::new(MAX_FRAME_LEN);
+/// [`MAX_HELD_BYTES`] before it, or `limit` passing is why not. Frames may be `max_frame_len` bytes long
+/// (`limits.max_play_frame_bytes`; what is kept is bounded by [`MAX_HELD_BYTES`] all the same).
+async fn until_play(
+    stream: &mut TcpStream,
+    early: &mut BytesMut,
+    limit: Duration,
+    max_frame_len: usize,
+) -> Result<(), SecondLogin> {
+    let mut frames = FrameDecoder::new(max_frame_len);
     frames.queue_slice(early);
     let read = async {
         loop {
@@ -216,7 +222,9 @@ async fn land<P: Player>(
     let (mut stream, mut early) = step(s.player, s.shutdown, deadline, login).await?.map_err(|e| refused(e.into()))?;
     // In play there: its Join Game (or, for Forge, its handshake's first message) came, not a Play Disconnect.
     let limit = s.live.tunables.transfer.switch_timeout();
-    step(s.player, s.shutdown, deadline, until_play(&mut stream, &mut early, limit)).await?.map_err(refused)?;
+    let max_frame_len = s.live.tunables.limits.max_play_frame_bytes;
+    let in_play = until_play(&mut stream, &mut early, limit, max_frame_len);
+    step(s.player, s.shutdown, deadline, in_play).await?.map_err(refused)?;
     info!(player = %state.name, from = %owner, backend = %backend.name, "player moved here from a draining instance");
     Ok(Landed { state, backend, stream, early, window })
 }

@@ -20,13 +20,13 @@ use super::online::{authenticate, encryptor};
 use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Identity;
 use crate::config::{AuthMode, DuplicateLogin};
-use crate::labels::LoginOutcome;
+use crate::labels::{LoginOutcome, StreamDirection};
 use crate::limits::HandshakeSlot;
 use crate::metrics::Stage;
 use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
 use crate::players::{Duplicate, Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
-use crate::relay::{BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::relay::{lost_track, BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
 use crate::resume::ResumeStart;
 use crate::transfer::{self, Handed};
 
@@ -344,7 +344,12 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
                 board = Some((ticket, handed));
                 Follow::Frames(FrameScanner::with_limit(live.tunables.limits.max_play_frame_bytes))
             }
-            Err(_) => Follow::Nothing,
+            Err(e) => {
+                // The backend's first bytes already cannot be followed: relayed unparsed, said once; the
+                // ticket keeps the player registered.
+                lost_track(&backend.metrics.unfollowed, StreamDirection::ToPlayer, e, true);
+                Follow::Lost { _kept: ticket }
+            }
         }
     };
     if !refused {
