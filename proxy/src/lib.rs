@@ -39,6 +39,7 @@
 //! | `workers.rs` | the thread-per-core runtime: worker threads, each session on the least-loaded one |
 //! | `wire.rs` | what every stage does to a socket alike: read sizes, the write-stall bound, linger, scratch reads |
 //! | `labels.rs` | the metrics' label values, one closed enum per label (a value outside its set does not compile) |
+//! | `unfollowed.rs` | Play streams the proxy stopped following: their counter and one rate-limited line each |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
 //! | `config/limits.rs` | `[limits]`: what one process allows, with defaults |
@@ -155,6 +156,7 @@ pub mod tls;
 mod transfer;
 mod transport;
 pub mod trusted;
+mod unfollowed;
 mod wire;
 mod workers;
 mod ws_link;

@@ -20,6 +20,7 @@ use crate::labels::{
     StreamDirection, TlsVersion, TransferOutcome, Unfollowed,
 };
 use crate::transport::Transport;
+use crate::unfollowed::UnfollowedCounter;
 
 /// Buckets of `moonbridge_backend_connect_seconds`, in seconds: 0.5 ms to about 8 s, doubling.
 const CONNECT_BUCKETS: [f64; 15] =
@@ -66,18 +67,6 @@ pub(crate) struct BackendMetrics {
     connect_failures: IntCounter,
     /// `moonbridge_unfollowed_streams_total`.
     pub(crate) unfollowed: UnfollowedCounter,
-}
-
-/// `moonbridge_unfollowed_streams_total`: Play streams the proxy stopped following (one pointer, so every
-/// relay direction can keep it).
-#[derive(Clone, Debug)]
-pub(crate) struct UnfollowedCounter(IntCounterVec);
-
-impl UnfollowedCounter {
-    /// Counts a Play stream the proxy stopped following.
-    pub(crate) fn inc(&self, direction: StreamDirection, reason: Unfollowed) {
-        self.0.with_label_values(&[direction.as_str(), reason.as_str()]).inc();
-    }
 }
 
 impl BackendMetrics {
@@ -436,9 +425,9 @@ impl Metrics {
         self.accepted.with_label_values(&[&transport.to_string()])
     }
 
-    /// Counts a Play stream the proxy stopped following (`moonbridge_unfollowed_streams_total`).
-    pub(crate) fn unfollowed(&self, direction: StreamDirection, reason: Unfollowed) {
-        UnfollowedCounter(self.unfollowed.clone()).inc(direction, reason);
+    /// `moonbridge_unfollowed_streams_total`.
+    pub(crate) fn unfollowed(&self) -> UnfollowedCounter {
+        UnfollowedCounter(self.unfollowed.clone())
     }
 
     /// Counts a connection refused before any protocol.

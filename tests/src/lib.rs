@@ -4,7 +4,7 @@
 //! - [`proxy`]: the proxy in-process on ephemeral ports, config builders;
 //! - [`node`]: real node-minecraft-protocol 1.7.10 peers (`tests/peers/`, installed with `npm ci`);
 //! - [`backend`]: a raw-socket backend that records every byte, login answers and decoders;
-//! - [`ws`]: WebSocket and TLS client helpers;
+//! - [`ws`]: WebSocket and TLS client helpers; [`players`]: a player of any transport, as raw stream bytes;
 //! - [`idle`]: a CDN-like intermediary that cuts idle connections; [`capped`]: one that caps WebSocket frames
 //!   and messages;
 //! - certificates: [`TestCert`] from the `moonbridge-test-certs` crate (rcgen), shared with the benchmark;
@@ -37,6 +37,7 @@ pub mod natives;
 pub mod network;
 pub mod node;
 pub mod online;
+pub mod players;
 pub mod proxy;
 pub mod ws;
 

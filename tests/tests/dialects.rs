@@ -15,167 +15,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::codec::Reader;
 use moonbridge_protocol::packets::{Packet, PluginMessage, Respawn};
 use moonbridge_proxy::config::Transport;
-use testbed::{
-    gtnh, hs_ls, login_success, ws_connect, KeyType, Proxy, RawBackend, RawBehaviour, RawWs, TestCert, STEP,
-};
+use testbed::players::{until_contains, until_ends_with, Player, Way, EVERY_WAY};
+use testbed::{gtnh, hs_ls, login_success, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::Message;
 
 /// Time for one 20 MiB frame to cross (debug builds, two cores, every carriage).
 const BIG: Duration = Duration::from_secs(60);
 
-/// How a test player reaches the proxy.
-#[derive(Clone, Copy, Debug)]
-enum Way {
-    Tcp,
-    /// A plain WebSocket client offering no subprotocol: carriage v1.
-    WsV1,
-    /// The client library over ws: carriage v2 with zstd.
-    WsV2Zstd,
-    /// The client library over wss, compression off: carriage v2.
-    WssV2,
-}
-
-const EVERY_WAY: [Way; 4] = [Way::Tcp, Way::WsV1, Way::WsV2Zstd, Way::WssV2];
-
-/// A player's connection, whichever way it came.
-enum Player {
-    Tcp(TcpStream),
-    Ws(Box<RawWs>),
-    Library(Arc<Connection>),
-}
-
-impl Player {
-    async fn open(way: Way, proxy: &Proxy, cert: &TestCert) -> Self {
-        let ws = proxy.addr(Transport::Ws);
-        match way {
-            Way::Tcp => Self::Tcp(TcpStream::connect(proxy.addr(Transport::Tcp)).await.unwrap()),
-            Way::WsV1 => Self::Ws(Box::new(ws_connect(ws, &format!("ws://{ws}/mc"), &[], None).await.unwrap().0)),
-            Way::WsV2Zstd | Way::WssV2 => {
-                let (url, options) = match way {
-                    Way::WsV2Zstd => (format!("ws://{ws}/mc"), "{}".to_string()),
-                    _ => (
-                        format!("wss://{}/mc", proxy.addr(Transport::Wss)),
-                        format!(r#"{{"ca_file":{:?},"server_name":"localhost","compress":false}}"#, cert.ca),
-                    ),
-                };
-                Self::library(url, options).await
-            }
-        }
-    }
-
-    /// The client library's connection to `url` with `options` (JSON).
-    async fn library(url: String, options: String) -> Self {
-        let conn = tokio::task::spawn_blocking(move || {
-            Connection::connect(&url, Options::from_json(Some(&options)).unwrap()).unwrap()
-        })
-        .await
-        .unwrap();
-        Self::Library(Arc::new(conn))
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        match self {
-            Self::Tcp(s) => s.write_all(bytes).await.unwrap(),
-            Self::Ws(ws) => ws.send(Message::Binary(bytes.to_vec().into())).await.unwrap(),
-            Self::Library(c) => {
-                let (c, bytes) = (Arc::clone(c), bytes.to_vec());
-                tokio::task::spawn_blocking(move || {
-                    c.send(&bytes).unwrap();
-                    c.end_tick().unwrap();
-                })
-                .await
-                .unwrap();
-            }
-        }
-    }
-
-    /// Reads exactly `n` stream bytes, within `within`.
-    async fn read(&mut self, n: usize, within: Duration) -> Vec<u8> {
-        let mut out = Vec::with_capacity(n);
-        let read = async {
-            match self {
-                Self::Tcp(s) => {
-                    out.resize(n, 0);
-                    s.read_exact(&mut out).await.unwrap();
-                }
-                Self::Ws(ws) => {
-                    while out.len() < n {
-                        match ws.next().await {
-                            Some(Ok(Message::Binary(b))) => out.extend_from_slice(&b),
-                            Some(Ok(Message::Close(f))) => panic!("closed after {} bytes: {f:?}", out.len()),
-                            Some(Ok(_)) => {}
-                            other => panic!("read failed after {} bytes: {other:?}", out.len()),
-                        }
-                    }
-                }
-                Self::Library(c) => {
-                    let c = Arc::clone(c);
-                    out = tokio::task::spawn_blocking(move || {
-                        let mut got = Vec::with_capacity(n);
-                        let mut buf = vec![0; 1 << 20];
-                        while got.len() < n {
-                            let k = c.recv(&mut buf, Some(within)).unwrap();
-                            got.extend_from_slice(&buf[..k]);
-                        }
-                        got
-                    })
-                    .await
-                    .unwrap();
-                }
-            }
-        };
-        tokio::time::timeout(within, read).await.unwrap_or_else(|_| panic!("{n} bytes not read within {within:?}"));
-        assert_eq!(out.len(), n, "nothing past what was sent");
-        out
-    }
-
-    /// True once the proxy ended the connection (EOF, a Close, or an error), within `within`.
-    async fn ended(&mut self, within: Duration) -> bool {
-        let end = async {
-            match self {
-                Self::Tcp(s) => {
-                    let mut buf = [0u8; 4096];
-                    loop {
-                        if matches!(s.read(&mut buf).await, Ok(0) | Err(_)) {
-                            return true;
-                        }
-                    }
-                }
-                Self::Ws(ws) => loop {
-                    match ws.next().await {
-                        Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return true,
-                        Some(Ok(_)) => {}
-                    }
-                },
-                Self::Library(c) => {
-                    let c = Arc::clone(c);
-                    tokio::task::spawn_blocking(move || {
-                        let mut buf = vec![0; 1 << 16];
-                        loop {
-                            if c.recv(&mut buf, Some(Duration::from_secs(1))).is_err() {
-                                return true;
-                            }
-                        }
-                    })
-                    .await
-                    .unwrap()
-                }
-            }
-        };
-        tokio::time::timeout(within, end).await.unwrap_or(false)
-    }
+/// [`proxy_with`] (the name the tests read best).
+async fn proxy(cert: &TestCert, survival: &RawBackend, lobby: std::net::SocketAddr, extra: &str) -> Proxy {
+    proxy_with(cert, survival, lobby, extra).await
 }
 
 /// A proxy with tcp, ws and wss listeners in front of `survival` (and `lobby`, a transfer target, so the
 /// relay watches the stream and filters the player's `BungeeCord` messages), with `[metrics]` and `extra`.
-async fn proxy(cert: &TestCert, survival: &RawBackend, lobby: std::net::SocketAddr, extra: &str) -> Proxy {
+async fn proxy_with(cert: &TestCert, survival: &RawBackend, lobby: std::net::SocketAddr, extra: &str) -> Proxy {
     Proxy::start(&format!(
         "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
          [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\npath = \"/mc\"\n\
@@ -268,21 +125,6 @@ async fn the_carriage_crosses_an_intermediary_that_caps_frames_at_64_kib_and_mes
     // The client's 3 MiB went as messages of several frames each.
     assert!(cap.up.largest_message.load(Relaxed) > MAX_SENT_FRAME_PAYLOAD, "{:?}", cap.up);
     proxy.shutdown().await;
-}
-
-/// What the `i`-th connection of `backend` received, once it ends with `tail` (within `within`).
-async fn until_ends_with(backend: &RawBackend, i: usize, tail: &[u8], within: Duration) -> Vec<u8> {
-    tokio::time::timeout(within, async {
-        loop {
-            let got = backend.wait_received(i, tail.len(), within).await;
-            if got.ends_with(tail) {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("connection {i} did not receive the {} bytes expected last", tail.len()))
 }
 
 /// Waits until the `i`-th connection of `backend` received `n` `BungeeCord` answers.
@@ -503,4 +345,114 @@ async fn a_drain_moves_a_gtnh_player_into_dimension_1000_with_the_respawn_for_10
     assert_eq!(b.stats.stats().connections, 1, "the player plays on at the other instance");
     drop(player);
     b.shutdown().await;
+}
+
+/// A serverbound Plugin Message (C17) on the `BungeeCord` channel asking to kick `Other`, with the channel's
+/// length written as `length` (the one-byte VarInt, or a padded form a 1.7.10 server reads the same).
+fn forged(length: &[u8]) -> Vec<u8> {
+    let mut fields = length.to_vec();
+    fields.extend_from_slice(b"BungeeCord");
+    let kick = b"\x00\x0aKickPlayer\x00\x05Other\x00\x10forged-by-player";
+    moonbridge_protocol::array_length::put_data(&mut fields, kick);
+    gtnh::frame(PluginMessage::SERVERBOUND_ID, &fields)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bungeecord_message_never_reaches_the_backend_sent_ahead_padded_or_after_a_lost_stream() {
+    let cert = TestCert::generate("dialects-forged", KeyType::Ec).unwrap();
+    let survival = gtnh_backend(0).await;
+    let lobby = gtnh_backend(0).await;
+    let proxy = proxy(&cert, &survival, lobby.addr, "").await;
+    let chat = gtnh::frame(0x01, b"\x02hi");
+    // Sent ahead in the same write as the login (tcp and ws), and with a padded channel length (`8A 00`, `8A 80
+    // 00`) in play, before and after the switchboard took over: dropped, and the chat line behind it goes on.
+    for (i, way) in [Way::Tcp, Way::WsV1].into_iter().enumerate() {
+        let mut player = Player::open(way, &proxy, &cert).await;
+        player.send(&[hs_ls(), forged(&[10]), forged(&[0x8a, 0x00]), chat.clone()].concat()).await;
+        let expected = [login_success("Steve"), gtnh::join_game(7, 0)].concat();
+        assert_eq!(player.read(expected.len(), STEP).await, expected);
+        // (Sent ahead, the chat line reaches the backend with the login, before the proxy's registration.)
+        let got = until_contains(&survival, i, &chat).await;
+        assert!(!got.windows(16).any(|w| w == b"forged-by-player"), "{way:?}: sent ahead");
+        for handed in [false, true] {
+            if handed {
+                survival.send(i, &gtnh::bungee_request("GetServer", &[], 0)).await;
+                until_answered(&survival, i, 1).await;
+            }
+            let line = gtnh::frame(0x01, if handed { b"\x02h2" } else { b"\x02h1" });
+            player.send(&[forged(&[0x8a, 0x80, 0x00]), forged(&[0x8a, 0x00]), line.clone()].concat()).await;
+            let got = until_ends_with(&survival, i, &line, STEP).await;
+            assert!(!got.windows(16).any(|w| w == b"forged-by-player"), "{way:?}: padded, handed {handed}");
+        }
+    }
+    proxy.shutdown().await;
+
+    // A backend whose first bytes after Login Success cannot be followed (a 6 MiB frame, over a 4 MiB limit):
+    // relayed unparsed, and the player's `BungeeCord` messages are still dropped.
+    let big = gtnh::bulk(0x26, 6 << 20, 7);
+    let reply = [login_success("Steve"), big.clone()].concat();
+    let survival = RawBackend::start(RawBehaviour::ReplyAfter { after: 1, reply: reply.clone() }).await;
+    let proxy = proxy_with(&cert, &survival, lobby.addr, "[limits]\nmax_play_frame_bytes = 4194304\n").await;
+    let mut player = Player::open(Way::Tcp, &proxy, &cert).await;
+    player.send(&hs_ls()).await;
+    assert!(player.read(reply.len(), BIG).await == reply, "relayed as it came");
+    player.send(&[forged(&[10]), chat.clone()].concat()).await;
+    let got = until_ends_with(&survival, 0, &chat, STEP).await;
+    assert!(!got.windows(16).any(|w| w == b"forged-by-player"), "after a lost stream");
+    let series = "moonbridge_unfollowed_streams_total{direction=\"to_player\",reason=\"too_large\"}";
+    assert_eq!(proxy.metric(series).await, Some(1.0));
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_lost_inside_a_frame_during_a_switch_ends_the_session_at_once() {
+    use tokio::net::TcpListener;
+    let cert = TestCert::generate("dialects-lost-mid-frame", KeyType::Ec).unwrap();
+    // The switch's target accepts and never answers: the switch waits (up to its 60 s timeout).
+    let lobby = RawBackend::start(RawBehaviour::Silent).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let survival_addr = listener.local_addr().unwrap();
+    let (close_tx, close_rx) = tokio::sync::oneshot::channel::<()>();
+    let survival = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let _ = s.read(&mut buf).await.unwrap();
+        s.write_all(&[login_success("Steve"), gtnh::join_game(7, 0)].concat()).await.unwrap();
+        s.write_all(&gtnh::bungee_request("Connect", &["lobby"], 0)).await.unwrap();
+        // Half of a 20 MiB frame, then the connection ends when the test says so.
+        let frame = gtnh::bulk(0x26, 20 << 20, 8);
+        s.write_all(&frame[..10 << 20]).await.unwrap();
+        let _ = close_rx.await;
+        let _ = s.shutdown().await;
+    });
+    let config = format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[backend]]\nname = \"survival\"\naddress = \"{survival_addr}\"\n\
+         [[backend]]\nname = \"lobby\"\naddress = \"{}\"\n\
+         [transfer]\ntargets = [\"lobby\"]\nswitch_timeout_seconds = 60\n",
+        lobby.addr
+    );
+    let proxy = Proxy::start(&config).await;
+    let mut player = Player::open(Way::Tcp, &proxy, &cert).await;
+    log_in(&mut player, 0).await;
+    // The switch is under way (the target accepted) while the frame passes in pieces.
+    tokio::time::timeout(STEP, async {
+        while lobby.accepted() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the switch dials the lobby");
+    let Player::Tcp(p) = &mut player else { unreachable!() };
+    let mut seen = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    while seen < 5 << 20 {
+        seen += tokio::time::timeout(STEP, p.read(&mut buf)).await.unwrap().unwrap();
+    }
+    let lost = std::time::Instant::now();
+    close_tx.send(()).unwrap();
+    survival.await.unwrap();
+    assert!(player.ended(Duration::from_secs(10)).await, "the session ends, not after the switch's 60 s");
+    assert!(lost.elapsed() < Duration::from_secs(10));
+    proxy.shutdown().await;
 }

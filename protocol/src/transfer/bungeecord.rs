@@ -233,12 +233,21 @@ fn java_utf(r: &mut Reader<'_>, field: &'static str) -> Result<String, DecodeErr
 }
 
 /// Whether a Plugin Message's fields (`fields`: after the packet id, possibly only their start) begin with the
-/// channel name `channel` (under 128 bytes, so its VarInt length is one byte), compared as bytes: the check a
-/// relay makes per frame to know whether it must look further.
+/// channel name `channel`, compared as bytes: the check a relay makes per frame to know whether it must look
+/// further. The name's length is read as the VarInt it is, in any of its forms: a 1.7.10 server reads `8A 00`
+/// as 10 as readily as `0A`, so a padded length must not hide a channel (at most
+/// [`crate::varint::VarInt::MAX_SIZE`] bytes, then the name: [`CHANNEL_HEAD`] bytes tell).
 pub fn starts_with_channel(fields: &[u8], channel: &str) -> bool {
     let name = channel.as_bytes();
-    name.len() < 0x80 && fields.first() == Some(&(name.len() as u8)) && fields.get(1..1 + name.len()) == Some(name)
+    match crate::varint::VarInt::decode_partial(fields) {
+        Ok((len, n)) => usize::try_from(len).ok() == Some(name.len()) && fields.get(n..n + name.len()) == Some(name),
+        Err(_) => false,
+    }
 }
+
+/// Bytes at the start of a Plugin Message's fields that [`starts_with_channel`] needs to tell `BungeeCord`
+/// apart, whatever form its length takes: the longest VarInt and the name.
+pub const CHANNEL_HEAD: usize = crate::varint::VarInt::MAX_SIZE + BUNGEE_CHANNEL.len();
 
 /// Whether a Plugin Message's fields (`fields`: after the packet id) name `channel`.
 pub fn is_channel(fields: &[u8], channel: &str) -> bool {
@@ -249,6 +258,18 @@ pub fn is_channel(fields: &[u8], channel: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_channel_length_in_any_varint_form_names_the_channel() {
+        let mut padded = vec![0x8a, 0x80, 0x00];
+        padded.extend_from_slice(b"BungeeCord\x00\x03abc");
+        assert!(starts_with_channel(&padded, BUNGEE_CHANNEL), "8A 80 00 is 10");
+        assert!(starts_with_channel(b"\x0aBungeeCord", BUNGEE_CHANNEL));
+        assert!(!starts_with_channel(b"\x0aBungeeCore", BUNGEE_CHANNEL));
+        assert!(!starts_with_channel(b"\x8a", BUNGEE_CHANNEL), "cut short: not known to be it");
+        assert!(!starts_with_channel(b"\x09BungeeCor", BUNGEE_CHANNEL));
+        assert!(CHANNEL_HEAD >= padded.len() - 5);
+    }
 
     #[test]
     fn bungee_connect_byte_exact() {

@@ -28,7 +28,7 @@ mod leftovers;
 pub mod watch;
 
 pub use bungeecord::{
-    bungee_registration, is_channel, starts_with_channel, BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL,
+    bungee_registration, is_channel, starts_with_channel, BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL, CHANNEL_HEAD,
 };
 pub use entity_ids::{carries_entity_ids, EntityIdSwap};
 pub use leftovers::{Leftovers, MAX_LEFTOVERS};

@@ -222,15 +222,14 @@ impl ClientboundWatch {
 }
 
 /// Whether a Plugin Message's first fields (`fields`: after the packet id, possibly cut short) name the
-/// `BungeeCord` channel (VarInt length 10, then `BungeeCord`).
+/// `BungeeCord` channel (VarInt length 10 in any of its forms, then `BungeeCord`).
 fn is_bungee(fields: &[u8]) -> bool {
-    let Some((&len, rest)) = fields.split_first() else { return false };
-    usize::from(len) == BUNGEE_CHANNEL.len() && rest.get(..BUNGEE_CHANNEL.len()) == Some(BUNGEE_CHANNEL.as_bytes())
+    super::starts_with_channel(fields, BUNGEE_CHANNEL)
 }
 
-/// Body bytes at the start of a serverbound frame that tell whether it is dropped: the packet id and the
-/// channel's VarInt length and name (`BungeeCord`).
-const SERVERBOUND_HEAD: usize = 2 + BUNGEE_CHANNEL.len();
+/// Body bytes at the start of a serverbound frame that tell whether it is dropped: the packet id (1 byte in
+/// protocol 5) and the channel's VarInt length (up to 5 bytes) and name (`BungeeCord`).
+const SERVERBOUND_HEAD: usize = 1 + super::bungeecord::CHANNEL_HEAD;
 
 /// The most bytes [`ServerboundFilter::filter`] holds back: a length prefix and all but one byte of a head.
 pub const MAX_HELD_SERVERBOUND: usize = MAX_LENGTH_PREFIX + SERVERBOUND_HEAD - 1;
@@ -364,8 +363,8 @@ enum Class {
     Handover,
 }
 
-// A head holds a one-byte packet id, the channel's one-byte length and `BungeeCord`.
-const _: () = assert!(HEAD_LEN > 2 + BUNGEE_CHANNEL.len());
+// A head holds a one-byte packet id, the channel's length in its longest form and `BungeeCord`.
+const _: () = assert!(HEAD_LEN > 1 + super::bungeecord::CHANNEL_HEAD);
 
 #[cfg(test)]
 mod tests;

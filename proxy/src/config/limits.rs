@@ -31,9 +31,10 @@ pub struct LimitsConfig {
     /// `max_ws_message_bytes`: largest WebSocket message accepted from a player. Default 4194304 bytes.
     pub max_ws_message_bytes: usize,
     /// `max_play_frame_bytes`: largest Minecraft frame followed in Play, either way (frame body, prefix not
-    /// counted). Frames are streamed, not held, so this bounds what a backend or player may declare, not
-    /// memory. Default 268435456 bytes (256 MiB: GT New Horizons' Hodgepodge `packetSizeLimit`), at least
-    /// 2097151 (vanilla's); prefixes may be as wide as the limit needs (5 bytes for the default).
+    /// counted). Frames nobody looks into are streamed, never held whole; the few the proxy must read from a
+    /// backend once the transfer layer runs are held up to this size (docs/modpacks.md). Default 268435456 bytes
+    /// (256 MiB: GT New Horizons' Hodgepodge `packetSizeLimit`), at least 2097151 (vanilla's); prefixes may be as
+    /// wide as the limit needs (5 bytes for the default).
     pub max_play_frame_bytes: usize,
     /// `shutdown_grace_seconds`: on SIGTERM/Ctrl-C, how long sessions get to receive their disconnect before
     /// the process exits. Default 10 seconds.

@@ -15,12 +15,12 @@ use prometheus::IntCounter;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::labels::{StreamDirection, Unfollowed};
-use crate::limits::LogLimiter;
-use crate::metrics::{BackendMetrics, UnfollowedCounter};
+use crate::labels::StreamDirection;
+use crate::metrics::BackendMetrics;
 use crate::players::Command;
 use crate::resume;
 use crate::transfer::{Handed, Ticket};
+use crate::unfollowed::{Afterwards, UnfollowedCounter};
 use crate::wire::{read_clearing, with_scratch};
 
 /// The player's AES-128-CFB8 stream in online mode (protocol 5: key = IV = the 16-byte shared secret), one
@@ -62,6 +62,16 @@ pub(crate) struct RelayStart<'a> {
     pub(crate) resume: Option<Box<resume::ResumeStart>>,
     /// `limits.max_play_frame_bytes`: the longest frame followed either way.
     pub(crate) max_frame_len: usize,
+    /// Where the player's filtered stream stands when bytes it sent with its Login Start went ahead with the
+    /// opening (`None`: at the start of a frame).
+    pub(crate) up_start: Option<Box<UpStart>>,
+}
+
+/// The serverbound filter's state after the bytes a player sent right after Login Start: the filter, and the
+/// head of a frame it held back (it starts the relay's first batch).
+pub(crate) struct UpStart {
+    pub(crate) filter: ServerboundFilter,
+    pub(crate) held: Vec<u8>,
 }
 
 /// How a direction follows its plaintext stream.
@@ -177,29 +187,6 @@ pub(crate) struct Flow {
     unfollowed: UnfollowedCounter,
 }
 
-/// Lines about streams the proxy stopped following: at most 10 per 10 seconds for the whole process (a peer
-/// causes them).
-static UNFOLLOWED_LOG: std::sync::LazyLock<LogLimiter> =
-    std::sync::LazyLock::new(|| LogLimiter::new(10, Duration::from_secs(10)));
-
-/// A Play stream going `direction` stopped parsing (`e`): counted and logged (through [`UNFOLLOWED_LOG`], with
-/// the session's span). `switchable`: the session could be switched or moved until now.
-pub(crate) fn lost_track(counter: &UnfollowedCounter, direction: StreamDirection, e: FrameError, switchable: bool) {
-    counter.inc(direction, Unfollowed::of(e));
-    let Some(suppressed) = UNFOLLOWED_LOG.allow() else { return };
-    let way = match direction {
-        StreamDirection::ToBackend => "the player's stream: it is closed",
-        StreamDirection::ToPlayer if switchable => {
-            "the backend's stream: relayed unparsed from here, no server switch or move for this player"
-        }
-        StreamDirection::ToPlayer => "the backend's stream: relayed unparsed from here",
-    };
-    tracing::warn!(
-        suppressed,
-        "stopped following the Minecraft frames of {way} ({e}; see limits.max_play_frame_bytes and docs/modpacks.md)"
-    );
-}
-
 impl Flow {
     /// The two directions a relay starts with: player → backend (decrypting in online mode) and backend →
     /// player (following frames with `scanner`, encrypting in online mode), with the bytes already counted.
@@ -220,19 +207,24 @@ impl Flow {
             unfollowed: start.metrics.unfollowed.clone(),
         };
         let mut follow = start.follow;
+        // The filter goes on from where the bytes sent with Login Start left it.
+        let (filter, up_held) = match start.up_start.map(|u| *u) {
+            Some(UpStart { filter, held }) => (Box::new(filter), held),
+            None => (Box::new(ServerboundFilter::with_limit(start.max_frame_len)), Vec::new()),
+        };
         let (up_follow, held) = match &mut follow {
-            Follow::Watch(w) => (
-                Follow::Serverbound(
-                    Box::new(ServerboundFilter::with_limit(start.max_frame_len)),
-                    Arc::clone(&w.closes),
-                ),
-                std::mem::take(&mut w.first_held),
-            ),
+            Follow::Watch(w) => (Follow::Serverbound(filter, Arc::clone(&w.closes)), std::mem::take(&mut w.first_held)),
+            // A session whose backend stream was lost at once still keeps the player off the `BungeeCord` channel.
+            Follow::Lost { .. } => (Follow::Serverbound(filter, Arc::new(AtomicU64::new(0))), Vec::new()),
             _ => (Follow::Nothing, Vec::new()),
         };
         let mut down = flow(start.down, follow, encrypt, &start.metrics.to_player, StreamDirection::ToPlayer);
         down.held = held;
-        (flow(start.up, up_follow, decrypt, &start.metrics.to_backend, StreamDirection::ToBackend), down)
+        let mut up = flow(start.up, up_follow, decrypt, &start.metrics.to_backend, StreamDirection::ToBackend);
+        if matches!(up.follow, Follow::Serverbound(..)) {
+            up.held = up_held;
+        }
+        (up, down)
     }
 
     /// Everything that happens to a batch in flight, in place: decrypt (serverbound), follow, count and scan
@@ -240,8 +232,14 @@ impl Flow {
     /// except when the transfer watch holds a frame head back for the next batch or asks for a handover (it
     /// keeps the rest, uncounted and unencrypted).
     pub(crate) fn process(&mut self, data: &mut [u8]) -> usize {
+        self.process_from(data, 0)
+    }
+
+    /// [`Flow::process`] for a batch whose first `fresh` bytes are a frame head held back from the last batch:
+    /// already plaintext, so only the bytes after it are decrypted.
+    fn process_from(&mut self, data: &mut [u8], fresh: usize) -> usize {
         if let Some(Transform::Decrypt(d)) = &mut self.transform {
-            d.apply(data);
+            d.apply(data.get_mut(fresh..).unwrap_or_default());
         }
         let keep = match &mut self.follow {
             Follow::Nothing | Follow::Lost { .. } => data.len(),
@@ -306,10 +304,15 @@ impl Flow {
     /// with the session's span), and followed no more. `switchable`: the session could be switched or moved
     /// until now.
     fn lose_track(&mut self, e: FrameError, switchable: bool) {
+        let afterwards = match self.direction {
+            StreamDirection::ToBackend => Afterwards::Closed,
+            StreamDirection::ToPlayer if switchable => Afterwards::UnparsedUnswitchable,
+            StreamDirection::ToPlayer => Afterwards::Unparsed,
+        };
         if !switchable {
             self.follow = Follow::Nothing;
         }
-        lost_track(&self.unfollowed, self.direction, e, switchable);
+        self.unfollowed.lost(self.direction, e, afterwards);
     }
 
     /// The error the relay ends with when this direction refused to go on (the serverbound filter lost the
@@ -329,12 +332,22 @@ impl Flow {
     }
 
     /// Bytes read from the player before the relay started (sent ahead during the login stage): processed like
-    /// any batch and written to the backend before anything else.
-    pub(crate) fn preload(&mut self, mut early: Vec<u8>) {
+    /// any batch (a `BungeeCord` message dropped, a frame head held for the next batch) and what may go on is
+    /// written to the backend before anything else.
+    ///
+    /// # Errors
+    /// [`Flow::refusal`]: the relay must end (nothing is pending then).
+    pub(crate) fn preload(&mut self, early: Vec<u8>) -> io::Result<()> {
         if !early.is_empty() {
-            self.process(&mut early);
-            self.pending = early;
+            // A head held back from the bytes sent with Login Start starts it.
+            let h = self.held.len();
+            let mut batch = std::mem::take(&mut self.held);
+            batch.extend_from_slice(&early);
+            let keep = self.process_from(&mut batch, h);
+            batch.truncate(keep);
+            self.pending = batch;
         }
+        self.refusal().map_or(Ok(()), Err)
     }
 
     /// [`Flow::process`] for a batch the caller owns (the WebSocket relay's decoded stream bytes): a frame
@@ -343,14 +356,15 @@ impl Flow {
     /// # Errors
     /// [`Flow::refusal`]: the relay must end (the batch is empty then).
     pub(crate) fn process_owned(&mut self, batch: &mut BytesMut) -> io::Result<()> {
-        if !self.held.is_empty() {
+        let h = self.held.len();
+        if h > 0 {
             let mut joined = BytesMut::with_capacity(self.held.len() + batch.len());
             joined.extend_from_slice(&self.held);
             joined.extend_from_slice(batch);
             *batch = joined;
             self.held.clear();
         }
-        let keep = self.process(batch);
+        let keep = self.process_from(batch, h);
         batch.truncate(keep);
         self.refusal().map_or(Ok(()), Err)
     }
@@ -458,7 +472,7 @@ pub(crate) fn read_batch<R>(
                     return Ok(Some(take(&mut [])));
                 }
                 let data = buf.get_mut(..h + n).unwrap_or_default();
-                let keep = down.process(data);
+                let keep = down.process_from(data, h);
                 if let Some(e) = down.refusal() {
                     return Err(e);
                 }

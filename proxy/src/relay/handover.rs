@@ -83,7 +83,8 @@ impl BackendSide {
                     }));
                 }
                 let out = b.output();
-                let n = out.len().min(max.max(1));
+                // At most a relay batch: one WebSocket message stays under the carriage's 1 MiB.
+                let n = out.len().min(max.max(1)).min(crate::wire::RELAY_CHUNK);
                 if n == 0 {
                     return Ok(None);
                 }

@@ -40,7 +40,7 @@ mod v2;
 pub(crate) mod ws;
 pub(crate) mod ws_resume;
 
-pub(crate) use flow::{lost_track, read_batch, ClientCipher, Flow, Follow, RelayStart, Watching};
+pub(crate) use flow::{read_batch, ClientCipher, Flow, Follow, RelayStart, UpStart, Watching};
 pub(crate) use handover::BackendSide;
 
 /// After one side sent FIN, how long the other direction may still run before both sockets are closed.

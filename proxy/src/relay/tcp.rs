@@ -149,7 +149,9 @@ pub(crate) async fn run(
 ) -> RelayReport {
     let shutdown = start.shutdown;
     let (mut up, mut down) = Flow::pair(start);
-    up.preload(early);
+    if let Err(e) = up.preload(early) {
+        return RelayReport { up: up.bytes, down: down.bytes, end: RelayEnd::Error(Side::Player, e), visited: None };
+    }
     let first = loop {
         let BackendSide::Direct(stream) = backend else {
             break board_relay(player, backend, &mut up, &mut down, shutdown).await;

@@ -10,7 +10,7 @@ use moonbridge_protocol::handshake::HostField;
 use moonbridge_protocol::packets::{
     chat_text, EncryptionRequest, Handshake, LoginDisconnect, LoginStart, LoginSuccess, Packet,
 };
-use moonbridge_protocol::transfer::watch::{ClientboundWatch, Verdict};
+use moonbridge_protocol::transfer::watch::{ClientboundWatch, ServerboundFilter, Verdict};
 use moonbridge_protocol::FrameScanner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
@@ -26,9 +26,10 @@ use crate::metrics::Stage;
 use crate::network::{Admit, ALREADY_PLAYING, KICKED_ELSEWHERE};
 use crate::players::{Duplicate, Seen, Stop, COMMAND_QUEUE};
 use crate::rate::Bucket;
-use crate::relay::{lost_track, BackendSide, Follow, RelayStart, Watching, SHUTDOWN_REASON};
+use crate::relay::{BackendSide, Follow, RelayStart, UpStart, Watching, SHUTDOWN_REASON};
 use crate::resume::ResumeStart;
 use crate::transfer::{self, Handed};
+use crate::unfollowed::Afterwards;
 
 /// Told to a player whose address logs in faster than `[rate_limits]` allow.
 const TOO_MANY_LOGINS: &str = "Too many logins from your address; please wait a minute and try again";
@@ -67,6 +68,27 @@ pub(super) async fn login_disconnect<P: Player>(
         let _ = player.send(&frame).await;
     }
     player.finish(finish).await;
+}
+
+/// What the player sent right after Login Start (`rest`, plaintext), for a session whose relay filters the
+/// `BungeeCord` channel (`watched`): what may reach the backend with the opening, and the filter's state for the
+/// relay (a frame under way, a head held back). Unwatched, `rest` goes as it is.
+///
+/// # Errors
+/// The bytes are not Minecraft frames the filter can follow: the login is refused.
+fn sent_ahead(
+    rest: &mut BytesMut,
+    watched: bool,
+    max_frame_len: usize,
+) -> Result<Option<Box<UpStart>>, moonbridge_protocol::FrameError> {
+    if !watched || rest.is_empty() {
+        return Ok(None);
+    }
+    let mut filter = ServerboundFilter::with_limit(max_frame_len);
+    let kept = filter.filter(rest)?;
+    let held = rest.get(kept.pass..kept.pass + kept.held).unwrap_or_default().to_vec();
+    rest.truncate(kept.pass);
+    Ok(Some(Box::new(UpStart { filter, held })))
 }
 
 /// The login stage, from the route to the end of the relay.
@@ -142,12 +164,30 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     // Boxed: it waits across the whole session (for the transfer layer) and would otherwise size every task.
     let identity =
         Box::new(Identity { handshake, login_raw, name: login.name, client: s.info.client, profile: verified });
-    let Ok(opening) = identity.opening(backend, &rest) else {
-        login_disconnect(s.player, "Handshake could not be forwarded", encryptor(&mut cipher), Finish::ProtocolError)
-            .await;
-        summary.reason = "forwarded handshake too long".into();
-        summary.outcome = Some(LoginOutcome::BadHandshake);
-        return summary;
+    // A session whose relay will filter the `BungeeCord` channel filters what the player sent right after Login
+    // Start too (it reaches the backend with the opening): the filter's state goes on into the relay.
+    let can_move = s.player.can_move()
+        && cipher.is_none()
+        && state.network().is_some()
+        && live.tunables.limits.resume_window().is_some();
+    let watched = transfer::applies(&live, backend) || can_move;
+    let mut rest = rest;
+    let ahead = sent_ahead(&mut rest, watched, live.tunables.limits.max_play_frame_bytes);
+    let (up_start, opening) = match (ahead, identity.opening(backend, &rest)) {
+        (Ok(up_start), Ok(opening)) => (up_start, opening),
+        (ahead, _) => {
+            let (shown, reason) = match ahead {
+                Err(e) => {
+                    backend.metrics.unfollowed.lost(StreamDirection::ToBackend, e, Afterwards::Closed);
+                    ("Protocol error", format!("unreadable frames after Login Start: {e}"))
+                }
+                Ok(_) => ("Handshake could not be forwarded", "forwarded handshake too long".to_string()),
+            };
+            login_disconnect(s.player, shown, encryptor(&mut cipher), Finish::ProtocolError).await;
+            summary.reason = reason;
+            summary.outcome = Some(LoginOutcome::BadHandshake);
+            return summary;
+        }
     };
     drop(rest);
     let up = opening.len() as u64;
@@ -276,11 +316,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     // Every player in Play is in this proxy's player table (what `BungeeCord` requests are answered from); a
     // movable one takes commands from other sessions too.
     // In a network, a player whose client follows a drain's `move` (carriage v2, offline mode) is watched as a
-    // switchable one is: a drain moves it to another instance through the switchboard.
-    let can_move = s.player.can_move()
-        && cipher.is_none()
-        && state.network().is_some()
-        && live.tunables.limits.resume_window().is_some();
+    // switchable one is: a drain moves it to another instance through the switchboard (`can_move` above).
     let seen = logged_in.then(|| Seen {
         name: identity.name.clone(),
         uuid: identity.uuid().simple().to_string(),
@@ -290,7 +326,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     });
     let mut registration = None;
     let mut board = None;
-    let follow = if !logged_in || !(transfer::applies(&live, backend) || can_move) {
+    let follow = if !logged_in || !watched {
         registration = seen.map(|seen| {
             let claim = claim.take().and_then(|c| c.take());
             state.players.register(seen, None, Some(Arc::clone(&stop)), claim, duplicate(&state))
@@ -347,7 +383,7 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
             Err(e) => {
                 // The backend's first bytes already cannot be followed: relayed unparsed, said once; the
                 // ticket keeps the player registered.
-                lost_track(&backend.metrics.unfollowed, StreamDirection::ToPlayer, e, true);
+                backend.metrics.unfollowed.lost(StreamDirection::ToPlayer, e, Afterwards::UnparsedUnswitchable);
                 Follow::Lost { _kept: ticket }
             }
         }
@@ -368,7 +404,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     drop(first);
     let max_frame_len = live.tunables.limits.max_play_frame_bytes;
-    let start = RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume, max_frame_len };
+    let start =
+        RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume, max_frame_len, up_start };
     let side = match board {
         Some((ticket, handed)) => BackendSide::Board((*ticket).board(stream, handed)),
         None => BackendSide::new(stream),

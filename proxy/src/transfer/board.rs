@@ -11,7 +11,7 @@ use std::io;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use moonbridge_protocol::frame::{passing_len, passing_run, FrameDecoder, Run};
+use moonbridge_protocol::frame::{passing_run, FrameDecoder, Run};
 use moonbridge_protocol::transfer::watch::HEAD_LEN;
 use moonbridge_protocol::transfer::{Direction, EntityIdSwap, Leftovers};
 use tokio::net::TcpStream;
@@ -20,13 +20,19 @@ use tokio::time::{sleep_until, Instant};
 use tracing::info;
 
 use super::backend::{readable, Dialed, Link};
-use super::common::{inspected, registration, Ctx, End, Handed, Outbox, LOST};
+use super::common::{inspected, registration, Ctx, End, Handed, Outbox, LOST, MAX_WAITING_BYTES};
 use super::forge::Forge;
 use super::keep_alive::KeepAlives;
 use super::switch::{Switch, SwitchStep, Trigger, FALLBACK_WINDOW, MAX_FALLBACKS};
 use crate::backend::Backend;
+use crate::limits::LogLimiter;
 use crate::players::Command;
 use crate::wire::{discard_until_eof, read_clearing, with_scratch, within_stall, Side};
+
+/// Lines about sessions the transfer layer closed: at most 10 per 10 seconds for the process (a bad frame from
+/// a peer causes one).
+static CLOSED_LOG: std::sync::LazyLock<LogLimiter> =
+    std::sync::LazyLock::new(|| LogLimiter::new(10, Duration::from_secs(10)));
 
 /// The player's side of the switchboard: its serverbound frames.
 pub(super) struct PlayerEnd {
@@ -235,9 +241,14 @@ impl Switchboard {
     }
 
     /// Records the end a step returned (the first one counts) and logs it.
-    pub(super) fn settle(&mut self, step: Result<(), End>) {
+    pub(super) fn settle(&mut self, mut step: Result<(), End>) {
         if self.ended.is_some() {
             return;
+        }
+        if step.is_ok() && self.out.waiting_over() {
+            step = Err(End::Closed(format!(
+                "over {MAX_WAITING_BYTES} bytes of the proxy's own frames waited behind a frame passing in pieces"
+            )));
         }
         let end = match step {
             Err(end) => end,
@@ -245,7 +256,10 @@ impl Switchboard {
             Ok(()) => return,
         };
         if let End::Closed(reason) = &end {
-            info!(player = %self.ctx.identity.name, "transfer layer closed the session: {reason}");
+            // A peer can cause it (a bad frame): through the limiter.
+            if let Some(suppressed) = CLOSED_LOG.allow() {
+                info!(player = %self.ctx.identity.name, suppressed, "transfer layer closed the session: {reason}");
+            }
         }
         self.switch = None;
         self.ended = Some(end);
@@ -377,8 +391,13 @@ impl Switchboard {
             Err(e) => return Err(e),
         };
         let data = buf.get(..n).unwrap_or_default();
+        // What passes goes right after what was already queued for the player, before anything the bytes
+        // after it produce.
+        let before = self.out.to_player.len();
         let pass = self.pass_through(data);
+        let after = self.out.to_player.split_off(before);
         self.out.to_player.extend_from_slice(data.get(..pass).unwrap_or_default());
+        self.out.to_player.unsplit(after);
         Ok(Some(Ok(())))
     }
 
@@ -405,11 +424,10 @@ impl Switchboard {
 
     /// Bytes just read from the current backend: how many from the start go to the player as they are (the
     /// rest of a frame passing in pieces, then whole frames nobody looks into while nothing is queued before
-    /// them, the last one in pieces when its head says so and no switch is under way); the rest is queued,
+    /// them, the last one in pieces when its head says so); the rest is queued,
     /// parsed, and what it produces waits in [`Self::output`] behind them. Counted under the backend.
     pub(crate) fn pass_through(&mut self, data: &[u8]) -> usize {
         let (joined, swapped) = (self.client_entity.is_some(), self.swap.is_some_and(|s| !s.is_identity()));
-        let in_pieces = self.switch.is_none();
         let limit = self.ctx.live.tunables.limits.max_play_frame_bytes;
         let Some(link) = &mut self.current else { return 0 };
         link.backend.metrics.to_player.inc_by(data.len() as u64);
@@ -419,11 +437,7 @@ impl Switchboard {
         if self.out.player_owed == 0 && link.frames.is_empty() && self.out.to_player.is_empty() {
             let rest = data.get(pass..).unwrap_or_default();
             let passes = |id, f: &[u8]| !inspected(Direction::Clientbound, id, f, joined, swapped, false);
-            let run = if in_pieces {
-                passing_run(rest, limit, HEAD_LEN, passes).unwrap_or_default()
-            } else {
-                Run { len: passing_len(rest, limit, passes).unwrap_or(0), owed: 0 }
-            };
+            let run = passing_run(rest, limit, HEAD_LEN, passes).unwrap_or_default();
             pass += run.len;
             self.out.player_owed = run.owed;
         }
@@ -444,13 +458,15 @@ impl Switchboard {
     /// the player goes to its fallback when it has one (failover), or the session ends as the backend ended it.
     pub(super) fn lost_current(&mut self, why: &str) {
         let Some(link) = self.current.take() else { return };
-        if self.switch.is_some() || self.player.closed || self.goodbye || self.handed_away {
-            // A switch under way decides; a player who left (or went to another instance) is not moved.
+        if self.out.player_owed > 0 {
+            // The player is inside a frame that only this backend could finish: no other server can go on, and
+            // a switch under way cannot end well either.
+            let why = format!("backend {} {why} inside a frame", link.backend.name);
+            self.settle(Err(End::Closed(why)));
             return;
         }
-        if self.out.player_owed > 0 {
-            // The player is inside a frame that only this backend could finish: no other server can go on.
-            info!(player = %self.ctx.identity.name, backend = %link.backend.name, "backend {why} inside a frame");
+        if self.switch.is_some() || self.player.closed || self.goodbye || self.handed_away {
+            // A switch under way decides; a player who left (or went to another instance) is not moved.
             return;
         }
         let from = link.backend.name.clone();

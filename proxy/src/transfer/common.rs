@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use moonbridge_protocol::frame::{encode_frame, Frame};
+use moonbridge_protocol::frame::{encode_wide_frame, Frame, MAX_WIDE_FRAME_LEN};
 use moonbridge_protocol::packets::{
     chat_text, ChatMessage, JoinGame, KeepAlive, Packet, PlayDisconnect, PluginMessage,
 };
@@ -75,6 +75,10 @@ pub(crate) enum End {
     Closed(String),
 }
 
+/// The most bytes of the proxy's own frames (chat lines, Keep Alive, answers) that may wait behind a frame
+/// passing in pieces, each way: 1 MiB.
+pub(super) const MAX_WAITING_BYTES: usize = 1024 * 1024;
+
 /// What one event of the switchboard produced, written before the next: to the player (taken by the relay),
 /// the current backend and the backend being switched to.
 ///
@@ -115,6 +119,12 @@ impl Outbox {
         }
     }
 
+    /// More than [`MAX_WAITING_BYTES`] wait behind a frame passing in pieces, either way (a peer that stalls in
+    /// the middle of a frame while commands from other sessions keep coming): the session ends.
+    pub(super) fn waiting_over(&self) -> bool {
+        self.player_waiting.len() > MAX_WAITING_BYTES || self.backend_waiting.len() > MAX_WAITING_BYTES
+    }
+
     /// Queues a chat line for the player.
     pub(super) fn chat(&mut self, text: &str) {
         let _ = (ChatMessage { json: chat_text(text) }).encode_frame(self.player());
@@ -126,9 +136,10 @@ impl Outbox {
     }
 }
 
-/// Appends a frame.
+/// Appends a frame, with a prefix as wide as it needs (any frame the switchboard decoded fits:
+/// `limits.max_play_frame_bytes` is at most what a 5-byte prefix declares).
 pub(super) fn encode(out: &mut BytesMut, id: i32, body: &[u8]) {
-    let _ = encode_frame(out, id, body);
+    let _ = encode_wide_frame(out, id, body, MAX_WIDE_FRAME_LEN);
 }
 
 /// Appends `frame`, with its entity ids through `swap` when it carries any.

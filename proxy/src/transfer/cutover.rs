@@ -194,7 +194,9 @@ impl Switchboard {
             r.moved_to(&link.backend.name);
         }
         // The rest of what the new backend sent, still in its decoder, is relayed as the current backend's.
-        // Keep Alive answers queued for the new backend go out with its other traffic now.
+        // Keep Alive answers queued for the new backend go out with its other traffic now; what was still queued
+        // for the old one (answers to its requests in this same step) goes nowhere.
+        self.out.to_backend.clear();
         let answers = std::mem::take(&mut self.out.to_target);
         self.out.to_backend.extend_from_slice(&answers);
         self.current = Some(*link);

@@ -14,7 +14,7 @@ use tracing::info;
 use super::board::Switchboard;
 use super::common::{chat_plain, encode, inspected, put_frame, End};
 use super::switch::{Switch, SwitchStep, Trigger, FALLBACK_WINDOW, MAX_FALLBACKS};
-use crate::labels::{StreamDirection, Unfollowed};
+use crate::labels::StreamDirection;
 
 impl Switchboard {
     /// Handles the serverbound frames queued from the relay.
@@ -66,7 +66,7 @@ impl Switchboard {
     /// A stream the switchboard cannot follow (`e`): counted (`moonbridge_unfollowed_streams_total`), and the
     /// session ends with why (nothing after the bad frame reaches either side).
     fn unfollowed(&self, direction: StreamDirection, e: FrameError) -> End {
-        self.ctx.metrics.unfollowed(direction, Unfollowed::of(e));
+        self.ctx.metrics.unfollowed().lost(direction, e, crate::unfollowed::Afterwards::Closed);
         match (direction, &self.current) {
             (StreamDirection::ToPlayer, Some(link)) => {
                 End::Closed(format!("backend {} sent a bad frame: {e}", link.backend.name))

@@ -49,11 +49,11 @@ impl Switchboard {
         Ok(())
     }
 
-    /// The current backend's queued bytes are the start of one frame (every whole one was handled): when no
-    /// switch is under way and its head says it passes, what is queued goes to the player and the rest follows
-    /// as it arrives.
+    /// The current backend's queued bytes are the start of one frame (every whole one was handled): when its
+    /// head says it passes, what is queued goes to the player and the rest follows as it arrives (a switch under
+    /// way reads its new backend only once that frame is whole).
     pub(super) fn down_in_pieces(&mut self) {
-        if self.switch.is_some() || self.out.player_owed > 0 {
+        if self.out.player_owed > 0 {
             return;
         }
         let limit = self.ctx.live.tunables.limits.max_play_frame_bytes;

@@ -120,12 +120,23 @@ fn serverbound_bungeecord_messages_are_dropped_whatever_the_batch_sizes() {
         assert_eq!((filter.closes(), filter.dropped()), (1, 2));
         assert_eq!(filter.under_way(), (0, false));
     }
-    // A frame under way: 2 bytes of the 300-byte one were seen.
+    // A frame under way: 18 body bytes of the 300-byte one were seen (its head needs 16: a channel length may
+    // take 5 bytes).
     let mut filter = ServerboundFilter::new();
     let big = c17(BUNGEE_CHANNEL, &[7; 300]);
-    let mut part = big[..16].to_vec();
+    let mut part = big[..20].to_vec();
     assert_eq!(filter.filter(&mut part).unwrap(), Filtered { pass: 0, held: 0 });
-    assert_eq!(filter.under_way(), (big.len() - 16, true));
+    assert_eq!(filter.under_way(), (big.len() - 20, true));
+    // The channel's length padded to 3 bytes (`8A 80 00`, which a 1.7.10 server reads as 10): dropped too, in
+    // any batch sizes.
+    let mut padded = vec![0x8a, 0x80, 0x00];
+    padded.extend_from_slice(b"BungeeCord\x00\x05\x00\x07Connect");
+    let sneaky = [chat.clone(), frame(PluginMessage::SERVERBOUND_ID, &padded), close.clone()].concat();
+    for size in 1..=sneaky.len() {
+        let mut filter = ServerboundFilter::new();
+        assert_eq!(filtered(&mut filter, &sneaky, size), [chat.clone(), close.clone()].concat(), "batch size {size}");
+        assert_eq!(filter.dropped(), 1);
+    }
     let mut bad = [0x80, 0x80, 0x80, 0x01];
     assert_eq!(ServerboundFilter::new().filter(&mut bad), Err(FrameError::LengthPrefixTooLong));
 }

@@ -20,6 +20,7 @@ fn a_direction_counts_scans_and_ciphers_in_place() {
         metrics: &metrics,
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
+        up_start: None,
     };
     let (mut up, mut down) = Flow::pair(start);
     // Clientbound: two whole frames, scanned as plaintext, then encrypted.
@@ -82,6 +83,7 @@ async fn the_watch_holds_frame_heads_back_and_hands_over_at_a_connect_in_tiny_re
         metrics: &metrics,
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
+        up_start: None,
     };
     let (mut up, mut down) = Flow::pair(start);
     // Serverbound: a Close Window (C0D), then the first bytes of a Chat Message, too few to tell what it is
@@ -135,6 +137,7 @@ fn switchable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failove
         metrics,
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
+        up_start: None,
     })
 }
 
@@ -213,4 +216,35 @@ fn a_stream_that_stops_parsing_is_counted_and_a_serverbound_one_is_refused() {
     ] {
         assert!(text.contains(series), "{series} in\n{text}");
     }
+}
+
+#[test]
+fn a_serverbound_head_held_back_is_decrypted_once_in_online_mode() {
+    let secret = [9u8; SHARED_SECRET_LEN];
+    let shutdown = crate::players::Stop::child_of(&tokio_util::sync::CancellationToken::new());
+    let metrics = crate::metrics::Metrics::new().unwrap().backend("b");
+    let watching = Watching::new(ClientboundWatch::new(false, MAX_FRAME_LEN), None, false, None);
+    let (mut up, _down) = Flow::pair(RelayStart {
+        shutdown: &shutdown,
+        follow: Follow::Watch(Box::new(watching)),
+        up: 0,
+        down: 0,
+        write_stall: Duration::from_secs(1),
+        cipher: Some(Box::new(ClientCipher::new(&secret))),
+        metrics: &metrics,
+        resume: None,
+        max_frame_len: MAX_FRAME_LEN,
+        up_start: None,
+    });
+    let mut player = ClientCipher::new(&secret);
+    // A chat line whose first two bytes end one batch (held back) and whose rest starts the next.
+    let chat = frame(0x01, b"\x05hello");
+    let mut sent = chat.clone();
+    player.encrypt.apply(&mut sent);
+    let mut first = BytesMut::from(&sent[..2]);
+    up.process_owned(&mut first).unwrap();
+    assert!(first.is_empty() && up.held.len() == 2, "the head is held back");
+    let mut second = BytesMut::from(&sent[2..]);
+    up.process_owned(&mut second).unwrap();
+    assert_eq!(&second[..], &chat[..], "the held head is not decrypted a second time");
 }
