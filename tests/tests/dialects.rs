@@ -21,6 +21,7 @@ use moonbridge_proxy::config::Transport;
 use testbed::players::{until_contains, until_ends_with, Player, Way, EVERY_WAY};
 use testbed::{gtnh, hs_ls, login_success, KeyType, Proxy, RawBackend, RawBehaviour, TestCert, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// Time for one 20 MiB frame to cross (debug builds, two cores, every carriage).
 const BIG: Duration = Duration::from_secs(60);
@@ -455,4 +456,40 @@ async fn a_backend_lost_inside_a_frame_during_a_switch_ends_the_session_at_once(
     assert!(player.ended(Duration::from_secs(10)).await, "the session ends, not after the switch's 60 s");
     assert!(lost.elapsed() < Duration::from_secs(10));
     proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_says_once_which_stream_the_proxy_stopped_following_and_why() {
+    // The moonbridge binary, so its log is read as an operator reads it.
+    let survival = gtnh_backend(0).await;
+    let port = moonbridge_test_certs::free_port().unwrap();
+    let dir = testbed::TestDir::new("moonbridge-dialects-log").unwrap();
+    let config = dir.join("moonbridge.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:{port}\"\n\
+             [[backend]]\nname = \"survival\"\naddress = \"{}\"\n[[backend]]\nname = \"lobby\"\naddress = \"{}\"\n\
+             [transfer]\ntargets = [\"lobby\"]\n[limits]\nmax_play_frame_bytes = 4194304\n",
+            survival.addr, survival.addr
+        ),
+    )
+    .unwrap();
+    let log = moonbridge_test_certs::ChildLog::spawn(
+        std::process::Command::new(testbed::moonbridge_bin()).arg("--config").arg(&config).env("RUST_LOG", "info"),
+    )
+    .unwrap();
+    assert!(log.wait_line("listening", Duration::from_secs(20)).is_some(), "the proxy starts");
+    let mut player = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    player.write_all(&hs_ls()).await.unwrap();
+    let expected = [login_success("Steve"), gtnh::join_game(7, 0)].concat();
+    let mut got = vec![0u8; expected.len()];
+    tokio::time::timeout(STEP, player.read_exact(&mut got)).await.unwrap().unwrap();
+    // A 6 MiB frame over the 4 MiB limit, and a forged request behind it.
+    player.write_all(&[&[0x80, 0x80, 0x80, 0x03, 0x17][..], &forged(&[10])].concat()).await.unwrap();
+    let line = tokio::task::spawn_blocking(move || log.wait_line("stopped following", STEP)).await.unwrap();
+    let line = line.expect("a line says what happened");
+    assert!(line.contains("the player's stream: the session is closed"), "{line}");
+    assert!(line.contains("over the limit of 4194304 bytes"), "{line}");
+    assert!(line.contains("max_play_frame_bytes"), "{line}");
 }
