@@ -25,7 +25,7 @@ step() { printf '\n==> %s\n' "$*"; }
 disk() { df -h --output=avail,target . 2>/dev/null | tail -n 1 | awk '{print "disk: " $1 " free on " $2}'; }
 disk
 
-APT_PACKAGES=(ca-certificates openssl iproute2 wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd redis-server haproxy)
+APT_PACKAGES=(ca-certificates openssl iproute2 wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd redis-server redis-tools haproxy)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -175,6 +175,60 @@ labels! {
 }
 
 labels! {
+    /// The `request` of `moonbridge_network_link_requests_total`: what another instance asked over a link.
+    LinkRequest {
+        /// End a session whose name logged in elsewhere (`kick_existing`).
+        Kick => "kick",
+        /// Hand over a drain's player (a `moving` request at the other instance).
+        Move => "move",
+        /// Serve a resume carried from the instance the player reconnected to.
+        Resume => "resume",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_network_link_requests_total`.
+    LinkOutcome {
+        /// Carried out (the session ended, was handed over or resumed).
+        Done => "done",
+        /// Refused: no such session here, a bad ticket or token, wrong counts.
+        Refused => "refused",
+    }
+}
+
+labels! {
+    /// The `reason` of `moonbridge_network_links_refused_total`: why a connection to `peer_bind` was closed
+    /// before its opening was read.
+    LinkRefused {
+        /// `MAX_OPENINGS_PER_SOURCE` openings from its address were pending.
+        PerSource => "per_source",
+        /// `MAX_OPENINGS` openings were pending in all.
+        Openings => "openings",
+        /// `MAX_LINKS` links were open.
+        Links => "links",
+    }
+}
+
+labels! {
+    /// The `kind` of `moonbridge_network_bad_entries_total`: an entry in Redis that is not what the network
+    /// writes (skipped, and logged through a limiter).
+    BadEntry {
+        /// An instance entry whose signature does not verify with the network's secret (or has none).
+        UnsignedInstance => "unsigned_instance",
+        /// An instance entry that is not the JSON an instance writes, or whose peer is not `IP:port`.
+        MalformedInstance => "malformed_instance",
+        /// An instance's player hash holds another Redis type.
+        WrongTypePlayers => "wrong_type_players",
+        /// A player entry that is not the JSON an instance writes.
+        MalformedPlayer => "malformed_player",
+        /// A name claim holds another Redis type (it is replaced by the claim being renewed).
+        WrongTypeClaim => "wrong_type_claim",
+        /// The index of instance ids holds another Redis type (it is deleted; the renewals write it again).
+        WrongTypeIndex => "wrong_type_index",
+    }
+}
+
+labels! {
     /// The `action` of `moonbridge_network_duplicate_logins_total`: what `duplicate_login` did.
     DuplicateAction {
         /// The older session was told to go (`kick_existing`).
@@ -254,6 +308,10 @@ mod tests {
         distinct(TlsVersion::TEXTS);
         distinct(LeaseResult::TEXTS);
         distinct(DuplicateAction::TEXTS);
+        distinct(LinkRequest::TEXTS);
+        distinct(LinkOutcome::TEXTS);
+        distinct(LinkRefused::TEXTS);
+        distinct(BadEntry::TEXTS);
         distinct(StreamDirection::TEXTS);
         distinct(Unfollowed::TEXTS);
         assert_eq!(LoginOutcome::TEXTS[0], LoginOutcome::PassthroughOk.as_str());

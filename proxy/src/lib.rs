@@ -41,6 +41,7 @@
 //! | `labels.rs` | the metrics' label values, one closed enum per label (a value outside its set does not compile) |
 //! | `unfollowed.rs` | Play streams the proxy stopped following: their counter and one rate-limited line each |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
+//! | `metrics/network.rs` | `[network]`'s metrics (`moonbridge_network_*`), registered when the instance joins a network |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
 //! | `config/limits.rs` | `[limits]`: what one process allows, with defaults |
 //! | `config/schema.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
@@ -99,8 +100,11 @@
 //! | `listen/mod.rs` | player listeners, accept loops, connection caps |
 //! | `network/claims.rs` | one session per name: the scripts that release and renew the logins' claims in Redis |
 //! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client, a carried resume's link |
+//! | `network/entries.rs` | what an instance reads back from Redis, checked: signed instance entries (`IP:port` only), bounded player records, bad entries counted and logged |
 //! | `network/moves.rs` | moving a player off a draining instance: the drain's pacing, the state over an instance link |
 //! | `network/redis.rs` | `RedisNetwork`: leases in Redis, the other instances' players, one session per name |
+//! | `network/renewal.rs` | one lease renewal: this instance's entries written, the others' read entry by entry |
+//! | `network/openings.rs` | what a connection to `peer_bind` may hold before it authenticates: pending openings bounded per source and in all |
 //! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests; the address others dial |
 //! | `memory.rs` | freed memory back to the operating system after sessions end (glibc `malloc_trim`) |
 //! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |

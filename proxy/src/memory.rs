@@ -3,7 +3,7 @@
 //! glibc's allocator keeps what a burst of sessions freed (resume buffers, relay and TLS buffers) in its arenas
 //! for reuse, so after a flood the proxy's resident size would stay at its peak for good, and an operator's
 //! graphs with it. Looking every [`TRIM_INTERVAL`], once enough connections ended (sessions over, parked
-//! sessions expired) or zstd contexts were freed after a quiet spell (about 119 KiB compressing, 223 KiB
+//! sessions expired, instance links ended) or zstd contexts were freed after a quiet spell (about 119 KiB compressing, 223 KiB
 //! decompressing: [`TRIM_AFTER_ENDED`]), the proxy asks glibc to return the free pages of every arena
 //! (`malloc_trim(0)`, which also `madvise`s whole free pages in the middle of a heap away). It runs on a blocking
 //! thread and takes about 10 ms for 80 MiB of free heap (docs/benchmarks.md, "Memory after a flood"). Other allocators (musl, macOS, Windows) return memory on their own: there this is a no-op.
@@ -38,6 +38,7 @@ pub(crate) async fn trim_after_sessions_end(state: Arc<ProxyState>, stop: Cancel
     let mut open = state.open_connections() as u64;
     let mut accepted = state.next_id.load(Ordering::Relaxed);
     let mut freed = state.metrics.ws.zstd_freed.get();
+    let mut links = state.links_ended.load(Ordering::Relaxed);
     let mut ended = 0u64;
     loop {
         tokio::select! {
@@ -53,6 +54,10 @@ pub(crate) async fn trim_after_sessions_end(state: Arc<ProxyState>, stop: Cancel
         let freed_now = state.metrics.ws.zstd_freed.get();
         ended += freed_now.saturating_sub(freed);
         freed = freed_now;
+        // An instance link counts as a connection too (a flood of openings on `peer_bind` frees as much).
+        let links_now = state.links_ended.load(Ordering::Relaxed);
+        ended += links_now.saturating_sub(links);
+        links = links_now;
         if trim_due(ended, open_now) {
             let started = std::time::Instant::now();
             let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);

@@ -16,11 +16,14 @@ use prometheus::{
 };
 
 use crate::labels::{
-    DrainMove, DuplicateAction, HandshakeFailure, LeaseResult, LoginOutcome, RefusedReason, ResumeOutcome,
-    StreamDirection, TlsVersion, TransferOutcome, Unfollowed,
+    DrainMove, HandshakeFailure, LoginOutcome, RefusedReason, ResumeOutcome, StreamDirection, TlsVersion,
+    TransferOutcome, Unfollowed,
 };
 use crate::transport::Transport;
 use crate::unfollowed::UnfollowedCounter;
+
+mod network;
+pub(crate) use network::NetworkMetrics;
 
 /// Buckets of `moonbridge_backend_connect_seconds`, in seconds: 0.5 ms to about 8 s, doubling.
 const CONNECT_BUCKETS: [f64; 15] =
@@ -96,37 +99,6 @@ pub(crate) struct WsMetrics {
     pub(crate) silent_closed: IntCounter,
     /// zstd contexts freed after a quiet spell (`moonbridge.v2.zstd`, docs/carriage.md "Quiet spells").
     pub(crate) zstd_freed: IntCounter,
-}
-
-/// `[network]`'s metrics (registered only when the instance is part of a network).
-#[derive(Clone, Debug)]
-pub(crate) struct NetworkMetrics {
-    /// `moonbridge_network_instances`: live instances of the network this one sees, itself included.
-    pub(crate) instances: IntGauge,
-    /// `moonbridge_network_players`: players in Play on the whole network.
-    pub(crate) players: IntGauge,
-    /// `moonbridge_network_redis_up`: 1 when Redis answered the last renewal.
-    pub(crate) redis_up: IntGauge,
-    leases: IntCounterVec,
-    duplicates: IntCounterVec,
-    /// `moonbridge_network_link_sessions`: resumed sessions this instance carries to their owner now.
-    pub(crate) link_sessions: IntGauge,
-    /// `moonbridge_network_link_bytes_total{direction="to_owner"}`.
-    pub(crate) link_bytes_to_peer: IntCounter,
-    /// `moonbridge_network_link_bytes_total{direction="from_owner"}`.
-    pub(crate) link_bytes_from_peer: IntCounter,
-}
-
-impl NetworkMetrics {
-    /// Counts a lease renewal.
-    pub(crate) fn lease(&self, result: LeaseResult) {
-        self.leases.with_label_values(&[result.as_str()]).inc();
-    }
-
-    /// Counts a duplicate login.
-    pub(crate) fn duplicate(&self, action: DuplicateAction) {
-        self.duplicates.with_label_values(&[action.as_str()]).inc();
-    }
 }
 
 /// Every metric of one proxy instance, in its own registry.
@@ -362,50 +334,6 @@ impl Metrics {
                 zstd_freed,
             },
             registry: r,
-        })
-    }
-
-    /// Registers `[network]`'s metrics (once, when the instance joins a network).
-    pub(crate) fn network(&self) -> prometheus::Result<NetworkMetrics> {
-        let r = &self.registry;
-        let gauge = |name: &str, help: &str| reg(r, IntGauge::new(name, help)?);
-        let leases = counter_vec(
-            r,
-            "moonbridge_network_leases_total",
-            "Lease renewals in Redis (every 2 s), by result (renewed, missed).",
-            &["result"],
-        )?;
-        let duplicates = counter_vec(
-            r,
-            "moonbridge_network_duplicate_logins_total",
-            "Logins of a name already playing on the network, by action (kicked_existing, refused_new).",
-            &["action"],
-        )?;
-        let bytes = counter_vec(
-            r,
-            "moonbridge_network_link_bytes_total",
-            "Bytes of resumed sessions carried over instance links to their owner, by direction (to_owner, \
-             from_owner).",
-            &["direction"],
-        )?;
-        for v in LeaseResult::TEXTS {
-            let _ = leases.with_label_values(&[v]);
-        }
-        for v in DuplicateAction::TEXTS {
-            let _ = duplicates.with_label_values(&[v]);
-        }
-        Ok(NetworkMetrics {
-            instances: gauge("moonbridge_network_instances", "Live instances of the network seen, this one included.")?,
-            players: gauge("moonbridge_network_players", "Players in Play on the whole network.")?,
-            redis_up: gauge("moonbridge_network_redis_up", "1 when Redis answered the last lease renewal, else 0.")?,
-            link_sessions: gauge(
-                "moonbridge_network_link_sessions",
-                "Resumed sessions this instance carries over instance links to the instance that holds them.",
-            )?,
-            link_bytes_to_peer: bytes.with_label_values(&["to_owner"]),
-            link_bytes_from_peer: bytes.with_label_values(&["from_owner"]),
-            leases,
-            duplicates,
         })
     }
 

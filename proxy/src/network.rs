@@ -12,10 +12,13 @@
 //! instance ([`Network::fetch_move`]).
 
 mod claims;
+mod entries;
 pub(crate) mod link;
 pub(crate) mod moves;
+mod openings;
 pub(crate) mod peer;
 pub(crate) mod redis;
+mod renewal;
 
 use std::future::Future;
 use std::io;

@@ -91,6 +91,8 @@ pub(crate) struct ProxyState {
     pub(crate) handshaking: Arc<HandshakeSlots>,
     /// Session ids, for the logs.
     pub(crate) next_id: AtomicU64,
+    /// Instance links (`peer_bind`) that ended, authenticated or not: the allocator trim counts them.
+    pub(crate) links_ended: AtomicU64,
     /// Every metric (`[metrics]` serves them; they are counted either way).
     pub(crate) metrics: Arc<Metrics>,
     /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
@@ -119,6 +121,7 @@ impl ProxyState {
             conn_limit: ConnLimit::new(limits.max_connections),
             handshaking: HandshakeSlots::new(limits.max_handshaking),
             next_id: AtomicU64::new(1),
+            links_ended: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             stop_requested: tokio_util::sync::CancellationToken::new(),
             rate: RateLimiter::new(),

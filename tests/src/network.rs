@@ -14,6 +14,41 @@ use tokio::time::timeout;
 
 use crate::KillOnDrop;
 
+/// The shared secret file of the test network.
+pub fn secret(dir: &TestDir) -> std::path::PathBuf {
+    let path = dir.path().join("network.key");
+    std::fs::write(&path, "0123456789abcdef0123456789abcdef-test-network\n").unwrap();
+    path
+}
+
+/// An instance's configuration: a `tcp` listener, a `ws` and (with `cert`) a `wss` one, the backend, and
+/// `[network]` on `redis` with `duplicate_login`.
+pub fn instance_config(
+    backend: SocketAddr,
+    redis: &Redis,
+    secret: &std::path::Path,
+    policy: &str,
+    cert: Option<&crate::TestCert>,
+) -> String {
+    let wss = cert.map_or(String::new(), |c| {
+        format!(
+            "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n\
+             tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            c.cert.display(),
+            c.key.display()
+        )
+    });
+    format!(
+        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
+         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n{wss}\
+         [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n\
+         [network]\nredis_url = \"{}\"\nname = \"test\"\npeer_bind = \"127.0.0.1:0\"\nsecret_file = \"{}\"\n\
+         duplicate_login = \"{policy}\"\n",
+        redis.url(),
+        secret.display()
+    )
+}
+
 /// A `redis-server` on a free loopback port, with no persistence (a restart starts empty).
 pub struct Redis {
     pub port: u16,
@@ -57,6 +92,17 @@ impl Redis {
         })
         .await
         .expect("redis-server answers PING within 20 s");
+    }
+
+    /// Runs `redis-cli` (Debian's `redis-tools`, which `redis-server` depends on) with `args` against it and
+    /// returns what it printed (one line per element of an array answer).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs (Debian package redis-tools)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Sends one command (RESP) and returns the first line of the answer, or `None` when Redis is not there.

@@ -249,8 +249,17 @@ pub async fn v2_session(addr: SocketAddr) -> (RawWs, String, u64) {
 /// docs/carriage.md) and returns the proxy's answer: the `resumed` text, or the close code (`None` when the
 /// connection ended without one). Each wait is bounded by [`STEP`].
 pub async fn try_resume(addr: SocketAddr, request: &str) -> Result<String, Option<u16>> {
+    first_answer(addr, &[], request).await
+}
+
+/// Opens a carriage v2 WebSocket to `addr` (path `/mc`, with `headers` besides the offer), sends `request` as
+/// its first message and returns the text answer, or the close code (`None`: closed without one).
+pub async fn first_answer(addr: SocketAddr, headers: &[(&str, &str)], request: &str) -> Result<String, Option<u16>> {
     use futures_util::{SinkExt, StreamExt};
-    let (mut ws, _) = ws_offering(addr, "moonbridge.v2").await;
+    let url = format!("ws://127.0.0.1:{}/mc", addr.port());
+    let headers: Vec<(&str, &str)> =
+        [("Sec-WebSocket-Protocol", "moonbridge.v2")].into_iter().chain(headers.iter().copied()).collect();
+    let (mut ws, _) = ws_connect(addr, &url, &headers, None).await.unwrap();
     ws.send(Message::Text(request.into())).await.unwrap();
     loop {
         match timeout(STEP, ws.next()).await.expect("an answer in time") {

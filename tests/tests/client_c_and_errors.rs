@@ -308,15 +308,15 @@ async fn closed_by_peer_with_its_close_code() {
     proxy.shutdown().await;
 }
 
-/// Issue 33: a hostile server that announces a WebSocket frame larger than the carriage allows (3 MiB, then
-/// trickles its payload a byte a second) is refused from the frame header at once, not noticed as silence
-/// three ping intervals later.
+/// Issue 33: a hostile server that announces a WebSocket frame larger than the carriage allows (3 MiB, and
+/// nothing more) is refused from the frame header at once, not noticed as silence three ping intervals later;
+/// issue 48: with a Close 1009 (Message Too Big, RFC 6455 §7.4.1), not a dropped socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frame_over_the_carriage_limit_is_refused_from_its_header() {
+async fn a_frame_over_the_carriage_limit_is_refused_from_its_header_with_1009() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (s, _) = listener.accept().await.unwrap();
         let mut ws = tokio_tungstenite::accept_async(s).await.unwrap();
         let raw = ws.get_mut();
@@ -324,13 +324,15 @@ async fn a_frame_over_the_carriage_limit_is_refused_from_its_header() {
         let mut header = vec![0x82, 127];
         header.extend_from_slice(&(3u64 << 20).to_be_bytes());
         raw.write_all(&header).await.unwrap();
-        for _ in 0..30 {
-            if raw.write_all(&[0]).await.is_err() {
-                return;
-            }
-            // The trickle's pace, not synchronisation.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        // The client's answer: a masked Close frame (§5.5.1), its first two payload bytes the code.
+        let mut frame = [0u8; 8];
+        tokio::time::timeout(Duration::from_secs(5), raw.read_exact(&mut frame))
+            .await
+            .expect("a frame in time")
+            .unwrap();
+        assert_eq!(frame[0], 0x88, "a Close frame");
+        assert!(frame[1] & 0x80 != 0 && frame[1] & 0x7f >= 2, "masked, with a code");
+        u16::from_be_bytes([frame[6] ^ frame[2], frame[7] ^ frame[3]])
     });
     let (end, took) = blocking(move || {
         let options = opts(r#"{"subprotocol":false}"#);
@@ -343,4 +345,5 @@ async fn a_frame_over_the_carriage_limit_is_refused_from_its_header() {
     .await;
     assert!(matches!(&end, ClientError::Protocol(m) if m.contains("2097154")), "{end}");
     assert!(took < Duration::from_secs(3), "refused after {took:?}");
+    assert_eq!(server.await.unwrap(), 1009, "the close code");
 }

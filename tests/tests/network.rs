@@ -14,7 +14,7 @@ use moonbridge_protocol::packets::{KeepAlive, LoginDisconnect, LoginSuccess, Pac
 use moonbridge_proxy::config::Transport;
 use serde_json::json;
 use testbed::mc::{chat_frame, chat_message_text, send_login};
-use testbed::network::{Haproxy, Redis};
+use testbed::network::{instance_config, secret, Haproxy, Redis};
 use testbed::{
     moonbridge_bin, node_backend, spawn_proxy_process, status_ping, KeyType, KillOnDrop, Proxy, TestCert, TestDir, STEP,
 };
@@ -29,41 +29,6 @@ const NETWORK_SEES: Duration = Duration::from_secs(7);
 /// How long a dead instance's entries may stay: its lease (10 s, from its last renewal) and the reader's
 /// renewal (measured at 11.9 s), with slack.
 const LEASE_ENDS: Duration = Duration::from_secs(15);
-
-/// The shared secret file of the test network.
-fn secret(dir: &TestDir) -> std::path::PathBuf {
-    let path = dir.path().join("network.key");
-    std::fs::write(&path, "0123456789abcdef0123456789abcdef-test-network\n").unwrap();
-    path
-}
-
-/// An instance's configuration: a `tcp` listener, a `ws` and (with `cert`) a `wss` one, the backend, and
-/// `[network]` on `redis` with `duplicate_login`.
-fn instance_config(
-    backend: SocketAddr,
-    redis: &Redis,
-    secret: &std::path::Path,
-    policy: &str,
-    cert: Option<&TestCert>,
-) -> String {
-    let wss = cert.map_or(String::new(), |c| {
-        format!(
-            "[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n\
-             tls_cert = \"{}\"\ntls_key = \"{}\"\n",
-            c.cert.display(),
-            c.key.display()
-        )
-    });
-    format!(
-        "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\
-         [[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:0\"\nping_interval_seconds = 1\n{wss}\
-         [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n\
-         [network]\nredis_url = \"{}\"\nname = \"test\"\npeer_bind = \"127.0.0.1:0\"\nsecret_file = \"{}\"\n\
-         duplicate_login = \"{policy}\"\n",
-        redis.url(),
-        secret.display()
-    )
-}
 
 /// The server list's `players.online` at `addr` (a 1.7.10 status ping).
 async fn online(addr: SocketAddr) -> u64 {

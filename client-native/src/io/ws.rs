@@ -74,6 +74,28 @@ pub(super) fn ws_error(e: WsError) -> ClientError {
     }
 }
 
+/// The close code for a read error the server caused (RFC 6455 §7.4.1): 1009 for a message or frame over the
+/// library's limit, 1007 for a Text message that is not UTF-8, 1002 for any other protocol error; `None` for a
+/// transport failure (nothing can be sent then).
+pub(super) fn refusal_code(e: &WsError) -> Option<u16> {
+    match e {
+        WsError::Capacity(_) => Some(carriage::CLOSE_MESSAGE_TOO_BIG),
+        WsError::Utf8(_) => Some(carriage::CLOSE_INVALID_PAYLOAD),
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        WsError::Protocol(_) => Some(carriage::CLOSE_PROTOCOL_ERROR),
+        _ => None,
+    }
+}
+
+/// The reason sent with [`refusal_code`]'s code.
+fn refusal_reason(code: u16) -> &'static str {
+    match code {
+        carriage::CLOSE_MESSAGE_TOO_BIG => "message too big",
+        carriage::CLOSE_INVALID_PAYLOAD => "invalid UTF-8",
+        _ => "protocol error",
+    }
+}
+
 /// How a WebSocket connection of a session ended.
 pub(super) enum WsEnd {
     /// The session is over (an orderly close, a refusal, bad input, `close`).
@@ -321,7 +343,14 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                         // 1001: the proxy's side went away (a CDN edge restarting, or it found us silent).
                         return if code == Some(carriage::CLOSE_GOING_AWAY) { WsEnd::Lost(e) } else { WsEnd::End(e) };
                     }
-                    Some(Err(e)) => return ws_loss(e),
+                    Some(Err(e)) => {
+                        // The server broke the carriage (a message over the limit, bad UTF-8, a bad frame): the
+                        // close code RFC 6455 §7.4.1 gives it, then the session ends.
+                        if let Some(code) = refusal_code(&e) {
+                            let _ = write_or_abandon(shared, ws.close(Some(close_frame(code, refusal_reason(code))))).await;
+                        }
+                        return ws_loss(e);
+                    }
                     None => return WsEnd::Lost(ClientError::ClosedByPeer { code: None, reason: String::new() }),
                 }
             }

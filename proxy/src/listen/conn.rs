@@ -67,7 +67,9 @@ impl Conn {
         let carriages =
             Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
         // The same WebSocket setup for ws and wss, over TCP or over TLS.
-        let s = |ws, secure| WsSetup { ws, secure, peer, carriages, live: &live, state: &state, deadline };
+        let rate_checked = self.rate_checked;
+        let s =
+            |ws, secure| WsSetup { ws, secure, peer, carriages, live: &live, state: &state, deadline, rate_checked };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -126,6 +128,7 @@ impl Conn {
                     SetupError::Ws(WsSetupError::Upgrade(_)) => metrics.handshake_failed(HandshakeFailure::BadUpgrade),
                     SetupError::Ws(WsSetupError::BadRequest) => metrics.handshake_failed(HandshakeFailure::BadFrame),
                     SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed(HandshakeFailure::Timeout),
+                    SetupError::Ws(WsSetupError::RateLimited) => metrics.refused(RefusedReason::RateLimit),
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
@@ -134,8 +137,10 @@ impl Conn {
             }
         };
         let Self { state, slot, token, stage, live, rate_checked, .. } = self;
-        let rate_limited =
-            !rate_checked && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
+        // A moving player's real address was limited with its request (listen/ws.rs).
+        let rate_limited = !rate_checked
+            && moving.is_none()
+            && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
         let info = ConnInfo { client, rate_limited };
         let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
         session::serve::serve(player, accepted, moving).await;

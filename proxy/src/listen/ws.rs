@@ -22,6 +22,7 @@ use crate::labels::ResumeOutcome;
 use crate::labels::TlsVersion;
 use crate::metrics::Metrics;
 use crate::network::CarriedResume;
+use crate::rate::Bucket;
 use crate::relay::ws_resume::Delivered;
 use crate::relay::ws_resume::{deliver_resumption, relay_resumable};
 use crate::relay::{BackendSide, RelayReport, RelayStart};
@@ -45,6 +46,9 @@ pub(super) enum WsSetupError {
     /// A carriage v2 connection sent no first message before the handshake deadline (closed with 1008).
     #[error("no first message before the handshake deadline")]
     Deadline,
+    /// A `resume` or `moving` request over the real address's connection rate (closed with 1013).
+    #[error("rate_limits.connections_per_second reached by a resume or move request")]
+    RateLimited,
 }
 
 /// How long before the handshake deadline (which cuts the whole setup) a carriage v2 connection that has not
@@ -65,6 +69,9 @@ pub(super) struct WsSetup<'a> {
     pub(super) state: &'a ProxyState,
     /// The handshake deadline of the connection.
     pub(super) deadline: Instant,
+    /// The connection-rate limit was applied at accept (no trusted proxy in front): a `resume` or `moving`
+    /// request is not checked again.
+    pub(super) rate_checked: bool,
 }
 
 /// The TLS handshake of a `wss` connection (rustls), counted by version and logged at debug level with the
@@ -114,7 +121,7 @@ pub(super) async fn websocket<S: PlayerStream>(
         counters,
     );
     let told_at = s.deadline.checked_sub(CLOSE_BEFORE_DEADLINE).unwrap_or(s.deadline);
-    resume_or_session(link, up, told_at, s.state, s.secure).await
+    resume_or_session(link, up, told_at, &s).await
 }
 
 /// On a carriage v2 connection, a first message that is a resume request is handed to its session (or
@@ -124,9 +131,9 @@ async fn resume_or_session<S: PlayerStream>(
     mut link: WsLink<S>,
     up: Upgraded,
     told_at: Instant,
-    state: &ProxyState,
-    secure: bool,
+    s: &WsSetup<'_>,
 ) -> Result<Opening<WsLink<S>>, WsSetupError> {
+    let (state, secure) = (s.state, s.secure);
     if up.v2 {
         link.enable_v2();
         link.offer_moves(up.move_offered);
@@ -137,6 +144,17 @@ async fn resume_or_session<S: PlayerStream>(
             link.close(carriage::CLOSE_POLICY_VIOLATION, "handshake deadline").await;
             return Err(WsSetupError::Deadline);
         };
+        // Behind a trusted proxy the real address is known only now: a resume or a move is limited by it
+        // before anything is carried, handed on or looked up (a new session is limited in `Conn::run`).
+        let request =
+            matches!(first, Ok(Some(carriage::v2::Control::Resume { .. } | carriage::v2::Control::Moving { .. })));
+        if request
+            && !s.rate_checked
+            && !state.rate.allow(&s.live.tunables.rate_limits, up.client.ip(), Bucket::Connection)
+        {
+            link.close(carriage::CLOSE_TRY_AGAIN_LATER, "too many connections from this address").await;
+            return Err(WsSetupError::RateLimited);
+        }
         match first {
             Ok(None) => {}
             // A player moving here from a draining instance: its session starts from the state fetched there.

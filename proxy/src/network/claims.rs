@@ -5,8 +5,9 @@ use crate::players::{Change, Update};
 
 /// Deletes a name's claim only while it holds one login's value (`KEYS[1]` the claim, `ARGV[1]` the value): a
 /// claim another login has taken since stays.
+/// A key of another type there is left alone (`pcall`: its error answer is not the value).
 pub(super) const RELEASE_CLAIM: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+    "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 /// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then `older` or `newer`, then the
 /// lease in milliseconds). A claim that holds its value or nothing (Redis lost it) is set with a new lease.
@@ -15,6 +16,9 @@ pub(super) const RELEASE_CLAIM: &str =
 /// (`refuse_new`) keeps the earlier login, `newer` (`kick_existing`) the later one. The claim is set when this
 /// login wins; otherwise it is left to the holder. Returns, for each claim this instance lost, its position in
 /// `KEYS` (1-based, as a string) and its holder; the holder's instance ends its own session when it loses.
+/// A claim of another Redis type (not written by any instance) is replaced by this one and answered as
+/// `w<position>` and an empty string, so that one bad key neither stops the script halfway (Redis would keep
+/// what it had written and lose the rest) nor ends a session.
 pub(super) const RENEW_CLAIMS: &str = r"
 local keep = ARGV[#KEYS + 1]
 local lease = ARGV[#KEYS + 2]
@@ -24,7 +28,13 @@ end
 local lost = {}
 for i, key in ipairs(KEYS) do
   local mine = ARGV[i]
-  local holder = redis.call('GET', key)
+  local holder = redis.pcall('GET', key)
+  if type(holder) == 'table' and holder.err then
+    redis.call('DEL', key)
+    table.insert(lost, 'w' .. tostring(i))
+    table.insert(lost, '')
+    holder = false
+  end
   local wins = holder == false or holder == mine
   if not wins then
     local a, b = born(mine), born(holder)

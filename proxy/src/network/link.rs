@@ -55,7 +55,7 @@ impl Secret {
     }
 
     /// The MAC of `parts`, in order.
-    fn mac(&self, parts: &[&[u8]]) -> hmac::Tag {
+    pub(super) fn mac(&self, parts: &[&[u8]]) -> hmac::Tag {
         let mut ctx = hmac::Context::with_key(&self.0);
         for part in parts {
             ctx.update(part);
@@ -64,7 +64,7 @@ impl Secret {
     }
 
     /// Whether `tag` is the MAC of `parts` (compared in constant time).
-    fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+    pub(super) fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
         let data = parts.concat();
         hmac::verify(&self.0, &data, tag).is_ok()
     }

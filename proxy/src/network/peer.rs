@@ -18,11 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::link::{self, Request};
+use super::openings::{Opening, Openings, MAX_OPENINGS, MAX_OPENINGS_PER_SOURCE};
 use super::redis::RedisNetwork;
 use super::{LinkError, NetworkError, Unservable, AUTH_TIMEOUT};
 use crate::config::WsSettings;
+use crate::labels::{LinkOutcome, LinkRefused, LinkRequest};
 use crate::move_state::MoveAnswer;
-use crate::relay::ws_resume::deliver_resumption;
+use crate::relay::ws_resume::{deliver_resumption, Delivered};
 use crate::resume::PlayerStream;
 use crate::state::ProxyState;
 use crate::tls::Tls;
@@ -32,6 +34,11 @@ use crate::ws_link::WsLink;
 /// connection is counted here until the session it resumes has adopted it (then that session holds it). Past
 /// it a new link is closed at once.
 pub(crate) const MAX_LINKS: usize = 10_000;
+
+/// The lines about what other instances asked (kicks, moves, carried resumes): 10 per 10 seconds, each with the
+/// count suppressed before it (`moonbridge_network_link_requests_total` counts every one).
+static LINK_LOG: std::sync::LazyLock<crate::limits::LogLimiter> =
+    std::sync::LazyLock::new(|| crate::limits::LogLimiter::new(10, std::time::Duration::from_secs(10)));
 
 /// The first byte of a TLS ClientHello record (a link that carries a `wss` player).
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -51,6 +58,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_LINKS));
+    let openings = Arc::new(Openings::default());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -65,29 +73,51 @@ pub(crate) async fn serve(
             },
             () = stop.cancelled() => return,
         };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            if let Some(suppressed) = state.limit_log.allow() {
-                info!(suppressed, "{MAX_LINKS} instance links open: closing a new one from {peer}");
+        let admitted = openings.open(peer.ip(), net.is_instance_ip(peer.ip())).and_then(|opening| {
+            let permit = Arc::clone(&permits).try_acquire_owned().map_err(|_| LinkRefused::Links)?;
+            Ok((opening, permit))
+        });
+        let (opening, permit) = match admitted {
+            Ok(v) => v,
+            Err(reason) => {
+                net.metrics.link_refused(reason);
+                if let Some(suppressed) = state.limit_log.allow() {
+                    info!(suppressed, %peer, "instance link closed before its opening: {}", refusal_text(reason));
+                }
+                continue;
             }
-            continue;
         };
         let (state, net, carriers) = (Arc::clone(&state), Arc::clone(&net), Arc::clone(&carriers));
         tokio::spawn(async move {
             let _permit = permit;
             let _ = stream.set_nodelay(true);
-            if let Err(e) = one(stream, peer, &state, &net, &carriers).await {
+            // Boxed: a pending opening holds only this small future; what an authenticated link needs is
+            // allocated once it is one.
+            if let Err(e) = Box::pin(one(stream, peer, opening, &state, &net, &carriers)).await {
                 if let Some(suppressed) = state.bad_input_log.allow() {
                     info!(peer = %peer, suppressed, "{e}");
                 }
             }
+            state.links_ended.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 }
 
-/// One link: the opening (after TLS when it starts with a ClientHello), then its request.
+/// What the log says about a link refused before its opening.
+fn refusal_text(reason: LinkRefused) -> String {
+    match reason {
+        LinkRefused::PerSource => format!("{MAX_OPENINGS_PER_SOURCE} openings from this address are pending"),
+        LinkRefused::Openings => format!("{MAX_OPENINGS} openings are pending"),
+        LinkRefused::Links => format!("{MAX_LINKS} instance links are open"),
+    }
+}
+
+/// One link: the opening (after TLS when it starts with a ClientHello), then its request. `opening` ends
+/// once the link is authenticated.
 async fn one(
     stream: TcpStream,
     peer: SocketAddr,
+    opening: Opening,
     state: &ProxyState,
     net: &RedisNetwork,
     carriers: &Carriers,
@@ -98,20 +128,22 @@ async fn one(
     tokio::time::timeout_at(deadline, stream.peek(&mut first)).await.map_err(|_| LinkError::Timeout)??;
     if first[0] == TLS_HANDSHAKE {
         let Some((ws, tls)) = &carriers.wss else { return Err(LinkError::NoWssListener) };
-        let opened = tokio::time::timeout_at(deadline, async {
+        let opened = Box::pin(tokio::time::timeout_at(deadline, async {
             let mut stream = tls.acceptor.accept(stream).await?;
             let binding = link::binding(stream.get_ref().1)?;
             let (request, opened) = link::accept(&mut stream, &net.secret, &binding).await?;
             Ok::<_, LinkError>((stream, request, opened))
-        });
+        }));
         let (stream, request, opened) = opened.await.map_err(|_| LinkError::Timeout)??;
-        answer(stream, true, Some(ws), (request, opened), peer, state, net).await
+        drop(opening);
+        Box::pin(answer(stream, true, Some(ws), (request, opened), peer, state, net)).await
     } else {
         let mut stream = stream;
         let request = tokio::time::timeout_at(deadline, link::accept(&mut stream, &net.secret, &[]))
             .await
             .map_err(|_| LinkError::Timeout)??;
-        answer(stream, false, carriers.ws.as_ref(), request, peer, state, net).await
+        drop(opening);
+        Box::pin(answer(stream, false, carriers.ws.as_ref(), request, peer, state, net)).await
     }
 }
 
@@ -128,7 +160,11 @@ async fn answer<S: PlayerStream>(
     match request {
         Request::Kick { name, claim, reason } => {
             let kicked = state.players.kick_claim(&name.to_lowercase(), &claim, &reason);
-            info!(player = %name, kicked, via = %peer, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
+            let outcome = if kicked { LinkOutcome::Done } else { LinkOutcome::Refused };
+            net.metrics.link_request(LinkRequest::Kick, outcome);
+            if let Some(suppressed) = LINK_LOG.allow() {
+                info!(player = %name, kicked, via = %peer, suppressed, "duplicate login on another instance: {}", if kicked { "ending this session" } else { "not here" });
+            }
             link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }, link::SMALL_ANSWER)
                 .await
         }
@@ -138,11 +174,15 @@ async fn answer<S: PlayerStream>(
                 Err(_) => Err("malformed ticket"),
             };
             let answer = super::moves::answer(&mut stream, &net.secret, &opened, session, (received, sent)).await?;
-            let outcome = match answer {
-                MoveAnswer::State(_) => "handed over".to_string(),
-                MoveAnswer::Refused { why } => format!("refused: {why}"),
+            let (outcome, text) = match &answer {
+                MoveAnswer::State(_) => (LinkOutcome::Done, "handed over".to_string()),
+                MoveAnswer::Refused { why } => (LinkOutcome::Refused, format!("refused: {why}")),
             };
-            info!(via = %peer, "a player's move to another instance: {outcome}");
+            net.metrics.link_request(LinkRequest::Move, outcome);
+            // A client presenting tickets can cause one per request: through the limiter (each is counted).
+            if let Some(suppressed) = LINK_LOG.allow() {
+                info!(via = %peer, suppressed, "a player's move to another instance: {text}");
+            }
             Ok(())
         }
         Request::Resume { secure, zstd, client, control } => {
@@ -169,7 +209,12 @@ async fn answer<S: PlayerStream>(
                 return Err(LinkError::BadRequest(Unservable::MalformedResume));
             };
             let outcome = deliver_resumption(link, control, &state.resume, &state.metrics, &state.bad_input_log).await;
-            info!(client = %client, via = %peer, outcome = outcome.as_str(), "resume carried over an instance link");
+            let done = if matches!(outcome, Delivered::HandedOver) { LinkOutcome::Done } else { LinkOutcome::Refused };
+            net.metrics.link_request(LinkRequest::Resume, done);
+            // A client guessing tokens can cause one per request: through the limiter (each is counted).
+            if let Some(suppressed) = LINK_LOG.allow() {
+                info!(client = %client, via = %peer, suppressed, outcome = outcome.as_str(), "resume carried over an instance link");
+            }
             Ok(())
         }
     }

@@ -2,13 +2,14 @@
 //! (docs/network.md).
 //!
 //! - **Leases.** Each instance writes itself (`moonbridge:<name>:instance:<id>`, JSON: its peer address and
-//!   player count) and its players (the hash `moonbridge:<name>:players:<id>`, lower-case name → JSON
+//!   player count, signed with the network's secret: [`super::entries`]) and its players (the hash `moonbridge:<name>:players:<id>`, lower-case name → JSON
 //!   [`Record`]) with an expiry of [`LEASE`], renewed every [`RENEW_EVERY`]; the sorted set
 //!   `moonbridge:<name>:instances` indexes the ids. An instance that dies or loses Redis is gone from the
 //!   network within one lease. A renewal that finds its player hash missing (Redis restarted empty, a
 //!   failover), or that follows a failed one, writes the whole table again.
-//! - **What the others hold.** Each renewal reads the live instances' peer addresses and their players, so
-//!   counts and lists ([`crate::players::PlayerTable::count`]) and the server list are the network's.
+//! - **What the others hold.** Each renewal ([`super::renewal`]) reads the live instances' peer addresses and
+//!   their players, entry by entry (a bad one is skipped and reported), so counts and lists
+//!   ([`crate::players::PlayerTable::count`]) and the server list are the network's.
 //! - **One session per name.** A login claims its name in Redis atomically ([`RedisNetwork::admit_name`]:
 //!   `SET … NX` for `refuse_new`, `SET … GET` for `kick_existing`); `duplicate_login` decides who stays. A kick
 //!   on another instance goes over an instance link ([`super::link`]).
@@ -19,6 +20,7 @@
 //!   state and says so in `moonbridge_network_redis_up`.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -31,9 +33,9 @@ use tracing::{info, warn};
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
 
-use crate::labels::{DuplicateAction, LeaseResult};
+use crate::labels::{BadEntry, DuplicateAction, LeaseResult};
 use crate::move_state::MoveAnswer;
-use crate::players::{Change, PlayerTable, Record, Update, Updates};
+use crate::players::{Change, PlayerTable, Update, Updates};
 
 use super::claims::{now_ms, release_of, CLAIMS_PER_CALL, RELEASE_CLAIM, RENEW_CLAIMS};
 use super::{
@@ -52,27 +54,35 @@ pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 const UPDATE_QUEUE: usize = 4096;
 /// The index of instance ids expires this long after the last renewal of any instance: 60 seconds. An id
 /// whose lease entry is gone leaves the index at the next renewal of any other instance.
-const PRUNE_AFTER: Duration = Duration::from_secs(60);
+pub(super) const PRUNE_AFTER: Duration = Duration::from_secs(60);
 /// Redis as last seen by the renewals (`RedisNetwork::up`): not tried yet, answered, did not answer.
 const REDIS_UNKNOWN: u8 = 0;
 const REDIS_UP: u8 = 1;
 const REDIS_DOWN: u8 = 2;
+/// Links a login or a resume asked for that failed (a kick, a carried resume): 10 lines per 10 seconds.
+static LINK_FAILED_LOG: std::sync::LazyLock<crate::limits::LogLimiter> =
+    std::sync::LazyLock::new(|| crate::limits::LogLimiter::new(10, Duration::from_secs(10)));
+
+/// Unexpected answers to a claims renewal: 1 line per 10 seconds.
+static CLAIMS_LOG: std::sync::LazyLock<crate::limits::LogLimiter> =
+    std::sync::LazyLock::new(|| crate::limits::LogLimiter::new(1, Duration::from_secs(10)));
+
 /// This instance's place in the network.
 pub(crate) struct RedisNetwork {
     pub(crate) config: NetworkConfig,
     /// 16 hex digits: the resume tokens' instance id.
     pub(crate) id: String,
     /// `moonbridge:<name>:`.
-    prefix: String,
+    pub(super) prefix: String,
     /// What the others dial.
-    peer_address: String,
+    pub(super) peer_address: String,
     pub(crate) secret: link::Secret,
     client: redis::Client,
     redis: Mutex<Option<ConnectionManager>>,
     up: AtomicU8,
-    /// Live instances other than this one: id → peer address (as of the last renewal).
-    peers: RwLock<HashMap<String, String>>,
-    players: Arc<PlayerTable>,
+    /// Live instances other than this one: id → peer address (as of the last renewal; signed entries only).
+    pub(super) peers: RwLock<HashMap<String, SocketAddr>>,
+    pub(super) players: Arc<PlayerTable>,
     updates: Mutex<Option<mpsc::Receiver<Update>>>,
     overflowed: Arc<AtomicBool>,
     pub(crate) metrics: NetworkMetrics,
@@ -120,11 +130,11 @@ impl RedisNetwork {
         })
     }
 
-    fn key(&self, what: &str) -> String {
+    pub(super) fn key(&self, what: &str) -> String {
         format!("{}{what}", self.prefix)
     }
 
-    fn players_key(&self, id: &str) -> String {
+    pub(super) fn players_key(&self, id: &str) -> String {
         format!("{}players:{id}", self.prefix)
     }
 
@@ -135,13 +145,13 @@ impl RedisNetwork {
 
     /// Adds the release of login claim `value` of name `key` (lower case) to `pipe` ([`RELEASE_CLAIM`]: only
     /// while the claim still holds that value).
-    fn release_claim(&self, pipe: &mut redis::Pipeline, key: &str, value: &str) {
+    pub(super) fn release_claim(&self, pipe: &mut redis::Pipeline, key: &str, value: &str) {
         pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(key)).arg(value).ignore();
     }
 
     /// Adds [`RENEW_CLAIMS`] calls for `claims` (lower-case name, claim value) to `pipe`, one per
     /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`RedisNetwork::lost_claims`]).
-    fn renew_claims<'a>(
+    pub(super) fn renew_claims<'a>(
         &self,
         pipe: &mut redis::Pipeline,
         claims: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -170,7 +180,7 @@ impl RedisNetwork {
     /// `claims`, in order): a login elsewhere took the name while Redis had lost this one's claim, or while a
     /// kick could not reach this instance. The player reads what `duplicate_login` tells the session that
     /// goes.
-    fn lost_claims(&self, claims: &[(String, String)], answers: Vec<redis::Value>) {
+    pub(super) fn lost_claims(&self, claims: &[(String, String)], answers: Vec<redis::Value>) {
         let reason = match self.config.duplicate_login {
             DuplicateLogin::RefuseNew => ALREADY_PLAYING,
             DuplicateLogin::KickExisting => KICKED_ELSEWHERE,
@@ -179,12 +189,21 @@ impl RedisNetwork {
             let lost: Vec<String> = match redis::from_redis_value(answer) {
                 Ok(l) => l,
                 Err(e) => {
-                    warn!("unexpected answer from Redis to a claims renewal: {e}");
+                    if let Some(suppressed) = CLAIMS_LOG.allow() {
+                        warn!(suppressed, "unexpected answer from Redis to a claims renewal: {e}");
+                    }
                     continue;
                 }
             };
             for pair in lost.chunks_exact(2) {
                 let [i, holder] = pair else { continue };
+                if let Some(i) = i.strip_prefix('w') {
+                    let key = i.parse::<usize>().ok().and_then(|i| chunk.get(i.checked_sub(1)?));
+                    if let Some((key, _)) = key {
+                        super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &self.name_key(key));
+                    }
+                    continue;
+                }
                 let Ok(i) = i.parse::<usize>() else { continue };
                 let Some((key, value)) = i.checked_sub(1).and_then(|i| chunk.get(i)) else { continue };
                 if self.players.kick_claim(key, value, reason) {
@@ -207,7 +226,13 @@ impl RedisNetwork {
 
     /// The peer address of live instance `id` (other than this one), as of the last renewal.
     pub(crate) fn peer_of(&self, id: &str) -> Option<String> {
-        self.peers.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
+        self.peers.read().unwrap_or_else(PoisonError::into_inner).get(id).map(SocketAddr::to_string)
+    }
+
+    /// Whether `ip` is a live instance's address (as its signed entry names it): its link openings are not
+    /// held to the per-source bounds (`super::openings`).
+    pub(crate) fn is_instance_ip(&self, ip: std::net::IpAddr) -> bool {
+        self.peers.read().unwrap_or_else(PoisonError::into_inner).values().any(|p| p.ip() == ip)
     }
 
     fn connection(&self) -> Option<ConnectionManager> {
@@ -243,10 +268,20 @@ impl RedisNetwork {
         };
         // refuse_new: "OK" when claimed, nil when held; kick_existing: the previous holder, or nil. Without an
         // answer the login goes on with local state, and the next renewal settles the claim.
-        let Ok(Ok(answer)) = tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut con)).await
+        let Ok(Ok(mut answer)) = tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut con)).await
         else {
             return Admit::Go(claim);
         };
+        if policy == DuplicateLogin::RefuseNew && answer.is_none() && self.wrong_type(&mut con, &key).await {
+            // Not a claim any instance wrote: it is replaced, and the login is not refused over it.
+            super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &key);
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg(&value).arg("PX").arg(lease_ms());
+            answer = Some("OK".into());
+            if !matches!(tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<()>(&mut con)).await, Ok(Ok(()))) {
+                return Admit::Go(claim);
+            }
+        }
         match (policy, answer) {
             (DuplicateLogin::RefuseNew, None) => {
                 // Held by another instance, or by a login of the same name here that is still under way.
@@ -261,11 +296,15 @@ impl RedisNetwork {
                     match self.peer_of(instance) {
                         Some(peer) => {
                             if let Err(e) = link::kick(&peer, &self.secret, name, &holder, KICKED_ELSEWHERE).await {
-                                warn!(%instance, %peer, "could not ask the instance holding {name} to end that session ({e}); it ends it at its next renewal");
+                                if let Some(suppressed) = LINK_FAILED_LOG.allow() {
+                                    warn!(%instance, %peer, suppressed, "could not ask the instance holding {name} to end that session ({e}); it ends it at its next renewal");
+                                }
                             }
                         }
                         None => {
-                            warn!(%instance, "the instance holding {name} is not known here yet; it ends that session at its next renewal")
+                            if let Some(suppressed) = LINK_FAILED_LOG.allow() {
+                                warn!(%instance, suppressed, "the instance holding {name} is not known here yet; it ends that session at its next renewal");
+                            }
                         }
                     }
                 }
@@ -274,6 +313,13 @@ impl RedisNetwork {
             }
             _ => Admit::Go(claim),
         }
+    }
+
+    /// Whether `key` holds another type than a string (a claim no instance wrote), within [`REDIS_TIMEOUT`].
+    async fn wrong_type(&self, con: &mut ConnectionManager, key: &str) -> bool {
+        let mut cmd = redis::cmd("TYPE");
+        cmd.arg(key);
+        matches!(tokio::time::timeout(REDIS_TIMEOUT, cmd.query_async::<String>(con)).await, Ok(Ok(t)) if t != "string" && t != "none")
     }
 
     /// Renews this instance's leases and reads the others' until `stop`, then removes this instance's entries
@@ -431,101 +477,6 @@ impl RedisNetwork {
         }
         ok
     }
-
-    /// One renewal on `con`: the player hash written whole when `rewrite` (with `releases` applied), the
-    /// instance's lease and this instance's claims renewed, the others read. With `settled` (no player change
-    /// in flight; the table's change count then), when no change happened during the round trip and Redis holds
-    /// another number of this instance's players than it has, the hash is written whole again at once.
-    async fn renew_on(
-        &self,
-        mut con: ConnectionManager,
-        rewrite: &mut bool,
-        releases: &mut Vec<(String, String)>,
-        settled: Option<u64>,
-    ) -> redis::RedisResult<()> {
-        let now_ms = now_ms();
-        let hash = self.players_key(&self.id);
-        let records = self.players.records();
-        if std::mem::take(rewrite) {
-            let mut pipe = redis::pipe();
-            pipe.atomic().del(&hash).ignore();
-            for (key, record, _) in &records {
-                if let Ok(json) = serde_json::to_string(record) {
-                    pipe.hset(&hash, key, json).ignore();
-                }
-            }
-            pipe.pexpire(&hash, lease_ms()).ignore();
-            for (key, value) in releases.iter() {
-                self.release_claim(&mut pipe, key, value);
-            }
-            if let Err(e) = pipe.query_async::<()>(&mut con).await {
-                *rewrite = true;
-                return Err(e);
-            }
-            releases.clear();
-        }
-        let me = serde_json::json!({ "peer": self.peer_address, "players": records.len() }).to_string();
-        let claims: Vec<(String, String)> =
-            records.iter().filter_map(|(key, _, claim)| Some((key.clone(), claim.clone()?))).collect();
-        let mut pipe = redis::pipe();
-        pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, LEASE.as_millis() as u64).ignore();
-        pipe.zadd(self.key("instances"), &self.id, now_ms).ignore();
-        pipe.pexpire(self.key("instances"), PRUNE_AFTER.as_millis() as i64).ignore();
-        pipe.pexpire(&hash, lease_ms()).ignore();
-        pipe.hlen(&hash);
-        pipe.zrange(self.key("instances"), 0, -1);
-        // The names this instance's players hold live as long as its lease; one another instance took is
-        // noticed here.
-        let calls = self.renew_claims(&mut pipe, claims.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let mut answers: Vec<redis::Value> = pipe.query_async(&mut con).await?;
-        let lost: Vec<redis::Value> = answers.drain(answers.len().saturating_sub(calls)..).collect();
-        let mut answers = answers.into_iter();
-        let in_redis: usize = answers.next().map_or(Ok(0), redis::from_redis_value)?;
-        let ids: Vec<String> = answers.next().map_or(Ok(Vec::new()), redis::from_redis_value)?;
-        self.lost_claims(&claims, lost);
-        if settled.is_some_and(|c| c == self.players.changes()) && in_redis != records.len() {
-            // Redis lost some of this instance's players (restarted empty or failed over between renewals, a
-            // change not taken): write them all again at the next renewal.
-            *rewrite = true;
-        }
-        let others: Vec<String> = ids.into_iter().filter(|i| *i != self.id).collect();
-        let mut peers = HashMap::new();
-        let mut names = Vec::new();
-        let mut gone = Vec::new();
-        if !others.is_empty() {
-            let mut pipe = redis::pipe();
-            for id in &others {
-                pipe.get(self.key(&format!("instance:{id}")));
-                pipe.hvals(self.players_key(id));
-            }
-            let answers: Vec<(Option<String>, Vec<String>)> = pipe.query_async(&mut con).await?;
-            for (id, (entry, players)) in others.into_iter().zip(answers) {
-                // No entry: its lease expired (the instance is gone), whatever its player hash still says. Its id
-                // leaves the index by that fact, not by any instance's clock.
-                let Some(peer) = entry.and_then(|e| serde_json::from_str::<serde_json::Value>(&e).ok()) else {
-                    gone.push(id);
-                    continue;
-                };
-                let Some(peer) = peer.get("peer").and_then(|p| p.as_str()).map(str::to_string) else { continue };
-                peers.insert(id, peer);
-                names.extend(
-                    players.iter().filter_map(|p| serde_json::from_str::<Record>(p).ok()).map(|r| (r.name, r.server)),
-                );
-            }
-        }
-        if !gone.is_empty() {
-            let _: () = redis::cmd("ZREM").arg(self.key("instances")).arg(&gone).query_async(&mut con).await?;
-        }
-        self.metrics.instances.set(peers.len() as i64 + 1);
-        self.metrics.players.set((names.len() + records.len()) as i64);
-        self.players.set_others(names);
-        *self.peers.write().unwrap_or_else(PoisonError::into_inner) = peers;
-        if *rewrite {
-            // Once: the snapshot is written whole, and the comparison is not repeated.
-            return Box::pin(self.renew_on(con, rewrite, releases, None)).await;
-        }
-        Ok(())
-    }
 }
 
 impl Network for RedisNetwork {
@@ -544,7 +495,10 @@ impl Network for RedisNetwork {
             match link::open_carrier(&peer, &self.secret, resume).await {
                 Ok(stream) => Ok(Carrier { stream, metrics: self.metrics.clone(), stop: self.stop.clone() }),
                 Err(e) => {
-                    info!(client = %client, peer = %peer, "resume for another instance: {e}");
+                    // A player presenting tokens can cause one per request: through the limiter.
+                    if let Some(suppressed) = LINK_FAILED_LOG.allow() {
+                        info!(client = %client, peer = %peer, suppressed, "resume for another instance: {e}");
+                    }
                     Err(e)
                 }
             }
@@ -563,6 +517,6 @@ impl Network for RedisNetwork {
     }
 }
 
-fn lease_ms() -> i64 {
+pub(super) fn lease_ms() -> i64 {
     LEASE.as_millis() as i64
 }

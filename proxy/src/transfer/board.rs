@@ -20,7 +20,7 @@ use tokio::time::{sleep_until, Instant};
 use tracing::info;
 
 use super::backend::{readable, Dialed, Link};
-use super::common::{inspected, registration, Ctx, End, Handed, Outbox, LOST, MAX_WAITING_BYTES};
+use super::common::{inspected, registration, Answers, Ctx, End, Handed, Outbox, LOST, MAX_WAITING_BYTES};
 use super::forge::Forge;
 use super::keep_alive::KeepAlives;
 use super::switch::{Switch, SwitchStep, Trigger, FALLBACK_WINDOW, MAX_FALLBACKS};
@@ -71,6 +71,8 @@ pub(crate) struct Switchboard {
     pub(super) forge: Forge,
     /// When this session's recent fallbacks started (at most [`MAX_FALLBACKS`] within [`FALLBACK_WINDOW`]).
     pub(super) fallbacks: Vec<Instant>,
+    /// When this session's recent `Connect` switches started (at most `MAX_CONNECTS` within `CONNECT_WINDOW`).
+    pub(super) connects: Vec<Instant>,
     /// The current backend's scoreboard, teams, tab list and open window, removed at a cutover.
     pub(super) leftovers: Leftovers,
     pub(super) keep_alive: KeepAlives,
@@ -90,6 +92,8 @@ pub(crate) struct Switchboard {
     pub(super) move_asked: bool,
     /// The session's state went to another instance ([`Self::handed_away`]): no more switches here.
     pub(super) handed_away: bool,
+    /// The proxy's answers to the current backend's `BungeeCord` requests (`super::requests`).
+    pub(super) answers: Answers,
 }
 
 /// What woke the switchboard.
@@ -152,6 +156,7 @@ impl Switchboard {
             swap: None,
             forge,
             fallbacks: Vec::new(),
+            connects: Vec::new(),
             leftovers: Leftovers::default(),
             keep_alive: KeepAlives::new(),
             out: Outbox::default(),
@@ -162,6 +167,7 @@ impl Switchboard {
             current_ready: false,
             move_asked: false,
             handed_away: false,
+            answers: Answers::default(),
         }
     }
 
@@ -171,6 +177,16 @@ impl Switchboard {
     pub(crate) async fn ready(&mut self) {
         loop {
             self.flush().await;
+            if self.answers.paused && self.ended.is_none() {
+                // The backend's frames waited until what the proxy had for it was written: go on with them (a
+                // turn of the scheduler first: a flood of requests must not hold the worker thread; cancelled
+                // there, the flag stays).
+                tokio::task::consume_budget().await;
+                self.answers.paused = false;
+                let step = self.clientbound();
+                self.settle(step);
+                continue;
+            }
             if !self.out.to_player.is_empty() || self.ended.is_some() {
                 return;
             }

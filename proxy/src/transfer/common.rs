@@ -2,6 +2,7 @@
 //! board ends, what one event writes, and framing helpers (protocol 5 frames: a VarInt length, a VarInt packet id, the body).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use moonbridge_protocol::frame::{encode_wide_frame, Frame, MAX_WIDE_FRAME_LEN};
@@ -14,6 +15,7 @@ use moonbridge_protocol::transfer::{
     BUNGEE_CHANNEL,
 };
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::backend::Identity;
 use crate::metrics::Metrics;
@@ -220,6 +222,37 @@ pub(super) fn inspected(
         },
     };
     always || (swapped && id != PluginMessage::CLIENTBOUND_ID && carries_entity_ids(direction, id))
+}
+
+/// Bytes queued for the current backend past which the switchboard handles no more of its frames until they
+/// are written: 64 KiB. Every answer the proxy makes (at most 32,767 bytes each) waits on the backend reading
+/// the ones before: a flood of requests costs no more memory than this.
+pub(crate) const MAX_QUEUED_ANSWERS: usize = 64 * 1024;
+
+/// How long a `PlayerList` answer is reused for the same server: 1 second (a flood of requests builds the
+/// sorted list once, not once each).
+pub(crate) const PLAYER_LIST_FRESH: Duration = Duration::from_secs(1);
+
+/// The proxy's answers to one session's backend.
+#[derive(Debug, Default)]
+pub(crate) struct Answers {
+    /// The current backend's frames wait until what is queued for it is written ([`MAX_QUEUED_ANSWERS`]).
+    pub(super) paused: bool,
+    /// The last `PlayerList` answer: when it was made, for which server, its payload.
+    pub(super) list: Option<(Instant, String, Vec<u8>)>,
+}
+
+impl Answers {
+    /// Whether more than [`MAX_QUEUED_ANSWERS`] wait for the current backend.
+    pub(super) fn over(&self, out: &Outbox) -> bool {
+        out.to_backend.len() + out.backend_waiting.len() > MAX_QUEUED_ANSWERS
+    }
+
+    /// The `PlayerList` answer for `server`, when one was made within [`PLAYER_LIST_FRESH`].
+    pub(super) fn list_for(&self, server: &str) -> Option<&[u8]> {
+        let (made, for_server, payload) = self.list.as_ref()?;
+        (for_server == server && made.elapsed() < PLAYER_LIST_FRESH).then_some(payload.as_slice())
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,12 @@ use super::board::Switchboard;
 use super::common::{chat_plain, encode, put_frame, End};
 use super::forge::{handshake_reset_fields, ServerStep};
 use super::keep_alive::OWN_KEEP_ALIVE_INTERVAL;
-use super::switch::{Switch, SwitchStep, Trigger, MAX_HELD_BYTES, MAX_SHOWN_NAME};
+use super::switch::{Switch, SwitchStep, Trigger, CONNECT_WINDOW, MAX_CONNECTS, MAX_HELD_BYTES, MAX_SHOWN_NAME};
+use crate::limits::LogLimiter;
+
+/// The "transfer refused" lines of all sessions: 10 per 10 seconds, each with the count suppressed before it.
+static REFUSED_LOG: std::sync::LazyLock<LogLimiter> =
+    std::sync::LazyLock::new(|| LogLimiter::new(10, std::time::Duration::from_secs(10)));
 
 impl Switchboard {
     /// Starts a switch to backend `name`, or tells the player why not.
@@ -23,6 +28,9 @@ impl Switchboard {
         let name = if name.chars().count() > MAX_SHOWN_NAME { "(a name too long)" } else { name };
         let transfer = &self.ctx.live.tunables.transfer;
         let allowed = trigger.is_fallback() || transfer.targets.iter().any(|t| t == name);
+        let now = Instant::now();
+        self.connects.retain(|t| now.duration_since(*t) < CONNECT_WINDOW);
+        let too_often = matches!(trigger, Trigger::Connect) && self.connects.len() >= MAX_CONNECTS;
         let refusal = if self.handed_away {
             Some("You are moving to another proxy instance".to_string())
         } else if self.switch.is_some() || self.forge.replaying {
@@ -33,13 +41,18 @@ impl Switchboard {
             Some(format!("Server {name} is not available"))
         } else if self.client_entity.is_none() {
             Some("You cannot be moved before you have joined".to_string())
+        } else if too_often {
+            Some("You are switching servers too often".to_string())
         } else {
             None
         };
         let target = self.ctx.live.backend_named(name).cloned();
         let (Some(target), None) = (target, refusal.as_ref()) else {
             let refusal = refusal.unwrap_or_default();
-            info!(player = %self.ctx.identity.name, to = %name, "transfer refused: {refusal}");
+            // A backend can ask for thousands in one write: through the limiter (each one is counted).
+            if let Some(suppressed) = REFUSED_LOG.allow() {
+                info!(player = %self.ctx.identity.name, to = %name, suppressed, "transfer refused: {refusal}");
+            }
             self.ctx.metrics.transfer(TransferOutcome::Refused);
             self.out.chat(&refusal);
             match trigger {
@@ -49,7 +62,10 @@ impl Switchboard {
             }
             return;
         };
-        let started = Instant::now();
+        if matches!(trigger, Trigger::Connect) {
+            self.connects.push(now);
+        }
+        let started = now;
         let deadline = started + transfer.switch_timeout();
         let dial =
             dial(target.clone(), self.ctx.identity.clone(), self.ctx.live.tunables.limits.backend_connect_timeout());

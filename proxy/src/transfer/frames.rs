@@ -84,6 +84,11 @@ impl Switchboard {
     pub(super) fn clientbound(&mut self) -> Result<(), End> {
         let mut body = Vec::new();
         loop {
+            if self.answers.over(&self.out) {
+                // Backpressure: the rest waits, read no further, until the backend took what it was sent.
+                self.answers.paused = true;
+                return Ok(());
+            }
             let joined = self.client_entity.is_some();
             let swapped = self.swap.is_some_and(|s| !s.is_identity());
             let Some(link) = &mut self.current else { return Ok(()) };

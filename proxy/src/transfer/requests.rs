@@ -10,6 +10,8 @@ use moonbridge_protocol::transfer::{BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL}
 use tracing::debug;
 
 use super::board::Switchboard;
+use tokio::time::Instant;
+
 use super::common::{chat_plain, encode, End};
 use crate::players::{Command, PlayerTable};
 
@@ -22,6 +24,12 @@ impl Switchboard {
     /// Answers a request of the current backend, or passes it on to the sessions it is for.
     pub(super) fn answer(&mut self, request: BungeeRequest) {
         let Some(here) = self.current.as_ref().map(|l| l.backend.name.clone()) else { return };
+        if let BungeeRequest::PlayerList { server } = &request {
+            if let Some(payload) = self.answers.list_for(server).map(<[u8]>::to_vec) {
+                self.send_to_current(&payload);
+                return;
+            }
+        }
         let empty = std::sync::Arc::new(PlayerTable::default());
         let table = self.ctx.registration.as_ref().map_or(&empty, |r| r.table()).clone();
         let live = &self.ctx.live;
@@ -127,7 +135,11 @@ impl Switchboard {
             })
         })();
         if let Some(answer) = answer {
-            self.send_to_current(&answer.finish());
+            let payload = answer.finish();
+            self.send_to_current(&payload);
+            if let BungeeRequest::PlayerList { server } = request {
+                self.answers.list = Some((Instant::now(), server, payload));
+            }
         }
     }
 

@@ -24,6 +24,13 @@ pub(crate) const MAX_FALLBACKS: usize = 3;
 /// The window of [`MAX_FALLBACKS`].
 pub(super) const FALLBACK_WINDOW: Duration = Duration::from_secs(60);
 
+/// Switches a backend's `Connect` may start for one player within [`CONNECT_WINDOW`]: 10. Past it a `Connect` is
+/// refused ("You are switching servers too often"): two backends that send a player to each other at once
+/// cannot make the proxy dial backends and log at line rate.
+pub(crate) const MAX_CONNECTS: usize = 10;
+/// The window of [`MAX_CONNECTS`]: 10 seconds.
+pub(super) const CONNECT_WINDOW: Duration = Duration::from_secs(10);
+
 /// Why a switch started.
 pub(super) enum Trigger {
     /// The old backend's BungeeCord `Connect`.

@@ -77,6 +77,16 @@ impl ChildLog {
         }
     }
 
+    /// How many stderr lines containing `needle` come within `during` (the others are skipped).
+    pub fn count_lines(&self, needle: &str, during: Duration) -> usize {
+        let deadline = Instant::now() + during;
+        let mut n = 0;
+        while let Ok(l) = self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            n += usize::from(l.contains(needle));
+        }
+        n
+    }
+
     /// The child's process id.
     pub fn id(&self) -> u32 {
         self.child.id()
