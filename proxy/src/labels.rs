@@ -213,7 +213,8 @@ labels! {
     /// The `kind` of `moonbridge_network_bad_entries_total`: an entry in Redis that is not what the network
     /// writes (skipped, and logged through a limiter).
     BadEntry {
-        /// An instance entry whose signature does not verify with the network's secret (or has none).
+        /// An instance entry whose signature does not verify with the network's secret (none, another secret, or
+        /// its time passed: a copy of a dead instance's).
         UnsignedInstance => "unsigned_instance",
         /// An instance entry that is not the JSON an instance writes, or whose peer is not `IP:port`.
         MalformedInstance => "malformed_instance",
@@ -225,6 +226,11 @@ labels! {
         WrongTypeClaim => "wrong_type_claim",
         /// The index of instance ids holds another Redis type (it is deleted; the renewals write it again).
         WrongTypeIndex => "wrong_type_index",
+        /// A name claim whose holder is not signed with the network's secret (it is replaced, no session ends).
+        UnsignedClaim => "unsigned_claim",
+        /// More than is read: over `MAX_INSTANCES` instances, `MAX_PLAYERS_READ` players of one instance, or an
+        /// instance entry over `MAX_ENTRY_BYTES`.
+        Oversized => "oversized",
     }
 }
 

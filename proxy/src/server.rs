@@ -200,7 +200,8 @@ impl Server {
                     .map_err(|source| crate::network::NetworkError::PeerBind { bind: n.peer_bind, source })?;
                 let bound = listener.local_addr().unwrap_or(n.peer_bind);
                 let advertised = match &n.peer_address {
-                    Some(a) => a.clone(),
+                    // A host name is resolved here, once: what the others read from Redis is an address.
+                    Some(a) => resolve_peer_address(a).await?,
                     None if bound.ip().is_unspecified() => route_to_redis(&n.redis_url, bound.port())?,
                     None => bound.to_string(),
                 };
@@ -430,4 +431,18 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// `peer_address` as the others dial it: an `IP:port` as it is, a `host:port` resolved once at start (the first
+/// address).
+///
+/// # Errors
+/// [`crate::network::NetworkError::PeerAddress`] when the host does not resolve.
+async fn resolve_peer_address(address: &str) -> Result<String, crate::network::NetworkError> {
+    if let Ok(a) = address.parse::<SocketAddr>() {
+        return Ok(a.to_string());
+    }
+    let fail = |why: String| crate::network::NetworkError::PeerAddress(format!("peer_address {address}: {why}"));
+    let mut found = tokio::net::lookup_host(address).await.map_err(|e| fail(e.to_string()))?;
+    found.next().map(|a| a.to_string()).ok_or_else(|| fail("no address".into()))
 }

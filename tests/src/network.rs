@@ -49,6 +49,53 @@ pub fn instance_config(
     )
 }
 
+/// The HMAC-SHA-256 (hex) with the network's secret in `key` of `role` and `parts` framed as MoonBridge frames
+/// them (each part after its length, 4 bytes big-endian), computed by `openssl mac`: a second implementation of
+/// the rule in docs/network.md, "What a network trusts".
+pub fn network_mac(dir: &TestDir, key: &std::path::Path, role: &str, parts: &[&str]) -> String {
+    let secret = std::fs::read_to_string(key).unwrap();
+    let mut data = role.as_bytes().to_vec();
+    for part in parts {
+        data.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        data.extend_from_slice(part.as_bytes());
+    }
+    let input = dir.path().join("signed.bin");
+    std::fs::write(&input, data).unwrap();
+    let out = Command::new("openssl")
+        .args(["mac", "-digest", "SHA256", "-macopt", &format!("key:{}", secret.trim()), "-in"])
+        .arg(&input)
+        .arg("HMAC")
+        .output()
+        .unwrap();
+    let sig = String::from_utf8(out.stdout).unwrap().trim().to_lowercase();
+    assert_eq!(sig.len(), 64, "openssl mac printed a SHA-256 MAC");
+    sig
+}
+
+/// The entry of instance `id` at `peer` in network `test`, as an instance writes it (signed, holding for 10
+/// minutes), with 1,000 players announced.
+pub fn signed_entry(dir: &TestDir, key: &std::path::Path, id: &str, peer: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let until = (now + 600_000).to_string();
+    let sig = network_mac(dir, key, "moonbridge instance entry", &["test", id, peer, &until]);
+    format!("{{\"peer\":\"{peer}\",\"players\":1000,\"until\":{until},\"sig\":\"{sig}\"}}")
+}
+
+/// A claim of `lower` (a lower-case name) in network `test` by a login on instance `instance`, as an instance
+/// makes it: `<instance>:<nonce>:<login ms>:<signature>`.
+pub fn signed_claim(
+    dir: &TestDir,
+    key: &std::path::Path,
+    lower: &str,
+    instance: &str,
+    nonce: u64,
+    login_ms: u64,
+) -> String {
+    let head = format!("{instance}:{nonce:016x}:{login_ms}");
+    let sig = network_mac(dir, key, "moonbridge name claim", &["test", lower, &head]);
+    format!("{head}:{sig}")
+}
+
 /// A `redis-server` on a free loopback port, with no persistence (a restart starts empty).
 pub struct Redis {
     pub port: u16,

@@ -14,7 +14,7 @@ use moonbridge_protocol::packets::{KeepAlive, LoginDisconnect, LoginSuccess, Pac
 use moonbridge_proxy::config::Transport;
 use serde_json::json;
 use testbed::mc::{chat_frame, chat_message_text, send_login};
-use testbed::network::{instance_config, secret, Haproxy, Redis};
+use testbed::network::{instance_config, secret, signed_claim, Haproxy, Redis};
 use testbed::{
     moonbridge_bin, node_backend, spawn_proxy_process, status_ping, KeyType, KillOnDrop, Proxy, TestCert, TestDir, STEP,
 };
@@ -591,12 +591,17 @@ async fn a_claim_another_login_holds_is_settled_by_the_policy_within_one_renewal
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let fields: Vec<&str> = held.split(':').collect();
-        let [instance, nonce, born] = fields[..] else { panic!("not <instance>:<nonce>:<login ms>: {held}") };
-        assert_eq!((instance.len(), nonce.len()), (16, 16), "{held}");
+        let [instance, nonce, born, sig] = fields[..] else {
+            panic!("not <instance>:<nonce>:<login ms>:<signature>: {held}")
+        };
+        assert_eq!((instance.len(), nonce.len(), sig.len()), (16, 16, 64), "{held}");
         let born: u64 = born.parse().expect("a login time in ms");
+        // Other logins of the name, made as a login of the network makes them (signed, on a live instance: this
+        // one); a claim nobody of the network made never ends a session (tests/tests/network_attacks.rs).
+        let lower = name.to_lowercase();
         let (earlier, later) = (
-            format!("0123456789abcdef:0000000000000001:{}", born - 1),
-            format!("0123456789abcdef:0000000000000002:{}", born + 1),
+            signed_claim(&dir, &key, &lower, instance, 1, born - 1),
+            signed_claim(&dir, &key, &lower, instance, 2, born + 1),
         );
         let (loser, winner) = if policy == "kick_existing" { (earlier, later) } else { (later, earlier) };
         let set_back = |what: &'static str| {

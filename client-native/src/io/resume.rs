@@ -257,10 +257,6 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                 let code = frame.as_ref().map(|f| u16::from(f.code));
                 return Err(match code {
                     Some(v2::CLOSE_MOVE_REFUSED) => Attempt::Refused("the move was refused (close 4006)".into()),
-                    // Over the proxy's per-address connection rate: the next try, after the backoff, may pass.
-                    Some(c @ moonbridge_protocol::ws::CLOSE_TRY_AGAIN_LATER) => {
-                        Attempt::Failed(format!("the proxy asked to try again later (close {c})"))
-                    }
                     Some(c) if v2::is_resume_refusal(c) => {
                         Attempt::Refused(format!("{} (close {c})", v2::refusal_text(c)))
                     }

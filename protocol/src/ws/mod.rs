@@ -51,9 +51,6 @@ pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
 /// 1007 Invalid Frame Payload Data: a Text message that is not UTF-8 (RFC 6455 §7.4.1; the client library
 /// sends it to a server that sent one).
 pub const CLOSE_INVALID_PAYLOAD: u16 = 1007;
-/// 1013 Try Again Later: a `resume` or `moving` request over the per-address connection rate
-/// (`rate_limits.connections_per_second`); the client library tries again with backoff within its window.
-pub const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 /// 1011 Internal Error: the backend is unreachable or refused the connection (with a short reason).
 pub const CLOSE_INTERNAL_ERROR: u16 = 1011;
 

@@ -186,13 +186,8 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     if n.peer_bind.port() != 0 && binds.contains(&n.peer_bind) {
         push("network.peer_bind".into(), format!("{} is used by a [[listener]]", n.peer_bind));
     }
-    // Only an address: the others never resolve a name an entry in Redis gives (docs/network.md).
-    let dialable = |a: &str| a.parse::<std::net::SocketAddr>().is_ok_and(|a| !a.ip().is_unspecified() && a.port() != 0);
-    if let Some(address) = n.peer_address.as_deref().filter(|a| !dialable(a)) {
-        push(
-            "network.peer_address".into(),
-            format!("\"{address}\" is not IP:port (an address the other instances can dial; no host names)"),
-        );
+    if let Some(Err(m)) = n.peer_address.as_deref().map(check_host_port) {
+        push("network.peer_address".into(), m);
     }
     if n.secret_file.as_os_str().is_empty() {
         push("network.secret_file".into(), "must name a file".into());

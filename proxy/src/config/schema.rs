@@ -101,8 +101,9 @@ pub struct NetworkConfig {
     /// `peer_bind`: `"IP:port"` where this instance accepts instance links from the others. Required. Keep it
     /// on a private network: it is not for players.
     pub peer_bind: SocketAddr,
-    /// `peer_address`: `"IP:port"` the other instances dial to reach this one (no host names: an instance never
-    /// resolves what an entry in Redis names). Default: `peer_bind`; when
+    /// `peer_address`: `"host:port"` the other instances dial to reach this one; a host name is resolved once, at
+    /// start, and the address advertised (an instance never resolves what it reads from Redis). Default:
+    /// `peer_bind`; when
     /// that is an unspecified address (`0.0.0.0`, `[::]`), the address this host uses to reach the Redis host
     /// (its route, as on a Kubernetes pod: the pod's IP) with `peer_bind`'s port.
     #[serde(default)]

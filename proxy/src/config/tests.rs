@@ -366,7 +366,7 @@ fn network_keys_defaults_and_checks() {
             "network.redis_url: must start with redis:// or rediss://",
             "network.name: must be 1 to 64 characters of A-Z a-z 0-9 - _ .",
             "network.peer_bind: 0.0.0.0:25565 is used by a [[listener]]",
-            "network.peer_address: \"10.0.0.5\" is not IP:port (an address the other instances can dial; no host names)",
+            "network.peer_address: \"10.0.0.5\" is not host:port",
             "network.secret_file: must name a file",
         ]
     );

@@ -203,6 +203,13 @@ fn check_request(
     if req.method != Some("GET") {
         return Err(UpgradeError::Method(req.method.unwrap_or("?").chars().take(16).collect()));
     }
+    // A body would be read as WebSocket data after the 101 (RFC 6455 §4.1: the opening handshake is a GET
+    // with none).
+    let body =
+        header(req, "Content-Length").is_some_and(|l| l.trim() != "0") || header(req, "Transfer-Encoding").is_some();
+    if body {
+        return Err(UpgradeError::Malformed("an upgrade request with a body".into()));
+    }
     match header(req, "Sec-WebSocket-Version") {
         Some("13") => {}
         other => return Err(UpgradeError::Version(other.unwrap_or("").chars().take(16).collect())),
@@ -242,6 +249,31 @@ mod tests {
 
     use super::*;
     use crate::trusted::TrustedProxies;
+
+    #[test]
+    fn an_upgrade_request_with_a_body_is_refused() {
+        let settings = WsSettings {
+            path: "/mc".into(),
+            ping_interval: None,
+            trusted: TrustedProxies::default(),
+            real_ip_header: RealIpHeader::CfConnectingIp,
+            health_path: None,
+        };
+        let peer: SocketAddr = "192.0.2.1:5000".parse().unwrap();
+        let carriages = Carriages { v2: true, zstd: None };
+        let head = "GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                    Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+        for (extra, ok) in [
+            ("", true),
+            ("Content-Length: 0\r\n", true),
+            ("Content-Length: 5\r\n", false),
+            ("Transfer-Encoding: chunked\r\n", false),
+        ] {
+            let request = format!("{head}{extra}\r\nhello");
+            let got = parse_upgrade(request.as_bytes(), &settings, peer, carriages);
+            assert_eq!(got.is_ok(), ok, "{extra:?}: {got:?}");
+        }
+    }
 
     #[test]
     fn repeated_forwarding_headers_cannot_hide_the_real_hop() {

@@ -46,7 +46,7 @@ pub(super) enum WsSetupError {
     /// A carriage v2 connection sent no first message before the handshake deadline (closed with 1008).
     #[error("no first message before the handshake deadline")]
     Deadline,
-    /// A `resume` or `moving` request over the real address's connection rate (closed with 1013).
+    /// A `resume` or `moving` request over the real address's connection rate (closed without a Close frame).
     #[error("rate_limits.connections_per_second reached by a resume or move request")]
     RateLimited,
 }
@@ -152,7 +152,10 @@ async fn resume_or_session<S: PlayerStream>(
             && !s.rate_checked
             && !state.rate.allow(&s.live.tunables.rate_limits, up.client.ip(), Bucket::Connection)
         {
-            link.close(carriage::CLOSE_TRY_AGAIN_LATER, "too many connections from this address").await;
+            // Closed without a Close frame, as a connection refused at accept is: every client library, older ones
+            // too, reads that as a failed attempt and tries again with its backoff (a close code would end an
+            // older one's session).
+            drop(link);
             return Err(WsSetupError::RateLimited);
         }
         match first {

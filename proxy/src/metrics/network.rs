@@ -97,7 +97,7 @@ impl Metrics {
             r,
             "moonbridge_network_bad_entries_total",
             "Entries read from Redis that were skipped, by kind (unsigned_instance, malformed_instance, \
-             wrong_type_players, malformed_player, wrong_type_claim, wrong_type_index).",
+             wrong_type_players, malformed_player, wrong_type_claim, wrong_type_index, unsigned_claim, oversized).",
             &["kind"],
         )?;
         for request in LinkRequest::TEXTS {

@@ -12,18 +12,19 @@ pub(super) const RELEASE_CLAIM: &str =
 /// Renews this instance's claims (`KEYS`: the claims; `ARGV`: their values, then `older` or `newer`, then the
 /// lease in milliseconds). A claim that holds its value or nothing (Redis lost it) is set with a new lease.
 /// Held by another login (one that got in while Redis had lost this claim, or whose kick did not arrive), the
-/// `duplicate_login` policy decides by the logins' times (the values' last field; ties by value): `older`
+/// `duplicate_login` policy decides by the logins' times (the values' third field; ties by value): `older`
 /// (`refuse_new`) keeps the earlier login, `newer` (`kick_existing`) the later one. The claim is set when this
 /// login wins; otherwise it is left to the holder. Returns, for each claim this instance lost, its position in
-/// `KEYS` (1-based, as a string) and its holder; the holder's instance ends its own session when it loses.
-/// A claim of another Redis type (not written by any instance) is replaced by this one and answered as
+/// `KEYS` (1-based, as a string) and its holder; the instance ends its own session when it loses to a holder
+/// signed by the network (Lua cannot check: [`super::entries::claim_signed`] does), and takes the claim back
+/// from any other. A claim of another Redis type (not written by any instance) is replaced by this one and answered as
 /// `w<position>` and an empty string, so that one bad key neither stops the script halfway (Redis would keep
 /// what it had written and lose the rest) nor ends a session.
 pub(super) const RENEW_CLAIMS: &str = r"
 local keep = ARGV[#KEYS + 1]
 local lease = ARGV[#KEYS + 2]
 local function born(v)
-  return tonumber(string.match(v, '^[^:]*:[^:]*:(%d+)$') or '0') or 0
+  return tonumber(string.match(v, '^[^:]*:[^:]*:(%d+)') or '0') or 0
 end
 local lost = {}
 for i, key in ipairs(KEYS) do
@@ -53,6 +54,26 @@ for i, key in ipairs(KEYS) do
 end
 return lost
 ";
+
+/// A `refuse_new` login's claim of a name (`KEYS[1]` the claim, `ARGV[1]` the value, `ARGV[2]` the lease in
+/// milliseconds), in one step: a key of another Redis type there (no instance wrote it) is deleted first, then
+/// the claim is set unless another login holds the name. Returns `{claimed, replaced}`: 1 when set, else 0; 1
+/// when a key of another type was deleted, else 0.
+pub(super) const CLAIM_NEW: &str = r"
+local replaced = 0
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'string' and t ~= 'none' then
+  redis.call('DEL', KEYS[1])
+  replaced = 1
+end
+local set = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')
+if set then return {1, replaced} else return {0, replaced} end
+";
+
+/// Replaces a name's claim only while it holds one value (`KEYS[1]` the claim, `ARGV[1]` what holds it now,
+/// `ARGV[2]` the new value, `ARGV[3]` the lease in milliseconds): 1 when replaced, else 0.
+pub(super) const REPLACE_CLAIM: &str = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], \
+     ARGV[2], 'PX', ARGV[3]) return 1 else return 0 end";
 
 /// Claims renewed by one [`RENEW_CLAIMS`] call at most: 1,000 (a larger table takes several calls in the
 /// pipeline, so Redis is never busy with one for long).

@@ -43,6 +43,7 @@ impl Openings {
         if instance {
             return Ok(Opening { openings: Arc::clone(self), source: None });
         }
+        let source = source_of(source);
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         if p.all >= MAX_OPENINGS {
             return Err(LinkRefused::Openings);
@@ -60,6 +61,19 @@ impl Openings {
     #[cfg(test)]
     fn pending(&self) -> usize {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).all
+    }
+}
+
+/// The source an opening is counted under: the IPv4 address (also when it arrives IPv4-mapped on a dual-stack
+/// socket), or the IPv6 address's /64 (one host is usually given a whole /64).
+pub(crate) fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(segments.into())
+        }
+        v4 => v4,
     }
 }
 
@@ -99,8 +113,14 @@ mod tests {
             many.push(o.open(ip, false).unwrap());
         }
         assert_eq!(o.open([10, 9, 9, 9].into(), false).err(), Some(LinkRefused::Openings));
-        assert!(o.open([10, 9, 9, 9].into(), true).is_ok());
         many.clear();
+        // One IPv6 /64 is one source; an IPv4-mapped address is its IPv4 address.
+        let v6 = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        let held: Vec<Opening> = (0..MAX_OPENINGS_PER_SOURCE as u16).map(|i| o.open(v6(i), false).unwrap()).collect();
+        assert_eq!(o.open(v6(999), false).err(), Some(LinkRefused::PerSource));
+        assert_eq!(source_of("::ffff:192.0.2.1".parse().unwrap()), a);
+        drop(held);
+        assert!(o.open([10, 9, 9, 9].into(), true).is_ok());
         assert_eq!(o.pending(), 0);
     }
 }

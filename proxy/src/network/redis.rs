@@ -37,7 +37,8 @@ use crate::labels::{BadEntry, DuplicateAction, LeaseResult};
 use crate::move_state::MoveAnswer;
 use crate::players::{Change, PlayerTable, Update, Updates};
 
-use super::claims::{now_ms, release_of, CLAIMS_PER_CALL, RELEASE_CLAIM, RENEW_CLAIMS};
+use super::claims::{now_ms, release_of, CLAIMS_PER_CALL, CLAIM_NEW, RELEASE_CLAIM, RENEW_CLAIMS, REPLACE_CLAIM};
+use super::entries::{claim_signed, claim_value};
 use super::{
     link, Admit, BoxFuture, CarriedResume, Carrier, Claim, LinkError, Network, NetworkError, ALREADY_PLAYING,
     KICKED_ELSEWHERE,
@@ -180,11 +181,16 @@ impl RedisNetwork {
     /// `claims`, in order): a login elsewhere took the name while Redis had lost this one's claim, or while a
     /// kick could not reach this instance. The player reads what `duplicate_login` tells the session that
     /// goes.
-    pub(super) fn lost_claims(&self, claims: &[(String, String)], answers: Vec<redis::Value>) {
+    pub(super) fn lost_claims(
+        &self,
+        claims: &[(String, String)],
+        answers: Vec<redis::Value>,
+    ) -> Vec<(String, String, String)> {
         let reason = match self.config.duplicate_login {
             DuplicateLogin::RefuseNew => ALREADY_PLAYING,
             DuplicateLogin::KickExisting => KICKED_ELSEWHERE,
         };
+        let mut reclaim = Vec::new();
         for (chunk, answer) in claims.chunks(CLAIMS_PER_CALL).zip(answers) {
             let lost: Vec<String> = match redis::from_redis_value(answer) {
                 Ok(l) => l,
@@ -206,12 +212,34 @@ impl RedisNetwork {
                 }
                 let Ok(i) = i.parse::<usize>() else { continue };
                 let Some((key, value)) = i.checked_sub(1).and_then(|i| chunk.get(i)) else { continue };
+                // Only a login of the network, on a live instance, ends a session: anything else in the claim's
+                // place (written by someone else) is replaced by this login's claim.
+                if !self.made_by_the_network(key, holder) {
+                    super::entries::report(&self.metrics, BadEntry::UnsignedClaim, &self.name_key(key));
+                    reclaim.push((key.clone(), holder.clone(), value.clone()));
+                    continue;
+                }
+                let instance = holder.split(':').next().unwrap_or_default();
                 if self.players.kick_claim(key, value, reason) {
-                    let instance = holder.split(':').next().unwrap_or_default();
                     info!(player = %key, %instance, "another login holds the name: ending this session");
                 }
             }
         }
+        reclaim
+    }
+
+    /// Sets the claims `reclaim` (lower-case name, what holds its place, this login's value) again, each only
+    /// while that still holds its place ([`REPLACE_CLAIM`]).
+    pub(super) async fn reclaim(&self, con: &mut ConnectionManager, reclaim: Vec<(String, String, String)>) {
+        if reclaim.is_empty() {
+            return;
+        }
+        let mut pipe = redis::pipe();
+        for (key, holder, value) in &reclaim {
+            pipe.cmd("EVAL").arg(REPLACE_CLAIM).arg(1).arg(self.name_key(key)).arg(holder).arg(value).arg(lease_ms());
+            pipe.ignore();
+        }
+        let _ = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(con)).await;
     }
 
     /// What the other instances dial to reach this one (`peer_address`, or found at start).
@@ -232,7 +260,8 @@ impl RedisNetwork {
     /// Whether `ip` is a live instance's address (as its signed entry names it): its link openings are not
     /// held to the per-source bounds (`super::openings`).
     pub(crate) fn is_instance_ip(&self, ip: std::net::IpAddr) -> bool {
-        self.peers.read().unwrap_or_else(PoisonError::into_inner).values().any(|p| p.ip() == ip)
+        let ip = ip.to_canonical();
+        self.peers.read().unwrap_or_else(PoisonError::into_inner).values().any(|p| p.ip().to_canonical() == ip)
     }
 
     fn connection(&self) -> Option<ConnectionManager> {
@@ -255,33 +284,38 @@ impl RedisNetwork {
             self.metrics.duplicate(DuplicateAction::KickedExisting);
         }
         let lower = name.to_lowercase();
-        let value = format!("{}:{:016x}:{}", self.id, rand_core::RngCore::next_u64(&mut rand_core::OsRng), now_ms());
+        let nonce = rand_core::RngCore::next_u64(&mut rand_core::OsRng);
+        let value = claim_value(&self.secret, &self.config.name, &lower, &self.id, nonce, now_ms());
         let key = self.name_key(&lower);
         // Held from here: whatever Redis answers (or not), the release names this login's value.
-        let claim = Claim { players: Arc::clone(&self.players), key: lower, value: Some(value.clone()) };
+        let claim = Claim { players: Arc::clone(&self.players), key: lower.clone(), value: Some(value.clone()) };
         let Some(mut con) = self.connection() else { return Admit::Go(claim) };
-        let mut set = redis::cmd("SET");
-        set.arg(&key).arg(&value).arg("PX").arg(lease_ms());
-        match policy {
-            DuplicateLogin::RefuseNew => set.arg("NX"),
-            DuplicateLogin::KickExisting => set.arg("GET"),
-        };
         // refuse_new: "OK" when claimed, nil when held; kick_existing: the previous holder, or nil. Without an
         // answer the login goes on with local state, and the next renewal settles the claim.
-        let Ok(Ok(mut answer)) = tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut con)).await
-        else {
-            return Admit::Go(claim);
-        };
-        if policy == DuplicateLogin::RefuseNew && answer.is_none() && self.wrong_type(&mut con, &key).await {
-            // Not a claim any instance wrote: it is replaced, and the login is not refused over it.
-            super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &key);
-            let mut set = redis::cmd("SET");
-            set.arg(&key).arg(&value).arg("PX").arg(lease_ms());
-            answer = Some("OK".into());
-            if !matches!(tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<()>(&mut con)).await, Ok(Ok(()))) {
-                return Admit::Go(claim);
+        let answer = match policy {
+            DuplicateLogin::RefuseNew => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(CLAIM_NEW).arg(1).arg(&key).arg(&value).arg(lease_ms());
+                let Ok(Ok((claimed, replaced))) =
+                    tokio::time::timeout(REDIS_TIMEOUT, eval.query_async::<(i64, i64)>(&mut con)).await
+                else {
+                    return Admit::Go(claim);
+                };
+                if replaced == 1 {
+                    super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &key);
+                }
+                let claimed = claimed == 1 || self.take_unsigned(&mut con, &lower, &value).await;
+                claimed.then(|| "OK".to_string())
             }
-        }
+            DuplicateLogin::KickExisting => {
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(&value).arg("PX").arg(lease_ms()).arg("GET");
+                match tokio::time::timeout(REDIS_TIMEOUT, set.query_async::<Option<String>>(&mut con)).await {
+                    Ok(Ok(answer)) => answer,
+                    _ => return Admit::Go(claim),
+                }
+            }
+        };
         match (policy, answer) {
             (DuplicateLogin::RefuseNew, None) => {
                 // Held by another instance, or by a login of the same name here that is still under way.
@@ -315,11 +349,32 @@ impl RedisNetwork {
         }
     }
 
-    /// Whether `key` holds another type than a string (a claim no instance wrote), within [`REDIS_TIMEOUT`].
-    async fn wrong_type(&self, con: &mut ConnectionManager, key: &str) -> bool {
-        let mut cmd = redis::cmd("TYPE");
-        cmd.arg(key);
-        matches!(tokio::time::timeout(REDIS_TIMEOUT, cmd.query_async::<String>(con)).await, Ok(Ok(t)) if t != "string" && t != "none")
+    /// The claim of name `lower` is held by a value no login of the network made (not signed with the secret,
+    /// or of an instance that is not live): replaces it with `mine` (only while it still holds that value) and
+    /// says whether it did, within [`REDIS_TIMEOUT`] each way.
+    async fn take_unsigned(&self, con: &mut ConnectionManager, lower: &str, mine: &str) -> bool {
+        let key = self.name_key(lower);
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        let Ok(Ok(Some(holder))) = tokio::time::timeout(REDIS_TIMEOUT, get.query_async::<Option<String>>(con)).await
+        else {
+            return false;
+        };
+        if self.made_by_the_network(lower, &holder) {
+            return false;
+        }
+        super::entries::report(&self.metrics, BadEntry::UnsignedClaim, &key);
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(REPLACE_CLAIM).arg(1).arg(&key).arg(&holder).arg(mine).arg(lease_ms());
+        matches!(tokio::time::timeout(REDIS_TIMEOUT, eval.query_async::<i64>(con)).await, Ok(Ok(1)))
+    }
+
+    /// Whether claim value `holder` of name `lower` was made by a login of the network on a live instance (this
+    /// one, or one whose signed entry was read at the last renewal).
+    fn made_by_the_network(&self, lower: &str, holder: &str) -> bool {
+        let instance = holder.split(':').next().unwrap_or_default();
+        let live = instance == self.id || self.peer_of(instance).is_some();
+        live && claim_signed(&self.secret, &self.config.name, lower, holder)
     }
 
     /// Renews this instance's leases and reads the others' until `stop`, then removes this instance's entries
@@ -431,7 +486,8 @@ impl RedisNetwork {
             _ => return Err(update),
         };
         if let (Some(value), true) = (&update.claim, calls > 0) {
-            self.lost_claims(&[(update.key.clone(), value.clone())], answers);
+            let reclaim = self.lost_claims(&[(update.key.clone(), value.clone())], answers);
+            self.reclaim(&mut con, reclaim).await;
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! One lease renewal on Redis ([`RedisNetwork::renew_on`]): this instance's entries written, the others'
-//! read, each entry on its own ([`super::entries`]): a key of the wrong type or an entry that is not what an
-//! instance writes is skipped and reported, and only a failed connection fails the renewal.
+//! read, each entry on its own ([`super::entries`]): a key of another type, or an entry that is not what an
+//! instance writes, is skipped and reported; what is read is bounded ([`MAX_INSTANCES`], [`MAX_PLAYERS_READ`],
+//! [`MAX_ENTRY_BYTES`]); any other error answer (out of memory, a read-only replica, a missing permission) or a
+//! failed connection fails the renewal, as before.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -8,9 +10,40 @@ use std::net::SocketAddr;
 use redis::aio::ConnectionManager;
 use redis::Value;
 
+use super::claims::now_ms;
 use super::entries::{instance_entry, read_instance, read_player, report};
-use super::redis::{lease_ms, RedisNetwork, PRUNE_AFTER};
+use super::redis::{lease_ms, RedisNetwork, LEASE, PRUNE_AFTER};
 use crate::labels::BadEntry;
+
+/// Instances of a network read at each renewal, at most: 1,000 (the index's first; more are reported).
+pub(crate) const MAX_INSTANCES: usize = 1000;
+/// Players of one other instance read at each renewal, at most: 50,000 (a hash with more is not read and is
+/// reported).
+pub(crate) const MAX_PLAYERS_READ: usize = 50_000;
+/// Bytes of an instance entry read, at most: 1,024 (an instance writes about 200; a longer one is reported).
+pub(crate) const MAX_ENTRY_BYTES: usize = 1024;
+
+/// Reads another instance's player hash only when it holds at most `ARGV[1]` entries: the values, or the
+/// count when over, or `wrongtype` when the key is of another type.
+const PLAYERS_UP_TO: &str = r"
+local n = redis.pcall('HLEN', KEYS[1])
+if type(n) == 'table' then return 'wrongtype' end
+if n > tonumber(ARGV[1]) then return n end
+return redis.call('HVALS', KEYS[1])
+";
+
+/// One command's answer in a pipeline with `ignore_errors`: the value; `None` when the key holds another type
+/// (`WRONGTYPE`: reported as a bad entry by the caller).
+///
+/// # Errors
+/// Any other error answer: the renewal fails (Redis is out of memory, read-only, or refuses the command).
+fn checked(v: Value) -> redis::RedisResult<Option<Value>> {
+    match v {
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => Ok(None),
+        Value::ServerError(e) => Err(e.into()),
+        v => Ok(Some(v)),
+    }
+}
 
 impl RedisNetwork {
     /// One renewal on `con`: the player hash written whole when `rewrite` (with `releases` applied), the
@@ -19,8 +52,8 @@ impl RedisNetwork {
     /// another number of this instance's players than it has, the hash is written whole again at once.
     ///
     /// # Errors
-    /// Only when Redis could not be asked (connection, timeout): an error answer to one command is reported
-    /// and that entry skipped.
+    /// When Redis could not be asked (connection, timeout) or refused a write; a key of another type is
+    /// reported and that entry skipped.
     pub(super) async fn renew_on(
         &self,
         mut con: ConnectionManager,
@@ -28,7 +61,7 @@ impl RedisNetwork {
         releases: &mut Vec<(String, String)>,
         settled: Option<u64>,
     ) -> redis::RedisResult<()> {
-        let now_ms = super::claims::now_ms();
+        let now_ms = now_ms();
         let hash = self.players_key(&self.id);
         let records = self.players.records();
         if std::mem::take(rewrite) {
@@ -50,43 +83,59 @@ impl RedisNetwork {
             }
             releases.clear();
         }
-        let me = instance_entry(&self.secret, &self.config.name, &self.id, &self.peer_address, records.len());
+        let until = now_ms.saturating_add(LEASE.as_millis() as u64);
+        let me = instance_entry(&self.secret, &self.config.name, &self.id, &self.peer_address, records.len(), until);
         let claims: Vec<(String, String)> =
             records.iter().filter_map(|(key, _, claim)| Some((key.clone(), claim.clone()?))).collect();
         let index = self.key("instances");
         let mut pipe = redis::pipe();
-        // Each answer on its own: an error answer (a key of another type) is a value here, not the round's end.
+        // Each answer on its own: an error answer (a key of another type) is a value here, not the round's end,
+        // and every write's answer is looked at.
         pipe.ignore_errors();
-        pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, super::redis::LEASE.as_millis() as u64).ignore();
-        pipe.zadd(&index, &self.id, now_ms).ignore();
-        pipe.pexpire(&index, PRUNE_AFTER.as_millis() as i64).ignore();
-        pipe.pexpire(&hash, lease_ms()).ignore();
+        pipe.pset_ex(self.key(&format!("instance:{}", self.id)), me, LEASE.as_millis() as u64);
+        pipe.zadd(&index, &self.id, now_ms);
+        pipe.pexpire(&index, PRUNE_AFTER.as_millis() as i64);
+        pipe.pexpire(&hash, lease_ms());
         pipe.hlen(&hash);
-        pipe.zrange(&index, 0, -1);
+        pipe.zcard(&index);
+        pipe.zrange(&index, 0, MAX_INSTANCES as isize - 1);
         // The names this instance's players hold live as long as its lease; one another instance took is
         // noticed here.
         let calls = self.renew_claims(&mut pipe, claims.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let mut answers: Vec<Value> = pipe.query_async(&mut con).await?;
-        let lost: Vec<Value> = answers.drain(answers.len().saturating_sub(calls)..).collect();
-        let mut answers = answers.into_iter();
-        // Another type than a hash (or no answer) reads as none held: the hash is written whole again.
-        let in_redis: Option<usize> = answers.next().and_then(|v| redis::from_redis_value(v).ok());
-        let ids: Vec<String> = match answers.next().map(redis::from_redis_value::<Vec<String>>) {
-            Some(Ok(ids)) => ids,
-            _ => {
+        let answers: Vec<Value> = pipe.query_async(&mut con).await?;
+        let mut answers = answers.into_iter().map(checked);
+        let mut next = || answers.next().unwrap_or(Ok(Some(Value::Nil)));
+        let mut index_ok = true;
+        for _write in 0..4 {
+            // PSET and PEXPIRE take any type; ZADD answers WRONGTYPE for an index of another type.
+            index_ok &= next()?.is_some();
+        }
+        // Another type than a hash reads as none held: the hash is written whole again.
+        let in_redis: Option<usize> = next()?.and_then(|v| redis::from_redis_value(v).ok());
+        let listed: Option<usize> = next()?.and_then(|v| redis::from_redis_value(v).ok());
+        let ids: Option<Vec<String>> = next()?.and_then(|v| redis::from_redis_value(v).ok());
+        let lost =
+            (0..calls).map(|_| next().map(|v| v.unwrap_or(Value::Nil))).collect::<redis::RedisResult<Vec<_>>>()?;
+        let ids = match ids.filter(|_| index_ok) {
+            Some(ids) => ids,
+            None => {
                 report(&self.metrics, BadEntry::WrongTypeIndex, &index);
-                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&index).query_async(&mut con).await;
+                let _: () = redis::cmd("DEL").arg(&index).query_async(&mut con).await?;
                 Vec::new()
             }
         };
-        self.lost_claims(&claims, lost);
+        if listed.is_some_and(|n| n > MAX_INSTANCES) {
+            report(&self.metrics, BadEntry::Oversized, &index);
+        }
+        let reclaim = self.lost_claims(&claims, lost);
+        self.reclaim(&mut con, reclaim).await;
         if settled.is_some_and(|c| c == self.players.changes()) && in_redis != Some(records.len()) {
             // Redis lost some of this instance's players (restarted empty or failed over between renewals, a
             // change not taken, a key of another type): write them all again at the next renewal.
             *rewrite = true;
         }
         let others: Vec<String> = ids.into_iter().filter(|i| *i != self.id).collect();
-        let (peers, names, gone) = self.read_others(&mut con, others).await?;
+        let (peers, names, gone) = self.read_others(&mut con, others, now_ms).await?;
         if !gone.is_empty() {
             let _: () = redis::cmd("ZREM").arg(&index).arg(&gone).query_async(&mut con).await?;
         }
@@ -107,6 +156,7 @@ impl RedisNetwork {
         &self,
         con: &mut ConnectionManager,
         others: Vec<String>,
+        now_ms: u64,
     ) -> redis::RedisResult<(HashMap<String, SocketAddr>, Vec<(String, String)>, Vec<String>)> {
         let (mut peers, mut names, mut gone) = (HashMap::new(), Vec::new(), Vec::new());
         if others.is_empty() {
@@ -115,27 +165,33 @@ impl RedisNetwork {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for id in &others {
-            pipe.get(self.key(&format!("instance:{id}")));
-            pipe.hvals(self.players_key(id));
+            // One byte more than an entry may hold: a longer one is seen as such.
+            pipe.getrange(self.key(&format!("instance:{id}")), 0, MAX_ENTRY_BYTES as isize);
+            pipe.cmd("EVAL").arg(PLAYERS_UP_TO).arg(1).arg(self.players_key(id)).arg(MAX_PLAYERS_READ);
         }
         let answers: Vec<Value> = pipe.query_async(con).await?;
-        let mut answers = answers.into_iter();
+        let mut answers = answers.into_iter().map(checked);
         for id in others {
             let (Some(entry), Some(players)) = (answers.next(), answers.next()) else { break };
             let entry_key = self.key(&format!("instance:{id}"));
-            let peer = match entry {
-                // No entry: its lease expired (the instance is gone), whatever its player hash still says. Its id
-                // leaves the index by that fact, not by any instance's clock.
-                Value::Nil => {
-                    gone.push(id);
+            let raw = match entry? {
+                Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
+                None => {
+                    report(&self.metrics, BadEntry::MalformedInstance, &entry_key);
                     continue;
                 }
-                entry => match redis::from_redis_value::<String>(entry) {
-                    Ok(raw) => read_instance(&self.secret, &self.config.name, &id, &raw),
-                    Err(_) => Err(BadEntry::MalformedInstance),
-                },
             };
-            let peer = match peer {
+            // No entry (GETRANGE answers ""): its lease expired (the instance is gone), whatever its player hash
+            // still says. Its id leaves the index by that fact, not by any instance's clock.
+            if raw.is_empty() {
+                gone.push(id);
+                continue;
+            }
+            if raw.len() > MAX_ENTRY_BYTES {
+                report(&self.metrics, BadEntry::Oversized, &entry_key);
+                continue;
+            }
+            let peer = match read_instance(&self.secret, &self.config.name, &id, &raw, now_ms) {
                 Ok(peer) => peer,
                 Err(kind) => {
                     report(&self.metrics, kind, &entry_key);
@@ -143,16 +199,21 @@ impl RedisNetwork {
                 }
             };
             peers.insert(id.clone(), peer);
-            match redis::from_redis_value::<Vec<String>>(players) {
-                Ok(players) => {
-                    for raw in players {
-                        match read_player(&raw) {
-                            Ok(r) => names.push((r.name, r.server)),
-                            Err(kind) => report(&self.metrics, kind, &self.players_key(&id)),
+            let players_key = self.players_key(&id);
+            match players? {
+                Some(Value::Array(values)) => {
+                    for v in values {
+                        match redis::from_redis_value::<String>(v).map_err(|_| BadEntry::MalformedPlayer) {
+                            Ok(raw) => match read_player(&raw) {
+                                Ok(r) => names.push((r.name, r.server)),
+                                Err(kind) => report(&self.metrics, kind, &players_key),
+                            },
+                            Err(kind) => report(&self.metrics, kind, &players_key),
                         }
                     }
                 }
-                Err(_) => report(&self.metrics, BadEntry::WrongTypePlayers, &self.players_key(&id)),
+                Some(Value::Int(_)) => report(&self.metrics, BadEntry::Oversized, &players_key),
+                _ => report(&self.metrics, BadEntry::WrongTypePlayers, &players_key),
             }
         }
         Ok((peers, names, gone))

@@ -238,20 +238,29 @@ pub(crate) const PLAYER_LIST_FRESH: Duration = Duration::from_secs(1);
 pub(crate) struct Answers {
     /// The current backend's frames wait until what is queued for it is written ([`MAX_QUEUED_ANSWERS`]).
     pub(super) paused: bool,
-    /// The last `PlayerList` answer: when it was made, for which server, its payload.
-    pub(super) list: Option<(Instant, String, Vec<u8>)>,
+    /// The `PlayerList` answers made within [`PLAYER_LIST_FRESH`]: for which server (a backend's name or
+    /// `ALL`, so at most one per backend and one more), when, the payload.
+    lists: Vec<(String, Instant, Vec<u8>)>,
 }
 
 impl Answers {
-    /// Whether more than [`MAX_QUEUED_ANSWERS`] wait for the current backend.
+    /// Whether more than [`MAX_QUEUED_ANSWERS`] wait to be written to the current backend. (What waits behind a
+    /// player's frame under way is not counted: the next flush does not write it; it is bounded on its own by
+    /// `MAX_WAITING_BYTES`.)
     pub(super) fn over(&self, out: &Outbox) -> bool {
-        out.to_backend.len() + out.backend_waiting.len() > MAX_QUEUED_ANSWERS
+        out.to_backend.len() > MAX_QUEUED_ANSWERS
     }
 
     /// The `PlayerList` answer for `server`, when one was made within [`PLAYER_LIST_FRESH`].
     pub(super) fn list_for(&self, server: &str) -> Option<&[u8]> {
-        let (made, for_server, payload) = self.list.as_ref()?;
-        (for_server == server && made.elapsed() < PLAYER_LIST_FRESH).then_some(payload.as_slice())
+        let fresh = |made: &Instant| made.elapsed() < PLAYER_LIST_FRESH;
+        self.lists.iter().find(|(s, made, _)| s == server && fresh(made)).map(|(_, _, payload)| payload.as_slice())
+    }
+
+    /// Keeps `payload`, the `PlayerList` answer for `server` made now (dropping those no longer fresh).
+    pub(super) fn keep_list(&mut self, server: String, payload: Vec<u8>) {
+        self.lists.retain(|(s, made, _)| *s != server && made.elapsed() < PLAYER_LIST_FRESH);
+        self.lists.push((server, Instant::now(), payload));
     }
 }
 

@@ -10,8 +10,6 @@ use moonbridge_protocol::transfer::{BungeeAnswer, BungeeRequest, BUNGEE_CHANNEL}
 use tracing::debug;
 
 use super::board::Switchboard;
-use tokio::time::Instant;
-
 use super::common::{chat_plain, encode, End};
 use crate::players::{Command, PlayerTable};
 
@@ -138,7 +136,7 @@ impl Switchboard {
             let payload = answer.finish();
             self.send_to_current(&payload);
             if let BungeeRequest::PlayerList { server } = request {
-                self.answers.list = Some((Instant::now(), server, payload));
+                self.answers.keep_list(server, payload);
             }
         }
     }
