@@ -103,6 +103,7 @@
 //! | `network/entries.rs` | what an instance reads back from Redis, checked: signed instance entries (`IP:port` only), bounded player records, bad entries counted and logged |
 //! | `network/moves.rs` | moving a player off a draining instance: the drain's pacing, the state over an instance link |
 //! | `network/redis.rs` | `RedisNetwork`: leases in Redis, the other instances' players, one session per name |
+//! | `network/claimed.rs` | what an instance does about its players' name claims: renews them, obeys a login of the network, takes back forged ones |
 //! | `network/renewal.rs` | one lease renewal: this instance's entries written, the others' read entry by entry |
 //! | `network/openings.rs` | what a connection to `peer_bind` may hold before it authenticates: pending openings bounded per source and in all |
 //! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests; the address others dial |

@@ -11,6 +11,7 @@
 //! the instance that holds its session ([`Network::carry`]), fetch this move's state from the draining
 //! instance ([`Network::fetch_move`]).
 
+mod claimed;
 mod claims;
 mod entries;
 pub(crate) mod link;

@@ -126,12 +126,11 @@ pub(crate) enum Duplicate {
     },
 }
 
-/// How two claims of one name compare (`<instance>:<nonce>:<login ms>`): by login time, then by the whole
-/// value, so every instance (and the `RENEW_CLAIMS` script in Redis) orders them alike. A value without a
-/// time counts as the earliest.
+/// How two claims of one name compare (`<instance>:<nonce>:<login ms>:<signature>`): by login time, then by
+/// the whole value, so every instance (and the `RENEW_CLAIMS` script in Redis) orders them alike. A value
+/// without a time counts as the earliest.
 pub(crate) fn claim_order(claim: &str) -> (u64, &str) {
-    let mut fields = claim.splitn(3, ':');
-    let born = fields.nth(2).and_then(|t| t.parse().ok()).unwrap_or(0);
+    let born = claim.split(':').nth(2).and_then(|t| t.parse().ok()).unwrap_or(0);
     (born, claim)
 }
 
@@ -541,7 +540,9 @@ mod tests {
     fn two_logins_of_a_name_here_leave_the_one_the_policy_keeps() {
         let kick_existing = Duplicate::Keep { later: true, reason: "elsewhere" };
         let refuse_new = Duplicate::Keep { later: false, reason: "already" };
-        let (t1, t2, t3) = ("a:01:1700000000001", "a:02:1700000000002", "b:03:1700000000003");
+        // Claims as the network makes them (a signature last); their nonces run against their times, so an order
+        // by anything but the login time would keep the wrong session.
+        let (t1, t2, t3) = ("b:03:1700000000001:aa", "a:02:1700000000002:bb", "a:01:1700000000003:cc");
         let table = Arc::new(PlayerTable::default());
         let shutdown = CancellationToken::new();
         let stops: Vec<Arc<Stop>> = (0..4).map(|_| Stop::child_of(&shutdown)).collect();
@@ -557,7 +558,7 @@ mod tests {
         let late = register(2, t1, kick_existing);
         assert_eq!((stops[2].kicked(), stops[1].kicked(), claims()), (Some("elsewhere"), None, vec![t3.to_string()]));
         // refuse_new: a later login goes, the earlier stays.
-        let refused = register(3, "c:04:1700000000004", refuse_new);
+        let refused = register(3, "c:00:1700000000004:dd", refuse_new);
         assert_eq!((stops[3].kicked(), claims()), (Some("already"), vec![t3.to_string()]));
         // Ends of sessions not in the table leave it alone; only the current claim kicks.
         drop((first, late, refused));

@@ -201,7 +201,7 @@ impl Server {
                 let bound = listener.local_addr().unwrap_or(n.peer_bind);
                 let advertised = match &n.peer_address {
                     // A host name is resolved here, once: what the others read from Redis is an address.
-                    Some(a) => resolve_peer_address(a).await?,
+                    Some(a) => resolve_peer_address(a, bound).await?,
                     None if bound.ip().is_unspecified() => route_to_redis(&n.redis_url, bound.port())?,
                     None => bound.to_string(),
                 };
@@ -437,12 +437,47 @@ fn redact(url: &str) -> String {
 /// address).
 ///
 /// # Errors
-/// [`crate::network::NetworkError::PeerAddress`] when the host does not resolve.
-async fn resolve_peer_address(address: &str) -> Result<String, crate::network::NetworkError> {
-    if let Ok(a) = address.parse::<SocketAddr>() {
-        return Ok(a.to_string());
-    }
+/// [`crate::network::NetworkError::PeerAddress`] when the host does not resolve, or the address is one the
+/// others cannot dial: unspecified (`0.0.0.0`), or loopback while `peer_bind` (`bound`) is not (a host name that
+/// names this host only, as Debian's `127.0.1.1` does).
+async fn resolve_peer_address(address: &str, bound: SocketAddr) -> Result<String, crate::network::NetworkError> {
     let fail = |why: String| crate::network::NetworkError::PeerAddress(format!("peer_address {address}: {why}"));
-    let mut found = tokio::net::lookup_host(address).await.map_err(|e| fail(e.to_string()))?;
-    found.next().map(|a| a.to_string()).ok_or_else(|| fail("no address".into()))
+    let resolved = match address.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => {
+            let mut found = tokio::net::lookup_host(address).await.map_err(|e| fail(e.to_string()))?;
+            found.next().ok_or_else(|| fail("no address".into()))?
+        }
+    };
+    if resolved.ip().is_unspecified() {
+        return Err(fail("an unspecified address cannot be dialled; name this host's address".into()));
+    }
+    if resolved.ip().is_loopback() && !bound.ip().is_loopback() {
+        return Err(fail(format!("{resolved} is a loopback address the other instances cannot reach")));
+    }
+    Ok(resolved.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn peer_address_is_an_address_the_others_can_dial() {
+        let any: SocketAddr = "0.0.0.0:25600".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:25600".parse().unwrap();
+        let ok = |r: Result<String, crate::network::NetworkError>| r.ok();
+        assert_eq!(ok(resolve_peer_address("10.0.0.5:25600", any).await).as_deref(), Some("10.0.0.5:25600"));
+        // A name is resolved once, here; its loopback address only serves instances on one host.
+        assert_eq!(ok(resolve_peer_address("localhost:7", local).await).map(|a| a.ends_with(":7")), Some(true));
+        let refused =
+            [("localhost:7", any), ("0.0.0.0:25600", any), ("127.0.0.1:25600", any), ("no-such-host.invalid:1", any)];
+        for (address, bound) in refused {
+            let e = resolve_peer_address(address, bound).await;
+            assert!(
+                matches!(&e, Err(crate::network::NetworkError::PeerAddress(m)) if m.contains(address)),
+                "{address}: {e:?}"
+            );
+        }
+    }
 }

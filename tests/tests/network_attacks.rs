@@ -215,7 +215,7 @@ async fn redis_entries_are_checked_one_by_one_and_unsigned_instances_never_diall
 
     // Three players on A.
     let mut players = Vec::new();
-    for name in ["Alpha", "Bravo", "Charlie"] {
+    for name in ["Alpha", "Bravo", "Charlie", "Golf"] {
         let (s, answer) = tcp_login(a_tcp, name).await;
         assert_eq!(testbed::frames(&answer).first().map(|f| f.0), Some(0x02), "{name} logs in");
         players.push(s);
@@ -232,6 +232,10 @@ async fn redis_entries_are_checked_one_by_one_and_unsigned_instances_never_diall
     let a_id = id_at(&redis, a_peer);
     let forged_claim = format!("{a_id}:0000000000000001:0:forged");
     redis.cli(&["SET", "moonbridge:test:name:charlie", &forged_claim, "PX", "600000"]);
+    // Golf's claim: one the network signed, on an instance that is not live (a copy of an old claim): neither
+    // obeyed nor replaced.
+    let elsewhere = testbed::network::signed_claim(&dir, &key, "golf", "00000000000000cc", 1, 0);
+    redis.cli(&["SET", "moonbridge:test:name:golf", &elsewhere, "PX", "600000"]);
     let bad = |kind: &str| format!("moonbridge_network_bad_entries_total{{kind=\"{kind}\"}}");
     wait_metric_at(a_metrics, &bad("wrong_type_players"), 1.0, NETWORK_SEES).await;
     let claims = wait_metric_at(a_metrics, &bad("wrong_type_claim"), 1.0, NETWORK_SEES).await;
@@ -246,11 +250,13 @@ async fn redis_entries_are_checked_one_by_one_and_unsigned_instances_never_diall
     }
     let charlie = redis.cli(&["GET", "moonbridge:test:name:charlie"]);
     assert!(charlie.starts_with(&a_id) && !charlie.contains("forged"), "Charlie's claim taken back: {charlie}");
+    assert_eq!(redis.cli(&["GET", "moonbridge:test:name:golf"]).trim(), elsewhere, "Golf's claim left alone");
+    assert_eq!(metric_at(a_metrics, &bad("unsigned_claim")).await, Some(1.0), "only Charlie's was forged");
     assert_eq!(metric_at(a_metrics, "moonbridge_network_redis_up").await, Some(1.0));
     assert_eq!(metric_at(a_metrics, "moonbridge_network_instances").await, Some(3.0), "A, B and the third");
     assert_eq!(b.metric("moonbridge_network_redis_up").await, Some(1.0));
     // Nobody was told to go: no byte came after the logins.
-    for (p, name) in players.iter().zip(["Alpha", "Bravo", "Charlie"]) {
+    for (p, name) in players.iter().zip(["Alpha", "Bravo", "Charlie", "Golf"]) {
         let mut b = [0u8; 1];
         assert!(p.try_read(&mut b).is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock), "{name} plays on");
     }
@@ -570,4 +576,37 @@ async fn a_connect_ping_pong_between_two_backends_is_bounded() {
     assert_eq!(metric_at(metrics, "moonbridge_transfers_total{outcome=\"moved\"}").await, Some(10.0));
     assert_eq!(metric_at(metrics, "moonbridge_transfers_total{outcome=\"refused\"}").await, Some(1.0));
     proxy.shutdown().await;
+}
+
+/// Issue 48 (3): Redis that refuses writes (out of memory) fails the renewal and says why; an index of more
+/// instances than are read (1,200) is read in part and reported, and the network goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_refuses_writes_is_named_and_an_oversized_index_read_in_part() {
+    let redis = Redis::start().await;
+    let backend = login_backend().await;
+    let dir = TestDir::new("moonbridge-attacks-oom").unwrap();
+    let key = secret(&dir);
+    let toml = instance_config(backend.addr, &redis, &key, "kick_existing", None);
+    let (a, _, _, _, a_metrics) = instance_process(&dir, "a", toml, "");
+    assert!(a.wait_line("Redis reachable", NETWORK_SEES).is_some(), "A reaches Redis");
+
+    // 1,200 more ids in the index than instances: the first 1,000 are read (no entry: gone, and removed).
+    let mut zadd = vec!["ZADD".to_string(), "moonbridge:test:instances".to_string()];
+    for i in 0..1200 {
+        zadd.push("1".into());
+        zadd.push(format!("{i:016x}"));
+    }
+    redis.cli(&zadd.iter().map(String::as_str).collect::<Vec<_>>());
+    let oversized = "moonbridge_network_bad_entries_total{kind=\"oversized\"}";
+    wait_metric_at(a_metrics, oversized, 1.0, NETWORK_SEES).await;
+    assert_eq!(metric_at(a_metrics, "moonbridge_network_redis_up").await, Some(1.0));
+
+    // Out of memory: every write refused. The renewal is missed, and the log says why.
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let line = a.wait_line("Redis unreachable", NETWORK_SEES).expect("the renewal fails");
+    assert!(line.contains("OOM"), "{line}");
+    assert_eq!(metric_at(a_metrics, "moonbridge_network_redis_up").await, Some(0.0));
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(a.wait_line("Redis reachable", NETWORK_SEES).is_some(), "A is back in the network");
 }

@@ -15,7 +15,8 @@ pub(super) const RELEASE_CLAIM: &str =
 /// `duplicate_login` policy decides by the logins' times (the values' third field; ties by value): `older`
 /// (`refuse_new`) keeps the earlier login, `newer` (`kick_existing`) the later one. The claim is set when this
 /// login wins; otherwise it is left to the holder. Returns, for each claim this instance lost, its position in
-/// `KEYS` (1-based, as a string) and its holder; the instance ends its own session when it loses to a holder
+/// `KEYS` (1-based, as a string) and its holder (its first 257 bytes at most); the instance ends its own
+/// session when it loses to a holder
 /// signed by the network (Lua cannot check: [`super::entries::claim_signed`] does), and takes the claim back
 /// from any other. A claim of another Redis type (not written by any instance) is replaced by this one and answered as
 /// `w<position>` and an empty string, so that one bad key neither stops the script halfway (Redis would keep
@@ -49,7 +50,7 @@ for i, key in ipairs(KEYS) do
     redis.call('SET', key, mine, 'PX', lease)
   else
     table.insert(lost, tostring(i))
-    table.insert(lost, holder)
+    table.insert(lost, string.sub(holder, 1, 257))
   end
 end
 return lost
@@ -70,10 +71,21 @@ local set = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')
 if set then return {1, replaced} else return {0, replaced} end
 ";
 
-/// Replaces a name's claim only while it holds one value (`KEYS[1]` the claim, `ARGV[1]` what holds it now,
-/// `ARGV[2]` the new value, `ARGV[3]` the lease in milliseconds): 1 when replaced, else 0.
-pub(super) const REPLACE_CLAIM: &str = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], \
-     ARGV[2], 'PX', ARGV[3]) return 1 else return 0 end";
+/// Bytes of a claim's holder read at most: 256 (a claim of the network is about 115; a longer value is not
+/// one). Scripts answer with at most this many bytes and one more, so a longer one is seen as such.
+pub(super) const MAX_CLAIM_READ: usize = 256;
+
+/// Replaces a name's claim only while it holds what was read (`KEYS[1]` the claim, `ARGV[1]` what holds it, as
+/// read: its first 257 bytes at most, `ARGV[2]` the new value, `ARGV[3]` the lease in milliseconds): 1 when
+/// replaced, else 0.
+pub(super) const REPLACE_CLAIM: &str = r"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' and string.sub(v, 1, 257) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
 
 /// Claims renewed by one [`RENEW_CLAIMS`] call at most: 1,000 (a larger table takes several calls in the
 /// pipeline, so Redis is never busy with one for long).

@@ -100,7 +100,7 @@ pub(crate) enum Request {
     Kick {
         /// The player's name (any case).
         name: String,
-        /// The claim the session to end holds (`<instance>:<nonce>:<login ms>`): a later login of the name
+        /// The claim the session to end holds (`<instance>:<nonce>:<login ms>:<signature>`): a later login of the name
         /// there, which holds another, stays.
         claim: String,
         /// Plain text for the player's disconnect screen.

@@ -37,11 +37,10 @@ use crate::labels::{BadEntry, DuplicateAction, LeaseResult};
 use crate::move_state::MoveAnswer;
 use crate::players::{Change, PlayerTable, Update, Updates};
 
-use super::claims::{now_ms, release_of, CLAIMS_PER_CALL, CLAIM_NEW, RELEASE_CLAIM, RENEW_CLAIMS, REPLACE_CLAIM};
-use super::entries::{claim_signed, claim_value};
+use super::claims::{now_ms, release_of, CLAIM_NEW};
+use super::entries::claim_value;
 use super::{
-    link, Admit, BoxFuture, CarriedResume, Carrier, Claim, LinkError, Network, NetworkError, ALREADY_PLAYING,
-    KICKED_ELSEWHERE,
+    link, Admit, BoxFuture, CarriedResume, Carrier, Claim, LinkError, Network, NetworkError, KICKED_ELSEWHERE,
 };
 
 /// How long an instance's and its players' entries live without a renewal: 10 seconds.
@@ -63,10 +62,6 @@ const REDIS_DOWN: u8 = 2;
 /// Links a login or a resume asked for that failed (a kick, a carried resume): 10 lines per 10 seconds.
 static LINK_FAILED_LOG: std::sync::LazyLock<crate::limits::LogLimiter> =
     std::sync::LazyLock::new(|| crate::limits::LogLimiter::new(10, Duration::from_secs(10)));
-
-/// Unexpected answers to a claims renewal: 1 line per 10 seconds.
-static CLAIMS_LOG: std::sync::LazyLock<crate::limits::LogLimiter> =
-    std::sync::LazyLock::new(|| crate::limits::LogLimiter::new(1, Duration::from_secs(10)));
 
 /// This instance's place in the network.
 pub(crate) struct RedisNetwork {
@@ -140,106 +135,8 @@ impl RedisNetwork {
     }
 
     /// The claim of name `lower` (lower case).
-    fn name_key(&self, lower: &str) -> String {
+    pub(super) fn name_key(&self, lower: &str) -> String {
         format!("{}name:{lower}", self.prefix)
-    }
-
-    /// Adds the release of login claim `value` of name `key` (lower case) to `pipe` ([`RELEASE_CLAIM`]: only
-    /// while the claim still holds that value).
-    pub(super) fn release_claim(&self, pipe: &mut redis::Pipeline, key: &str, value: &str) {
-        pipe.cmd("EVAL").arg(RELEASE_CLAIM).arg(1).arg(self.name_key(key)).arg(value).ignore();
-    }
-
-    /// Adds [`RENEW_CLAIMS`] calls for `claims` (lower-case name, claim value) to `pipe`, one per
-    /// [`CLAIMS_PER_CALL`]; each call answers a list (see [`RedisNetwork::lost_claims`]).
-    pub(super) fn renew_claims<'a>(
-        &self,
-        pipe: &mut redis::Pipeline,
-        claims: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> usize {
-        let claims: Vec<(&str, &str)> = claims.into_iter().collect();
-        let keep = match self.config.duplicate_login {
-            DuplicateLogin::RefuseNew => "older",
-            DuplicateLogin::KickExisting => "newer",
-        };
-        let mut calls = 0;
-        for chunk in claims.chunks(CLAIMS_PER_CALL) {
-            let eval = pipe.cmd("EVAL").arg(RENEW_CLAIMS).arg(chunk.len());
-            for (key, _) in chunk {
-                eval.arg(self.name_key(key));
-            }
-            for (_, value) in chunk {
-                eval.arg(*value);
-            }
-            eval.arg(keep).arg(lease_ms());
-            calls += 1;
-        }
-        calls
-    }
-
-    /// Ends the local sessions whose claims another login won (the answers of [`RedisNetwork::renew_claims`] for
-    /// `claims`, in order): a login elsewhere took the name while Redis had lost this one's claim, or while a
-    /// kick could not reach this instance. The player reads what `duplicate_login` tells the session that
-    /// goes.
-    pub(super) fn lost_claims(
-        &self,
-        claims: &[(String, String)],
-        answers: Vec<redis::Value>,
-    ) -> Vec<(String, String, String)> {
-        let reason = match self.config.duplicate_login {
-            DuplicateLogin::RefuseNew => ALREADY_PLAYING,
-            DuplicateLogin::KickExisting => KICKED_ELSEWHERE,
-        };
-        let mut reclaim = Vec::new();
-        for (chunk, answer) in claims.chunks(CLAIMS_PER_CALL).zip(answers) {
-            let lost: Vec<String> = match redis::from_redis_value(answer) {
-                Ok(l) => l,
-                Err(e) => {
-                    if let Some(suppressed) = CLAIMS_LOG.allow() {
-                        warn!(suppressed, "unexpected answer from Redis to a claims renewal: {e}");
-                    }
-                    continue;
-                }
-            };
-            for pair in lost.chunks_exact(2) {
-                let [i, holder] = pair else { continue };
-                if let Some(i) = i.strip_prefix('w') {
-                    let key = i.parse::<usize>().ok().and_then(|i| chunk.get(i.checked_sub(1)?));
-                    if let Some((key, _)) = key {
-                        super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &self.name_key(key));
-                    }
-                    continue;
-                }
-                let Ok(i) = i.parse::<usize>() else { continue };
-                let Some((key, value)) = i.checked_sub(1).and_then(|i| chunk.get(i)) else { continue };
-                // Only a login of the network, on a live instance, ends a session: anything else in the claim's
-                // place (written by someone else) is replaced by this login's claim.
-                if !self.made_by_the_network(key, holder) {
-                    super::entries::report(&self.metrics, BadEntry::UnsignedClaim, &self.name_key(key));
-                    reclaim.push((key.clone(), holder.clone(), value.clone()));
-                    continue;
-                }
-                let instance = holder.split(':').next().unwrap_or_default();
-                if self.players.kick_claim(key, value, reason) {
-                    info!(player = %key, %instance, "another login holds the name: ending this session");
-                }
-            }
-        }
-        reclaim
-    }
-
-    /// Sets the claims `reclaim` (lower-case name, what holds its place, this login's value) again, each only
-    /// while that still holds its place ([`REPLACE_CLAIM`]).
-    pub(super) async fn reclaim(&self, con: &mut ConnectionManager, reclaim: Vec<(String, String, String)>) {
-        if reclaim.is_empty() {
-            return;
-        }
-        let mut pipe = redis::pipe();
-        for (key, holder, value) in &reclaim {
-            pipe.cmd("EVAL").arg(REPLACE_CLAIM).arg(1).arg(self.name_key(key)).arg(holder).arg(value).arg(lease_ms());
-            pipe.ignore();
-        }
-        let _ = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(con)).await;
     }
 
     /// What the other instances dial to reach this one (`peer_address`, or found at start).
@@ -304,7 +201,7 @@ impl RedisNetwork {
                 if replaced == 1 {
                     super::entries::report(&self.metrics, BadEntry::WrongTypeClaim, &key);
                 }
-                let claimed = claimed == 1 || self.take_unsigned(&mut con, &lower, &value).await;
+                let claimed = claimed == 1 || self.take_forged(&mut con, &lower, &value).await;
                 claimed.then(|| "OK".to_string())
             }
             DuplicateLogin::KickExisting => {
@@ -349,34 +246,6 @@ impl RedisNetwork {
         }
     }
 
-    /// The claim of name `lower` is held by a value no login of the network made (not signed with the secret,
-    /// or of an instance that is not live): replaces it with `mine` (only while it still holds that value) and
-    /// says whether it did, within [`REDIS_TIMEOUT`] each way.
-    async fn take_unsigned(&self, con: &mut ConnectionManager, lower: &str, mine: &str) -> bool {
-        let key = self.name_key(lower);
-        let mut get = redis::cmd("GET");
-        get.arg(&key);
-        let Ok(Ok(Some(holder))) = tokio::time::timeout(REDIS_TIMEOUT, get.query_async::<Option<String>>(con)).await
-        else {
-            return false;
-        };
-        if self.made_by_the_network(lower, &holder) {
-            return false;
-        }
-        super::entries::report(&self.metrics, BadEntry::UnsignedClaim, &key);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(REPLACE_CLAIM).arg(1).arg(&key).arg(&holder).arg(mine).arg(lease_ms());
-        matches!(tokio::time::timeout(REDIS_TIMEOUT, eval.query_async::<i64>(con)).await, Ok(Ok(1)))
-    }
-
-    /// Whether claim value `holder` of name `lower` was made by a login of the network on a live instance (this
-    /// one, or one whose signed entry was read at the last renewal).
-    fn made_by_the_network(&self, lower: &str, holder: &str) -> bool {
-        let instance = holder.split(':').next().unwrap_or_default();
-        let live = instance == self.id || self.peer_of(instance).is_some();
-        live && claim_signed(&self.secret, &self.config.name, lower, holder)
-    }
-
     /// Renews this instance's leases and reads the others' until `stop`, then removes this instance's entries
     /// (so its players leave the network's counts at once).
     pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
@@ -411,8 +280,8 @@ impl RedisNetwork {
                     }
                     // With no change in flight, Redis must hold exactly this instance's players.
                     let settled = updates.is_empty();
-                    let ok = self.renew(&mut rewrite, &mut releases, settled.then_some(changes)).await;
-                    self.set_up(ok);
+                    let renewed = self.renew(&mut rewrite, &mut releases, settled.then_some(changes)).await;
+                    self.set_up(renewed);
                 }
                 Some(update) = updates.recv() => {
                     if rewrite {
@@ -438,8 +307,9 @@ impl RedisNetwork {
         }
     }
 
-    /// Logs and counts a change between Redis reachable and not.
-    fn set_up(&self, ok: bool) {
+    /// Logs (with the cause) and counts a change between Redis reachable and not.
+    fn set_up(&self, renewed: Result<(), String>) {
+        let ok = renewed.is_ok();
         self.metrics.redis_up.set(i64::from(ok));
         let now = if ok { REDIS_UP } else { REDIS_DOWN };
         // From the start too: an instance that never reaches Redis says so once.
@@ -447,7 +317,8 @@ impl RedisNetwork {
             if ok {
                 info!(network = %self.config.name, instance = %self.id, "Redis reachable: this instance is part of the network");
             } else {
-                warn!(network = %self.config.name, instance = %self.id, "Redis unreachable: serving with this instance's state only (logins go on; resumes to other instances are refused)");
+                let why = renewed.err().unwrap_or_default();
+                warn!(network = %self.config.name, instance = %self.id, "Redis unreachable ({why}): serving with this instance's state only (logins go on; resumes to other instances are refused)");
                 self.players.set_others(Vec::new());
                 self.peers.write().unwrap_or_else(PoisonError::into_inner).clear();
                 self.metrics.instances.set(1);
@@ -492,8 +363,16 @@ impl RedisNetwork {
         Ok(())
     }
 
-    /// Connects when not yet connected; one renewal; the others read. False when Redis failed.
-    async fn renew(&self, rewrite: &mut bool, releases: &mut Vec<(String, String)>, settled: Option<u64>) -> bool {
+    /// Connects when not yet connected; one renewal; the others read.
+    ///
+    /// # Errors
+    /// Why Redis failed (as the log says it): not connected, a refused command, or no answer in time.
+    async fn renew(
+        &self,
+        rewrite: &mut bool,
+        releases: &mut Vec<(String, String)>,
+        settled: Option<u64>,
+    ) -> Result<(), String> {
         let con = match self.connection() {
             Some(c) => c,
             None => {
@@ -513,25 +392,32 @@ impl RedisNetwork {
                         *self.redis.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
                         c
                     }
-                    _ => {
+                    failed => {
                         self.metrics.lease(LeaseResult::Missed);
                         *rewrite = true;
-                        return false;
+                        return Err(match failed {
+                            Ok(Err(e)) => format!("cannot connect: {e}"),
+                            _ => "cannot connect: no answer in time".into(),
+                        });
                     }
                 }
             }
         };
         let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, releases, settled)).await;
-        let ok = matches!(result, Ok(Ok(())));
-        self.metrics.lease(if ok { LeaseResult::Renewed } else { LeaseResult::Missed });
-        if !ok {
+        let result = match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer in time".into()),
+        };
+        self.metrics.lease(if result.is_ok() { LeaseResult::Renewed } else { LeaseResult::Missed });
+        if result.is_err() {
             // Whatever was lost meanwhile is written again at the next renewal that works, on a new connection:
             // the connection manager would reconnect only after its next request failed as well, which would
             // make the state come back one renewal later than it can.
             *rewrite = true;
             *self.redis.lock().unwrap_or_else(PoisonError::into_inner) = None;
         }
-        ok
+        result
     }
 }
 

@@ -17,19 +17,28 @@ use crate::labels::BadEntry;
 
 /// Instances of a network read at each renewal, at most: 1,000 (the index's first; more are reported).
 pub(crate) const MAX_INSTANCES: usize = 1000;
-/// Players of one other instance read at each renewal, at most: 50,000 (a hash with more is not read and is
+/// Players of one other instance read at each renewal, at most: 20,000 (a hash with more is not read and is
 /// reported).
-pub(crate) const MAX_PLAYERS_READ: usize = 50_000;
+pub(crate) const MAX_PLAYERS_READ: usize = 20_000;
+/// Bytes of one player record read, at most: 512 (an instance writes about 100; a longer one reads as empty and
+/// is reported). So one instance's players cost at most 10 MiB to read.
+pub(crate) const MAX_RECORD_BYTES: usize = 512;
 /// Bytes of an instance entry read, at most: 1,024 (an instance writes about 200; a longer one is reported).
 pub(crate) const MAX_ENTRY_BYTES: usize = 1024;
 
-/// Reads another instance's player hash only when it holds at most `ARGV[1]` entries: the values, or the
-/// count when over, or `wrongtype` when the key is of another type.
+/// Reads another instance's player hash only when it holds at most `ARGV[1]` entries: the values (each longer
+/// than `ARGV[2]` bytes as an empty string), or the count when over, or `wrongtype` when the key is of another
+/// type.
 const PLAYERS_UP_TO: &str = r"
 local n = redis.pcall('HLEN', KEYS[1])
 if type(n) == 'table' then return 'wrongtype' end
 if n > tonumber(ARGV[1]) then return n end
-return redis.call('HVALS', KEYS[1])
+local values = redis.call('HVALS', KEYS[1])
+local most = tonumber(ARGV[2])
+for i, v in ipairs(values) do
+  if #v > most then values[i] = '' end
+end
+return values
 ";
 
 /// One command's answer in a pipeline with `ignore_errors`: the value; `None` when the key holds another type
@@ -167,16 +176,22 @@ impl RedisNetwork {
         for id in &others {
             // One byte more than an entry may hold: a longer one is seen as such.
             pipe.getrange(self.key(&format!("instance:{id}")), 0, MAX_ENTRY_BYTES as isize);
-            pipe.cmd("EVAL").arg(PLAYERS_UP_TO).arg(1).arg(self.players_key(id)).arg(MAX_PLAYERS_READ);
+            pipe.cmd("EVAL")
+                .arg(PLAYERS_UP_TO)
+                .arg(1)
+                .arg(self.players_key(id))
+                .arg(MAX_PLAYERS_READ)
+                .arg(MAX_RECORD_BYTES);
         }
         let answers: Vec<Value> = pipe.query_async(con).await?;
         let mut answers = answers.into_iter().map(checked);
         for id in others {
             let (Some(entry), Some(players)) = (answers.next(), answers.next()) else { break };
             let entry_key = self.key(&format!("instance:{id}"));
-            let raw = match entry? {
-                Some(v) => redis::from_redis_value::<String>(v).unwrap_or_default(),
-                None => {
+            // Bytes: a value that is not UTF-8 (or cut inside a character at the bound) is reported, not gone.
+            let raw = match entry?.map(redis::from_redis_value::<Vec<u8>>) {
+                Some(Ok(raw)) => raw,
+                _ => {
                     report(&self.metrics, BadEntry::MalformedInstance, &entry_key);
                     continue;
                 }
@@ -191,6 +206,10 @@ impl RedisNetwork {
                 report(&self.metrics, BadEntry::Oversized, &entry_key);
                 continue;
             }
+            let Ok(raw) = String::from_utf8(raw) else {
+                report(&self.metrics, BadEntry::MalformedInstance, &entry_key);
+                continue;
+            };
             let peer = match read_instance(&self.secret, &self.config.name, &id, &raw, now_ms) {
                 Ok(peer) => peer,
                 Err(kind) => {

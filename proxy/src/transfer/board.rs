@@ -177,9 +177,10 @@ impl Switchboard {
     pub(crate) async fn ready(&mut self) {
         loop {
             self.flush().await;
-            if self.answers.paused && self.ended.is_none() {
-                // The backend's frames waited until what the proxy had for it was written: go on with them (a
-                // turn of the scheduler first: a flood of requests must not hold the worker thread; cancelled
+            if self.answers.paused && self.ended.is_none() && !self.answers.over(&self.out) {
+                // The backend's frames waited until what the proxy had for it was written (or, behind a frame of
+                // the player's, until that frame was whole: meanwhile the backend is not read): go on with them
+                // (a turn of the scheduler first: a flood of requests must not hold the worker thread; cancelled
                 // there, the flag stays).
                 tokio::task::consume_budget().await;
                 self.answers.paused = false;
@@ -503,7 +504,8 @@ impl Switchboard {
 
     /// Waits for the next thing to do.
     async fn next_event(&mut self) -> Event {
-        let current = self.current.as_ref().map(|l| &l.stream);
+        // Not read while its frames wait for the proxy's answers to go (`Answers::paused`).
+        let current = self.current.as_ref().filter(|_| !self.answers.paused).map(|l| &l.stream);
         let waiting_for_player = self.current.is_none() && self.switch.is_some();
         let own_at = self.keep_alive.own_at;
         let commands = self.commands.as_mut();

@@ -244,11 +244,10 @@ pub(crate) struct Answers {
 }
 
 impl Answers {
-    /// Whether more than [`MAX_QUEUED_ANSWERS`] wait to be written to the current backend. (What waits behind a
-    /// player's frame under way is not counted: the next flush does not write it; it is bounded on its own by
-    /// `MAX_WAITING_BYTES`.)
+    /// Whether more than [`MAX_QUEUED_ANSWERS`] wait for the current backend: to be written, or behind a frame
+    /// of the player's under way (those go once that frame is whole).
     pub(super) fn over(&self, out: &Outbox) -> bool {
-        out.to_backend.len() > MAX_QUEUED_ANSWERS
+        out.to_backend.len() + out.backend_waiting.len() > MAX_QUEUED_ANSWERS
     }
 
     /// The `PlayerList` answer for `server`, when one was made within [`PLAYER_LIST_FRESH`].
