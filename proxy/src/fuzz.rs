@@ -15,6 +15,7 @@ fn settings(header: RealIpHeader) -> WsSettings {
         trusted,
         real_ip_header: header,
         health_path: Some("/healthz".into()),
+        proxy_header: false,
     }
 }
 

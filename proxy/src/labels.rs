@@ -175,6 +175,30 @@ labels! {
 }
 
 labels! {
+    /// The `cause` of `moonbridge_network_redis_errors_total`: why a lease renewal failed.
+    RedisCause {
+        /// Redis refused the password or user (`NOAUTH`, `WRONGPASS`).
+        Auth => "auth",
+        /// The TLS handshake failed (an untrusted or expired certificate, a name that does not match).
+        Tls => "tls",
+        /// No answer within the round trip's bound (1 s).
+        Timeout => "timeout",
+        /// The TCP connection was refused (nothing listens there).
+        ConnectionRefused => "connection_refused",
+        /// Another I/O failure (the connection dropped, no route).
+        Io => "io",
+        /// Redis is over `maxmemory` and refuses writes (`OOM`).
+        OutOfMemory => "out_of_memory",
+        /// A replica that refuses writes (`READONLY`, after a failover).
+        ReadOnly => "read_only",
+        /// The user may not run a command the network needs (`NOPERM`).
+        NoPermission => "no_permission",
+        /// Anything else.
+        Other => "other",
+    }
+}
+
+labels! {
     /// The `request` of `moonbridge_network_link_requests_total`: what another instance asked over a link.
     LinkRequest {
         /// End a session whose name logged in elsewhere (`kick_existing`).
@@ -315,6 +339,7 @@ mod tests {
         distinct(LeaseResult::TEXTS);
         distinct(DuplicateAction::TEXTS);
         distinct(LinkRequest::TEXTS);
+        distinct(RedisCause::TEXTS);
         distinct(LinkOutcome::TEXTS);
         distinct(LinkRefused::TEXTS);
         distinct(BadEntry::TEXTS);

@@ -49,10 +49,27 @@ fn main() -> ExitCode {
     match run(cli.config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
+            tracing::error!("{}", said_once(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes, each said once: a cause whose text an outer message already quotes (the library's
+/// errors name their cause) is not repeated.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn init_logging() {
@@ -147,7 +164,13 @@ async fn reload_on_sighup(
         let loaded = Config::load(path);
         match loaded.map_err(anyhow::Error::from).and_then(|c| Ok(handle.reload(&c)?)) {
             Ok(summary) => info!("SIGHUP: reloaded {}: {summary}", path.display()),
-            Err(e) => warn!("SIGHUP: reload of {} refused, the running configuration stays: {e:#}", path.display()),
+            Err(e) => {
+                warn!(
+                    "SIGHUP: reload of {} refused, the running configuration stays: {}",
+                    path.display(),
+                    said_once(&e)
+                )
+            }
         }
     }
 }

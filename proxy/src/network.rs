@@ -41,8 +41,7 @@ pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
 /// What a new login reads when `duplicate_login = "refuse_new"`.
 pub(crate) const ALREADY_PLAYING: &str = "You are already playing on this network";
 
-/// The shortest secret accepted, in bytes.
-pub(crate) const MIN_SECRET_BYTES: usize = 32;
+pub(crate) use crate::config::MIN_SECRET_BYTES;
 /// The longest instance-link request, in bytes of JSON: 4,096.
 pub(crate) const MAX_REQUEST_BYTES: usize = 4096;
 /// An instance link's opening deadline on each side (connect, TLS, both MACs and the request): 5 seconds.
@@ -64,6 +63,10 @@ pub(crate) trait Network: Send + Sync + std::fmt::Debug {
     /// instance link that carries the player's connection there, opened (bounded by the link's opening
     /// deadline). `None` when it is not (the token is then refused here).
     fn carry(&self, owner: &str, resume: CarriedResume) -> Option<BoxFuture<'_, Result<Carrier, LinkError>>>;
+
+    /// Why this instance serves alone, when it does: the last renewal's error while Redis is unreachable
+    /// (`/readyz` shows it; the instance stays ready: degraded, not down).
+    fn trouble(&self) -> Option<String>;
 
     /// A player's `moving` request for `ticket` (its counts `received` and `sent`): the state from the
     /// draining instance the ticket names, over an instance link. `None` when that is not a live instance other
@@ -224,6 +227,15 @@ pub enum NetworkError {
     /// `redis_url` was refused by the Redis client.
     #[error("network.redis_url: {0}")]
     Redis(String),
+    /// `redis_ca_file`, `redis_client_cert` or `redis_client_key` cannot be read.
+    #[error("network: cannot read {path}: {source}")]
+    RedisTlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why it cannot be read.
+        #[source]
+        source: std::io::Error,
+    },
     /// `peer_bind` could not be bound.
     #[error("cannot listen on network.peer_bind {bind}: {source}")]
     PeerBind {

@@ -6,7 +6,8 @@
 //!   (readiness). The rule: every player listener is bound (true once the listener runs), shutdown has not
 //!   begun, and at least one backend answered its latest TCP connect (so one backend down does not take every
 //!   replica out of a load balancer; its players still get the server list's offline message). The body names
-//!   every unreachable backend either way. A backend's latest connect is a player's, or one the check makes
+//!   every unreachable backend either way, and with `[network]` a Redis it cannot reach, with the cause (the
+//!   instance stays ready: it serves alone). A backend's latest connect is a player's, or one the check makes
 //!   itself (closed without a byte, within [`PROBE_TIMEOUT`] at most) when the latest failed or is older than
 //!   [`READY_PROBE_AFTER`]: a failed backend is probed again at every check, so readiness returns as soon as
 //!   it does.
@@ -202,6 +203,10 @@ async fn readiness(state: &ProxyState, probe: bool) -> (Vec<String>, Vec<String>
     }
     if unreachable.len() == live.backends().len() {
         reasons.push("no backend is reachable".to_string());
+    }
+    // Degraded, not down: said, without taking the instance out of the balancer.
+    if let Some(why) = state.network().and_then(|n| n.trouble()) {
+        unreachable.push(format!("network: Redis unreachable ({why}); serving with this instance's state only"));
     }
     (reasons, unreachable)
 }

@@ -1,5 +1,6 @@
-//! PROXY protocol (HAProxy's v1 text and v2 binary headers): read from load balancers in front of `tcp`
-//! listeners with `proxy_protocol = true`, and written to backends with `forwarding = "proxy-protocol"`.
+//! PROXY protocol (HAProxy's v1 text and v2 binary headers): read from load balancers in front of listeners
+//! with `proxy_protocol = true` (`tcp`, and `ws`/`wss` before TLS and the upgrade), and written to backends with
+//! `forwarding = "proxy-protocol"`.
 //! Parsing and building use the `ppp` crate.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -38,6 +39,34 @@ pub(crate) async fn read_header(stream: &mut TcpStream) -> Result<(Option<Socket
             let _ = buf.split_to(len.min(buf.len()));
             return Ok((addr, buf));
         }
+    }
+}
+
+/// Reads a PROXY v1 or v2 header and nothing after it (looked at with `peek`, then consumed exactly), so what
+/// follows (a TLS ClientHello, an HTTP upgrade) is read by its own reader from the socket. Returns the client
+/// address it names (`None` for `LOCAL` or `UNKNOWN`). While the header is incomplete it looks again after a
+/// pause (1 ms, doubling to 50 ms): a balancer sends it whole, in the connection's first segment.
+///
+/// # Errors
+/// As [`read_header`].
+pub(crate) async fn read_header_exactly(stream: &mut TcpStream) -> Result<Option<SocketAddr>, ProxyHeaderError> {
+    let mut buf = vec![0u8; MAX_PROXY_HEADER + 1];
+    let (mut seen, mut pause) = (0, std::time::Duration::from_millis(1));
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 {
+            return Err(ProxyHeaderError::Closed);
+        }
+        if let Some((len, addr)) = parse_header(buf.get(..n).unwrap_or_default())? {
+            let header = buf.get_mut(..len).ok_or(ProxyHeaderError::TooLong)?;
+            stream.read_exact(header).await?;
+            return Ok(addr);
+        }
+        if n == seen {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
+        seen = n;
     }
 }
 

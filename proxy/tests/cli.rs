@@ -146,6 +146,24 @@ fn an_invalid_config_stops_startup_with_a_clear_error() {
     assert!(err.contains("backend[0].name"), "{err}");
 }
 
+/// Issue 49: an operating-system error that stops the start is said once (the listener's error names it; the
+/// log line does not repeat it).
+#[test]
+fn a_bind_failure_names_its_os_error_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let p = write_config(
+        "taken-port.toml",
+        &format!("[[listener]]\ntransport = \"tcp\"\nbind = \"{addr}\"\n[[backend]]\nname = \"b\"\naddress = \"127.0.0.1:1\"\n"),
+    );
+    let out = Command::new(BIN).arg("--config").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let line = err.lines().find(|l| l.contains("ERROR")).unwrap_or_default();
+    assert!(line.contains(&format!("cannot listen on tcp {addr}")), "{err}");
+    assert_eq!(line.matches("(os error 98)").count(), 1, "{line}");
+}
+
 #[test]
 fn sighup_reloads_the_config_file_or_refuses_it_with_the_reason() {
     let base = "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:0\"\n\n[[backend]]\nname = \"a\"\naddress = \"127.0.0.1:25565\"\n";

@@ -39,6 +39,36 @@ fn the_shipped_configuration_passes_check_config() {
     assert!(c.metrics.bind.is_some(), "the probes need the metrics listener");
 }
 
+/// The Kubernetes configuration is the single one with `[network]` added; `--check-config` reads its secret file
+/// (refusing it until the Secret is mounted) and accepts it once it is there.
+#[test]
+fn the_network_configuration_is_the_shipped_one_with_a_network() {
+    let (path, text) = deploy("moonbridge-network.toml");
+    // Parsed only: the check needs the secret file, which is there only inside the pod.
+    let network = Config::from_toml(&text).expect("deploy/moonbridge-network.toml parses");
+    let single = config();
+    assert_eq!(network.listeners, single.listeners, "the same listeners");
+    assert_eq!((network.backends.len(), network.metrics.bind), (single.backends.len(), single.metrics.bind));
+    assert!(single.network.is_none(), "the single instance needs no Redis");
+    let n = network.network.as_ref().expect("[network]");
+    let out = Command::new(BIN).arg("--check-config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("network.secret_file"), "{stderr}");
+    // With the secret mounted where the file says: accepted.
+    let dir = moonbridge_test_certs::TestDir::new("moonbridge-network-config").unwrap();
+    let secret = dir.join("network.key");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let mounted = dir.join("moonbridge.toml");
+    std::fs::write(&mounted, text.replace(n.secret_file.to_str().unwrap(), secret.to_str().unwrap())).unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg(&mounted).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A secret too short is refused by --check-config as by the start.
+    std::fs::write(&secret, "short\n").unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg(&mounted).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("holds 5 bytes; the secret needs at least 32"), "{stderr}");
+}
+
 #[test]
 fn every_flag_in_the_deployment_files_exists() {
     let help = String::from_utf8(Command::new(BIN).arg("--help").output().unwrap().stdout).unwrap();
@@ -81,7 +111,10 @@ fn paths_ports_probes_and_stop_timeouts_agree() {
     assert!(k8s.contains(&format!("args: [\"--config\", \"{INSTALLED_CONFIG}\"]")), "{k8s}");
     let dir = Path::new(INSTALLED_CONFIG).parent().unwrap().to_str().unwrap();
     assert!(k8s.contains(&format!("mountPath: {dir}")));
-    assert!(kustomization.contains("- moonbridge.toml") && kustomization.contains("name: moonbridge-config"));
+    assert!(
+        kustomization.contains("- moonbridge.toml=moonbridge-network.toml")
+            && kustomization.contains("name: moonbridge-config")
+    );
     assert!(k8s.contains("name: moonbridge-config"));
 
     // Ports: every listener and the metrics listener are exposed by the image and the pod.
@@ -99,6 +132,10 @@ fn paths_ports_probes_and_stop_timeouts_agree() {
         assert!(exposed.contains(p), "EXPOSE lacks {p}");
         assert!(container_ports.contains(&u64::from(*p)), "containerPort {p} missing");
     }
+    // The instance links of the Kubernetes configuration too.
+    let network = Config::from_toml(&deploy("moonbridge-network.toml").1).unwrap();
+    let peer = network.network.map(|n| n.peer_bind.port()).expect("[network]");
+    assert!(exposed.contains(&peer) && container_ports.contains(&u64::from(peer)), "peer_bind {peer}");
     // The probes use the metrics port and the endpoints the proxy serves.
     let metrics_port = c.metrics.bind.unwrap().port();
     assert!(k8s.contains(&format!("name: metrics\n              containerPort: {metrics_port}")), "{k8s}");

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use moonbridge_test_certs::{free_port, TestDir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,6 +47,54 @@ pub fn instance_config(
         redis.url(),
         secret.display()
     )
+}
+
+/// 127.0.0.1 and `port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// `series` on the `[metrics]` listener at `addr` now.
+pub async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
+    let reply = crate::raw_http(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    crate::sample(reply.split_once("\r\n\r\n")?.1, series)
+}
+
+/// Waits until `series` at `addr` reads at least `at_least`; returns the value.
+pub async fn wait_metric_at(addr: SocketAddr, series: &str, at_least: f64, within: Duration) -> f64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = metric_at(addr, series).await;
+        if let Some(v) = now.filter(|v| *v >= at_least) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{series} at {addr} is {now:?}, not {at_least} or more, after {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An instance as its own `moonbridge` process (info log kept), with its listeners, `peer_bind` and
+/// `[metrics]` on the ports returned: (process, tcp, ws, peer, metrics).
+pub fn instance_process(
+    dir: &TestDir,
+    name: &str,
+    toml: String,
+    extra: &str,
+) -> (moonbridge_test_certs::ChildLog, SocketAddr, SocketAddr, SocketAddr, SocketAddr) {
+    let [tcp, ws, peer, metrics] = [(); 4].map(|()| loopback(free_port().unwrap()));
+    let toml = toml.replacen("127.0.0.1:0", &tcp.to_string(), 1).replacen("127.0.0.1:0", &ws.to_string(), 1).replacen(
+        "127.0.0.1:0",
+        &peer.to_string(),
+        1,
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, format!("{toml}[metrics]\nbind = \"{metrics}\"\n{extra}")).unwrap();
+    let log = moonbridge_test_certs::ChildLog::spawn(
+        std::process::Command::new(crate::moonbridge_bin()).arg("--config").arg(&path).env("RUST_LOG", "info"),
+    )
+    .unwrap();
+    assert!(log.wait_line("listening", Duration::from_secs(20)).is_some(), "{name} starts");
+    (log, tcp, ws, peer, metrics)
 }
 
 /// The HMAC-SHA-256 (hex) with the network's secret in `key` of `role` and `parts` framed as MoonBridge frames
@@ -189,6 +237,11 @@ pub struct Haproxy {
 impl Haproxy {
     /// `groups`: a name and the instance addresses it balances over.
     pub async fn start(groups: &[(&str, Vec<SocketAddr>)]) -> Self {
+        Self::start_with(groups, "").await
+    }
+
+    /// As [`Haproxy::start`], with `server` options on every server line (`send-proxy-v2`, `source <ip>`).
+    pub async fn start_with(groups: &[(&str, Vec<SocketAddr>)], server: &str) -> Self {
         let dir = TestDir::new("moonbridge-haproxy").unwrap();
         let socket = dir.path().join("admin.sock");
         let mut cfg = format!(
@@ -203,7 +256,7 @@ impl Haproxy {
             cfg.push_str(&format!("frontend f_{name}\n  bind {front}\n  default_backend b_{name}\n"));
             cfg.push_str(&format!("backend b_{name}\n  balance roundrobin\n"));
             for (i, s) in servers.iter().enumerate() {
-                cfg.push_str(&format!("  server s{i} {s}\n"));
+                cfg.push_str(&format!("  server s{i} {s} {server}\n"));
             }
             fronts.push(front);
         }

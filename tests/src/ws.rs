@@ -44,10 +44,25 @@ pub async fn ws_connect(
     url: &str,
     headers: &[(&str, &str)],
     ca: Option<&std::path::Path>,
-) -> Result<
+) -> WsConnected {
+    ws_connect_from(None, addr, url, headers, ca).await
+}
+
+/// A WebSocket client's connection and the server's upgrade response, or why there is none.
+pub type WsConnected = Result<
     (WebSocketStream<Box<dyn Io>>, tokio_tungstenite::tungstenite::handshake::client::Response),
     tokio_tungstenite::tungstenite::Error,
-> {
+>;
+
+/// As [`ws_connect`], from local address `source` when given (a loopback address other than 127.0.0.1 stands
+/// for a player on another host).
+pub async fn ws_connect_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    url: &str,
+    headers: &[(&str, &str)],
+    ca: Option<&std::path::Path>,
+) -> WsConnected {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut req = url.into_client_request()?;
     for (k, v) in headers {
@@ -56,7 +71,16 @@ pub async fn ws_connect(
             v.parse().unwrap(),
         );
     }
-    let tcp = TcpStream::connect(addr).await.map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+    let tcp = match source {
+        Some(ip) => {
+            let socket = if ip.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
+            let socket = socket.map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+            socket.bind(SocketAddr::new(ip, 0)).map_err(tokio_tungstenite::tungstenite::Error::Io)?;
+            socket.connect(addr).await
+        }
+        None => TcpStream::connect(addr).await,
+    }
+    .map_err(tokio_tungstenite::tungstenite::Error::Io)?;
     tcp.set_nodelay(true).unwrap();
     let io: Box<dyn Io> = if url.starts_with("wss://") {
         let config =

@@ -13,63 +13,16 @@ use std::time::{Duration, Instant};
 use moonbridge_protocol::packets::Packet;
 use moonbridge_proxy::config::Transport;
 use moonbridge_test_certs::{free_port, ChildLog};
-use testbed::network::{instance_config, secret, signed_entry, Redis};
-use testbed::{
-    login_backend, login_handshake, login_start, moonbridge_bin, raw_http, rss_kib, sample, Proxy, TestDir, STEP,
+use testbed::network::{
+    instance_config, instance_process, loopback, metric_at, secret, signed_entry, wait_metric_at, Redis,
 };
+use testbed::{login_backend, login_handshake, login_start, moonbridge_bin, rss_kib, Proxy, TestDir, STEP};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::timeout;
 
 /// How long every instance may take to see another's change (two renewal periods, with slack).
 const NETWORK_SEES: Duration = Duration::from_secs(7);
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// `series` on the `[metrics]` listener at `addr` now.
-async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
-    let reply = raw_http(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    sample(reply.split_once("\r\n\r\n")?.1, series)
-}
-
-/// Waits until `series` at `addr` reads at least `at_least`; returns the value.
-async fn wait_metric_at(addr: SocketAddr, series: &str, at_least: f64, within: Duration) -> f64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let now = metric_at(addr, series).await;
-        if let Some(v) = now.filter(|v| *v >= at_least) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{series} at {addr} is {now:?}, not {at_least} or more, after {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// An instance as its own `moonbridge` process (info log kept), with its listeners, `peer_bind` and
-/// `[metrics]` on the ports returned: (process, tcp, ws, peer, metrics).
-fn instance_process(
-    dir: &TestDir,
-    name: &str,
-    toml: String,
-    extra: &str,
-) -> (ChildLog, SocketAddr, SocketAddr, SocketAddr, SocketAddr) {
-    let [tcp, ws, peer, metrics] = [(); 4].map(|()| loopback(free_port().unwrap()));
-    let toml = toml.replacen("127.0.0.1:0", &tcp.to_string(), 1).replacen("127.0.0.1:0", &ws.to_string(), 1).replacen(
-        "127.0.0.1:0",
-        &peer.to_string(),
-        1,
-    );
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, format!("{toml}[metrics]\nbind = \"{metrics}\"\n{extra}")).unwrap();
-    let log = ChildLog::spawn(
-        std::process::Command::new(moonbridge_bin()).arg("--config").arg(&path).env("RUST_LOG", "info"),
-    )
-    .unwrap();
-    assert!(log.wait_line("listening", Duration::from_secs(20)).is_some(), "{name} starts");
-    (log, tcp, ws, peer, metrics)
-}
 
 /// A token of a session instance `instance` (16 hex digits) never issued.
 fn guessed_token(instance: &str, i: usize) -> String {

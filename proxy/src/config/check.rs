@@ -8,7 +8,7 @@ use super::errors::{ConfigError, ConfigProblem};
 use super::limits::LimitsConfig;
 use super::schema::{
     AuthMode, Config, Forwarding, ListenerConfig, NetworkConfig, TransferConfig, DEFAULT_PING_INTERVAL_SECONDS,
-    DEFAULT_WS_PATH,
+    DEFAULT_WS_PATH, MIN_SECRET_BYTES,
 };
 use super::settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 use crate::transport::Transport;
@@ -176,6 +176,22 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     } else if let Err(e) = redis::IntoConnectionInfo::into_connection_info(n.redis_url.as_str()) {
         push("network.redis_url".into(), format!("not a Redis URL: {e}"));
     }
+    let tls_files = [
+        ("network.redis_ca_file", &n.redis_ca_file),
+        ("network.redis_client_cert", &n.redis_client_cert),
+        ("network.redis_client_key", &n.redis_client_key),
+    ];
+    for (key, path) in tls_files {
+        let Some(path) = path else { continue };
+        if !n.redis_url.starts_with("rediss://") {
+            push(key.into(), "needs a rediss:// redis_url".into());
+        } else if let Err(e) = std::fs::metadata(path) {
+            push(key.into(), format!("cannot read {}: {e}", path.display()));
+        }
+    }
+    if n.redis_client_cert.is_some() != n.redis_client_key.is_some() {
+        push("network.redis_client_cert".into(), "redis_client_cert and redis_client_key go together".into());
+    }
     let name_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if n.name.is_empty() || n.name.len() > 64 || !n.name.chars().all(name_ok) {
         push("network.name".into(), "must be 1 to 64 characters of A-Z a-z 0-9 - _ .".into());
@@ -191,6 +207,21 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     }
     if n.secret_file.as_os_str().is_empty() {
         push("network.secret_file".into(), "must name a file".into());
+    } else {
+        // The same rule the start applies (network/link.rs), said before it.
+        match std::fs::read(&n.secret_file) {
+            Err(e) => push("network.secret_file".into(), format!("cannot read {}: {e}", n.secret_file.display())),
+            Ok(bytes) if bytes.trim_ascii().len() < MIN_SECRET_BYTES => push(
+                "network.secret_file".into(),
+                format!(
+                    "{} holds {} bytes; the secret needs at least {} (openssl rand -hex 32)",
+                    n.secret_file.display(),
+                    bytes.trim_ascii().len(),
+                    MIN_SECRET_BYTES
+                ),
+            ),
+            Ok(_) => {}
+        }
     }
 }
 
@@ -246,8 +277,6 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
         if !l.trusted_proxies.is_empty() && !l.proxy_protocol {
             problem("trusted_proxies", "on a tcp listener it needs proxy_protocol = true".into());
         }
-    } else if l.proxy_protocol {
-        problem("proxy_protocol", only("tcp"));
     }
     let mut tls = None;
     if l.transport == Transport::Wss {
@@ -305,6 +334,7 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
         trusted: trusted.clone(),
         real_ip_header: l.real_ip_header.unwrap_or_default(),
         health_path: l.health_path.clone(),
+        proxy_header: l.proxy_protocol,
     };
     Some(match l.transport {
         Transport::Tcp => {

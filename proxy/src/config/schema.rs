@@ -92,8 +92,19 @@ impl std::fmt::Display for DuplicateLogin {
 #[non_exhaustive]
 pub struct NetworkConfig {
     /// `redis_url`: `redis://[user:password@]host:port/db`, or `rediss://` for Redis over TLS (verified
-    /// against the system's roots). Required.
+    /// against the system's roots, or `redis_ca_file`). Required.
     pub redis_url: String,
+    /// `redis_ca_file` (`rediss://`): PEM certificates Redis's certificate is verified against instead of the
+    /// system's roots (a private CA). Default: none.
+    #[serde(default)]
+    pub redis_ca_file: Option<PathBuf>,
+    /// `redis_client_cert` and `redis_client_key` (`rediss://`, both or neither): a PEM certificate chain and
+    /// its key this instance presents to Redis (`tls-auth-clients yes`). Default: none.
+    #[serde(default)]
+    pub redis_client_cert: Option<PathBuf>,
+    /// See `redis_client_cert`.
+    #[serde(default)]
+    pub redis_client_key: Option<PathBuf>,
     /// `name`: instances with the same name (and Redis) form one network; keys are kept under
     /// `moonbridge:<name>:`. 1 to 64 characters of `A-Z a-z 0-9 - _ .`. Default `"main"`.
     #[serde(default = "default_network_name")]
@@ -120,6 +131,9 @@ pub struct NetworkConfig {
     #[serde(default = "default_drain_rate")]
     pub drain_rate: u32,
 }
+
+/// The shortest `[network] secret_file` secret accepted, in bytes (surrounding whitespace not counted): 32.
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 
 fn default_drain_rate() -> u32 {
     50
@@ -355,8 +369,8 @@ pub struct ListenerConfig {
     pub transport: Transport,
     /// `bind`: `IP:port` to listen on, such as `"0.0.0.0:25565"` or `"[::]:25565"`. Required.
     pub bind: SocketAddr,
-    /// `proxy_protocol` (tcp): require a PROXY v1 or v2 header from every peer (behind a load balancer).
-    /// Default `false`.
+    /// `proxy_protocol`: require a PROXY v1 or v2 header from every peer (behind a TCP load balancer; on ws/wss
+    /// before TLS and the upgrade). Default `false`.
     #[serde(default)]
     pub proxy_protocol: bool,
     /// `path` (ws/wss): the one accepted request path; others get HTTP 404. Default `"/mc"`.

@@ -171,7 +171,6 @@ fn transport_specific_keys_are_checked() {
         [
             "listener[0].path",
             "listener[0].trusted_proxies",
-            "listener[1].proxy_protocol",
             "listener[1].tls_cert",
             "listener[1].path",
             "listener[1].ping_interval_seconds",
@@ -180,7 +179,15 @@ fn transport_specific_keys_are_checked() {
             "listener[2].tls_key",
         ]
     );
-    assert!(problems[6].message.contains("\"not-an-ip\""), "{}", problems[6]);
+    assert!(problems[5].message.contains("\"not-an-ip\""), "{}", problems[5]);
+    // A PROXY header in front of a WebSocket listener (a TCP balancer passing TLS through).
+    let c = Config::from_toml(
+        "[[listener]]\ntransport = \"ws\"\nbind = \"127.0.0.1:2\"\nproxy_protocol = true\ntrusted_proxies = [\"10.0.0.2\"]\n",
+    )
+    .unwrap();
+    let s = c.settings().unwrap();
+    let ListenerKind::Ws(ws) = &s.listeners[0].kind else { panic!("ws") };
+    assert!(ws.proxy_header && ws.trusted.contains("10.0.0.2".parse().unwrap()));
 }
 
 #[test]
@@ -344,14 +351,26 @@ fn the_configurations_own_spelling() {
 
 #[test]
 fn network_keys_defaults_and_checks() {
-    let c = Config::from_toml(
-        "[network]\nredis_url = \"redis://10.0.0.2:6379/0\"\npeer_bind = \"0.0.0.0:25600\"\n\
-         secret_file = \"/etc/moonbridge/network.key\"\n",
-    )
-    .unwrap();
+    let key = std::env::temp_dir().join(format!("moonbridge-config-test-{}.key", std::process::id()));
+    let with_secret = |secret: &str| {
+        std::fs::write(&key, secret).unwrap();
+        let toml = format!(
+            "[network]\nredis_url = \"redis://10.0.0.2:6379/0\"\npeer_bind = \"0.0.0.0:25600\"\nsecret_file = \"{}\"\n",
+            key.display()
+        );
+        Config::from_toml(&toml).unwrap()
+    };
+    let c = with_secret("0123456789abcdef0123456789abcdef\n");
     assert!(c.check().is_empty(), "{:?}", c.check());
     let n = c.settings().unwrap().network.unwrap();
     assert_eq!((n.name.as_str(), n.duplicate_login, n.peer_address), ("main", DuplicateLogin::KickExisting, None));
+    // The secret file is read as the start reads it.
+    let short: Vec<String> = with_secret("  short  ").check().iter().map(ToString::to_string).collect();
+    assert_eq!(short.len(), 1, "{short:?}");
+    assert!(short[0].starts_with("network.secret_file: ") && short[0].contains("holds 5 bytes"), "{short:?}");
+    let _ = std::fs::remove_file(&key);
+    let gone: Vec<String> = c.check().iter().map(ToString::to_string).collect();
+    assert!(gone.len() == 1 && gone[0].contains("cannot read"), "{gone:?}");
 
     let c = Config::from_toml(
         "[[listener]]\ntransport = \"tcp\"\nbind = \"0.0.0.0:25565\"\n\

@@ -45,6 +45,20 @@ pub(super) struct Conn {
     pub(super) rate_checked: bool,
 }
 
+/// A `ws`/`wss` connection: the balancer's PROXY header first when the listener asks for one (before TLS and
+/// the upgrade). Returns the stream and the player's address at the TCP level.
+async fn proxied(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ws: &WsSettings,
+) -> Result<(TcpStream, SocketAddr), SetupError> {
+    let peer = match ws.proxy_header {
+        true => super::tcp::proxied_peer(&mut stream, peer, &ws.trusted).await?,
+        false => peer,
+    };
+    Ok((stream, peer))
+}
+
 /// Why a transport setup failed.
 #[derive(Debug, thiserror::Error)]
 enum SetupError {
@@ -68,8 +82,16 @@ impl Conn {
             Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
         // The same WebSocket setup for ws and wss, over TCP or over TLS.
         let rate_checked = self.rate_checked;
-        let s =
-            |ws, secure| WsSetup { ws, secure, peer, carriages, live: &live, state: &state, deadline, rate_checked };
+        let s = |ws, secure, peer| WsSetup {
+            ws,
+            secure,
+            peer,
+            carriages,
+            live: &live,
+            state: &state,
+            deadline,
+            rate_checked,
+        };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
         match accept {
@@ -81,13 +103,17 @@ impl Conn {
                 Box::pin(self.run(deadline, setup)).await;
             }
             Accept::Ws(ws) => {
-                let setup = async { Ok(websocket(stream, s(ws, false)).await?) };
+                let setup = async {
+                    let (stream, peer) = proxied(stream, peer, ws).await?;
+                    Ok(websocket(stream, s(ws, false, peer)).await?)
+                };
                 Box::pin(self.run(deadline, setup)).await;
             }
             Accept::Wss(ws, tls) => {
                 let setup = async {
+                    let (stream, peer) = proxied(stream, peer, ws).await?;
                     let stream = tls_handshake(stream, tls, &metrics).await?;
-                    Ok(websocket(stream, s(ws, true)).await?)
+                    Ok(websocket(stream, s(ws, true, peer)).await?)
                 };
                 Box::pin(self.run(deadline, setup)).await;
             }

@@ -119,13 +119,13 @@ pub(crate) async fn accept_loop(
             }
             continue;
         };
-        // A WebSocket player that connects directly (not through a trusted proxy) is rate-limited by its TCP
-        // address here, before the TLS handshake and the upgrade it would otherwise cost; players behind a
-        // trusted proxy are limited by their real address once the upgrade names it, and TCP players after
-        // their handshake (so they read why in a Login Disconnect).
+        // A WebSocket player that connects directly (not through a trusted proxy, no PROXY header) is
+        // rate-limited by its TCP address here, before the TLS handshake and the upgrade it would otherwise cost;
+        // players behind a trusted proxy or a balancer's PROXY header are limited by their real address once it
+        // is known, and TCP players after their handshake (so they read why in a Login Disconnect).
         let live = state.live();
         let checked = match &*l.accept {
-            Accept::Ws(ws) | Accept::Wss(ws, _) => !ws.trusted.contains(peer.ip()),
+            Accept::Ws(ws) | Accept::Wss(ws, _) => !ws.proxy_header && !ws.trusted.contains(peer.ip()),
             Accept::Tcp { .. } => false,
         };
         if checked && !state.rate.allow(&live.tunables.rate_limits, peer.ip(), Bucket::Connection) {

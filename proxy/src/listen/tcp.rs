@@ -9,7 +9,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::proxy_header::{read_header, ProxyHeaderError};
+use crate::proxy_header::{read_header, read_header_exactly, ProxyHeaderError};
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 use crate::trusted::TrustedProxies;
@@ -50,6 +50,23 @@ pub(crate) async fn setup(
     }
     let (addr, prefix) = read_header(&mut stream).await?;
     Ok((TcpPlayer { stream, prefix }, addr.unwrap_or(peer)))
+}
+
+/// A `ws`/`wss` listener with `proxy_protocol`: the PROXY header in front of TLS and the upgrade, accepted from a
+/// peer in `trusted` (from any peer when `trusted` is empty) and read exactly (the socket then starts with what
+/// follows it). Returns the player's address it names (the TCP peer for `LOCAL` or `UNKNOWN`).
+///
+/// # Errors
+/// [`TcpSetupError::Untrusted`] for a peer outside `trusted`; [`TcpSetupError::ProxyHeader`] for a bad header.
+pub(crate) async fn proxied_peer(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    trusted: &TrustedProxies,
+) -> Result<SocketAddr, TcpSetupError> {
+    if !trusted.is_empty() && !trusted.contains(peer.ip()) {
+        return Err(TcpSetupError::Untrusted(peer.ip().to_canonical()));
+    }
+    Ok(read_header_exactly(stream).await?.unwrap_or(peer))
 }
 
 impl Player for TcpPlayer {

@@ -258,6 +258,7 @@ mod tests {
             trusted: TrustedProxies::default(),
             real_ip_header: RealIpHeader::CfConnectingIp,
             health_path: None,
+            proxy_header: false,
         };
         let peer: SocketAddr = "192.0.2.1:5000".parse().unwrap();
         let carriages = Carriages { v2: true, zstd: None };

@@ -4,7 +4,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use super::{counter_vec, reg, Metrics};
-use crate::labels::{BadEntry, DuplicateAction, LeaseResult, LinkOutcome, LinkRefused, LinkRequest};
+use crate::labels::{BadEntry, DuplicateAction, LeaseResult, LinkOutcome, LinkRefused, LinkRequest, RedisCause};
 
 /// `[network]`'s metrics (registered only when the instance is part of a network).
 #[derive(Clone, Debug)]
@@ -20,6 +20,7 @@ pub(crate) struct NetworkMetrics {
     link_requests: IntCounterVec,
     links_refused: IntCounterVec,
     bad_entries: IntCounterVec,
+    redis_errors: IntCounterVec,
     /// `moonbridge_network_link_sessions`: resumed sessions this instance carries to their owner now.
     pub(crate) link_sessions: IntGauge,
     /// `moonbridge_network_link_bytes_total{direction="to_owner"}`.
@@ -47,6 +48,11 @@ impl NetworkMetrics {
     /// Counts a connection to `peer_bind` closed before its opening was read.
     pub(crate) fn link_refused(&self, reason: LinkRefused) {
         self.links_refused.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Counts a lease renewal that failed, by why.
+    pub(crate) fn redis_error(&self, cause: RedisCause) {
+        self.redis_errors.with_label_values(&[cause.as_str()]).inc();
     }
 
     /// Counts an entry read from Redis that was skipped.
@@ -108,6 +114,16 @@ impl Metrics {
         for v in LinkRefused::TEXTS {
             let _ = links_refused.with_label_values(&[v]);
         }
+        let redis_errors = counter_vec(
+            r,
+            "moonbridge_network_redis_errors_total",
+            "Lease renewals that failed, by cause (auth, tls, timeout, connection_refused, io, out_of_memory, \
+             read_only, no_permission, other).",
+            &["cause"],
+        )?;
+        for v in RedisCause::TEXTS {
+            let _ = redis_errors.with_label_values(&[v]);
+        }
         for v in BadEntry::TEXTS {
             let _ = bad_entries.with_label_values(&[v]);
         }
@@ -132,6 +148,7 @@ impl Metrics {
             link_requests,
             links_refused,
             bad_entries,
+            redis_errors,
         })
     }
 }

@@ -33,7 +33,7 @@ use tracing::{info, warn};
 use crate::config::{DuplicateLogin, NetworkConfig};
 use crate::metrics::NetworkMetrics;
 
-use crate::labels::{BadEntry, DuplicateAction, LeaseResult};
+use crate::labels::{BadEntry, DuplicateAction, LeaseResult, RedisCause};
 use crate::move_state::MoveAnswer;
 use crate::players::{Change, PlayerTable, Update, Updates};
 
@@ -76,6 +76,8 @@ pub(crate) struct RedisNetwork {
     client: redis::Client,
     redis: Mutex<Option<ConnectionManager>>,
     up: AtomicU8,
+    /// Why the last renewal failed, while Redis is unreachable.
+    trouble: Mutex<Option<String>>,
     /// Live instances other than this one: id → peer address (as of the last renewal; signed entries only).
     pub(super) peers: RwLock<HashMap<String, SocketAddr>>,
     pub(super) players: Arc<PlayerTable>,
@@ -104,7 +106,7 @@ impl RedisNetwork {
         peer_address: String,
     ) -> Result<Self, NetworkError> {
         let secret = link::Secret::load(&config.secret_file)?;
-        let client = redis::Client::open(config.redis_url.as_str()).map_err(|e| NetworkError::Redis(e.to_string()))?;
+        let client = client(&config)?;
         let (tx, rx) = mpsc::channel(UPDATE_QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
         players.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
@@ -117,6 +119,7 @@ impl RedisNetwork {
             client,
             redis: Mutex::new(None),
             up: AtomicU8::new(REDIS_UNKNOWN),
+            trouble: Mutex::new(None),
             peers: RwLock::new(HashMap::new()),
             players,
             updates: Mutex::new(Some(rx)),
@@ -310,6 +313,7 @@ impl RedisNetwork {
     /// Logs (with the cause) and counts a change between Redis reachable and not.
     fn set_up(&self, renewed: Result<(), String>) {
         let ok = renewed.is_ok();
+        *self.trouble.lock().unwrap_or_else(PoisonError::into_inner) = renewed.as_ref().err().cloned();
         self.metrics.redis_up.set(i64::from(ok));
         let now = if ok { REDIS_UP } else { REDIS_DOWN };
         // From the start too: an instance that never reaches Redis says so once.
@@ -395,10 +399,12 @@ impl RedisNetwork {
                     failed => {
                         self.metrics.lease(LeaseResult::Missed);
                         *rewrite = true;
-                        return Err(match failed {
-                            Ok(Err(e)) => format!("cannot connect: {e}"),
-                            _ => "cannot connect: no answer in time".into(),
-                        });
+                        let (cause, why) = match failed {
+                            Ok(Err(e)) => (cause_of(&e), format!("cannot connect: {e}")),
+                            _ => (RedisCause::Timeout, "cannot connect: no answer in time".into()),
+                        };
+                        self.metrics.redis_error(cause);
+                        return Err(why);
                     }
                 }
             }
@@ -406,8 +412,14 @@ impl RedisNetwork {
         let result = tokio::time::timeout(REDIS_TIMEOUT * 2, self.renew_on(con, rewrite, releases, settled)).await;
         let result = match result {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("no answer in time".into()),
+            Ok(Err(e)) => {
+                self.metrics.redis_error(cause_of(&e));
+                Err(e.to_string())
+            }
+            Err(_) => {
+                self.metrics.redis_error(RedisCause::Timeout);
+                Err("no answer in time".into())
+            }
         };
         self.metrics.lease(if result.is_ok() { LeaseResult::Renewed } else { LeaseResult::Missed });
         if result.is_err() {
@@ -428,6 +440,10 @@ impl Network for RedisNetwork {
 
     fn admit<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Admit> {
         Box::pin(self.admit_name(name))
+    }
+
+    fn trouble(&self) -> Option<String> {
+        self.trouble.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     fn carry(&self, owner: &str, resume: CarriedResume) -> Option<BoxFuture<'_, Result<Carrier, LinkError>>> {
@@ -461,4 +477,54 @@ impl Network for RedisNetwork {
 
 pub(super) fn lease_ms() -> i64 {
     LEASE.as_millis() as i64
+}
+
+/// The Redis client of `config`: with `redis_ca_file` and the client certificate when given (`rediss://`).
+///
+/// # Errors
+/// [`NetworkError::Redis`] for a URL the client refuses; [`NetworkError::RedisTlsFile`] for a file that cannot
+/// be read.
+fn client(config: &NetworkConfig) -> Result<redis::Client, NetworkError> {
+    let read = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map(|p| std::fs::read(p).map_err(|source| NetworkError::RedisTlsFile { path: p.clone(), source }))
+            .transpose()
+    };
+    let root_cert = read(&config.redis_ca_file)?;
+    let client_tls = match (read(&config.redis_client_cert)?, read(&config.redis_client_key)?) {
+        (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
+        _ => None,
+    };
+    let url = config.redis_url.as_str();
+    let built = if root_cert.is_none() && client_tls.is_none() {
+        redis::Client::open(url)
+    } else {
+        redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls, root_cert })
+    };
+    built.map_err(|e| NetworkError::Redis(e.to_string()))
+}
+
+/// What a failed renewal's error says went wrong (`moonbridge_network_redis_errors_total{cause}`).
+fn cause_of(e: &redis::RedisError) -> RedisCause {
+    match e.code() {
+        Some("NOAUTH" | "WRONGPASS") => return RedisCause::Auth,
+        Some("OOM") => return RedisCause::OutOfMemory,
+        Some("READONLY") => return RedisCause::ReadOnly,
+        Some("NOPERM") => return RedisCause::NoPermission,
+        _ => {}
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || text.contains("wrongpass") || text.contains("noauth") {
+        RedisCause::Auth
+    } else if e.is_timeout() {
+        RedisCause::Timeout
+    } else if e.is_connection_refusal() && !text.contains("certificate") && !text.contains("tls") {
+        RedisCause::ConnectionRefused
+    } else if text.contains("certificate") || text.contains("tls") || text.contains("handshake") {
+        RedisCause::Tls
+    } else if e.is_io_error() || e.is_connection_dropped() {
+        RedisCause::Io
+    } else {
+        RedisCause::Other
+    }
 }
