@@ -28,7 +28,7 @@ pub fn upgrade(data: &[u8]) {
             if let Ok(Some((response, up))) = crate::listen::upgrade::parse_upgrade(
                 data,
                 &settings(header),
-                peer,
+                crate::listen::upgrade::Peer { addr: peer, headers: true },
                 crate::listen::upgrade::Carriages { v2: true, zstd: Some(1) },
             ) {
                 assert!(response.starts_with("HTTP/1.1 101 "));

@@ -55,13 +55,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// `e` and its causes, each said once: a cause whose text an outer message already quotes (the library's
-/// errors name their cause) is not repeated.
+/// `e` and its causes, each said once: a cause whose text the message so far already ends with (the library's
+/// errors name their cause last) is not repeated.
 fn said_once(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if out.contains(&text) {
+        if out.ends_with(&text) {
             continue;
         }
         if !out.is_empty() {

@@ -277,6 +277,9 @@ fn listener_kind(i: usize, l: &ListenerConfig, push: &mut impl FnMut(String, Str
         if !l.trusted_proxies.is_empty() && !l.proxy_protocol {
             problem("trusted_proxies", "on a tcp listener it needs proxy_protocol = true".into());
         }
+    } else if l.proxy_protocol && l.trusted_proxies.is_empty() {
+        // A WebSocket player's PROXY header would be believed from anyone, and skip the limits at accept.
+        problem("proxy_protocol", "on a ws or wss listener it needs trusted_proxies (the balancers' addresses)".into());
     }
     let mut tls = None;
     if l.transport == Transport::Wss {

@@ -106,8 +106,8 @@ pub struct WsSettings {
     /// A path answered with `200 OK` without an upgrade (health checks), if any.
     pub health_path: Option<String>,
     /// `proxy_protocol`: every connection starts with a PROXY v1/v2 header (before TLS and the upgrade), from
-    /// a peer in `trusted` (any peer when `trusted` is empty); the address it names is the player's TCP peer
-    /// from then on (`real_ip_header` is believed only when that address is itself in `trusted`).
+    /// a peer in `trusted` only; the address it names is the player's TCP peer from then on (`real_ip_header` is
+    /// believed only when that address is itself in `trusted`; never after a header that names no client).
     pub proxy_header: bool,
 }
 

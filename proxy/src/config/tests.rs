@@ -188,6 +188,14 @@ fn transport_specific_keys_are_checked() {
     let s = c.settings().unwrap();
     let ListenerKind::Ws(ws) = &s.listeners[0].kind else { panic!("ws") };
     assert!(ws.proxy_header && ws.trusted.contains("10.0.0.2".parse().unwrap()));
+    // Without the balancers' addresses, anyone could name any address.
+    let c = Config::from_toml("[[listener]]\ntransport = \"wss\"\nbind = \"127.0.0.1:2\"\nproxy_protocol = true\n")
+        .unwrap();
+    let problems: Vec<String> = c.check().iter().map(ToString::to_string).collect();
+    assert!(
+        problems.iter().any(|p| p.starts_with("listener[0].proxy_protocol: ") && p.contains("trusted_proxies")),
+        "{problems:?}"
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use tracing::info;
 
 use super::opened::Opening;
 use super::tcp::TcpSetupError;
-use super::upgrade::{Carriages, UpgradeError};
+use super::upgrade::{Carriages, Peer, UpgradeError};
 use super::ws::{tls_handshake, websocket, WsSetup, WsSetupError};
 use crate::config::WsSettings;
 use crate::labels::{HandshakeFailure, RefusedReason};
@@ -46,17 +46,13 @@ pub(super) struct Conn {
 }
 
 /// A `ws`/`wss` connection: the balancer's PROXY header first when the listener asks for one (before TLS and
-/// the upgrade). Returns the stream and the player's address at the TCP level.
-async fn proxied(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    ws: &WsSettings,
-) -> Result<(TcpStream, SocketAddr), SetupError> {
-    let peer = match ws.proxy_header {
-        true => super::tcp::proxied_peer(&mut stream, peer, &ws.trusted).await?,
-        false => peer,
-    };
-    Ok((stream, peer))
+/// the upgrade). Returns the stream and who is at its other end.
+async fn proxied(mut stream: TcpStream, peer: SocketAddr, ws: &WsSettings) -> Result<(TcpStream, Peer), SetupError> {
+    if !ws.proxy_header {
+        return Ok((stream, Peer { addr: peer, headers: true }));
+    }
+    let named = super::tcp::proxied_peer(&mut stream, peer, &ws.trusted).await?;
+    Ok((stream, Peer { addr: named.unwrap_or(peer), headers: named.is_some() }))
 }
 
 /// Why a transport setup failed.
@@ -146,6 +142,10 @@ impl Conn {
                     SetupError::Tcp(super::tcp::TcpSetupError::Untrusted(_)) => {
                         metrics.refused(RefusedReason::UntrustedProxyPeer)
                     }
+                    // A balancer's health check that connects and closes: a closed connection, not a bad header.
+                    SetupError::Tcp(super::tcp::TcpSetupError::ProxyHeader(
+                        crate::proxy_header::ProxyHeaderError::Closed,
+                    )) => metrics.handshake_failed(HandshakeFailure::Closed),
                     SetupError::Tcp(_) => metrics.handshake_failed(HandshakeFailure::BadProxyHeader),
                     SetupError::Ws(WsSetupError::Tls(_)) => metrics.handshake_failed(HandshakeFailure::Tls),
                     SetupError::Ws(WsSetupError::Upgrade(UpgradeError::Closed | UpgradeError::Io(_))) => {

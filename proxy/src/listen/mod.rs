@@ -70,6 +70,9 @@ pub(crate) fn banner(l: &Listener, addr: SocketAddr) -> String {
         }
         ListenerKind::Ws(ws) | ListenerKind::Wss(ws, _) => {
             b.push_str(&format!(" path={}", ws.path));
+            if ws.proxy_header {
+                b.push_str(" proxy_protocol=v1,v2");
+            }
             if matches!(l.kind, ListenerKind::Wss(..)) {
                 b.push_str(&format!(" tls={TLS_LIBRARY} versions={TLS_VERSIONS} alpn=http/1.1"));
             }

@@ -53,8 +53,8 @@ pub(crate) async fn setup(
 }
 
 /// A `ws`/`wss` listener with `proxy_protocol`: the PROXY header in front of TLS and the upgrade, accepted from a
-/// peer in `trusted` (from any peer when `trusted` is empty) and read exactly (the socket then starts with what
-/// follows it). Returns the player's address it names (the TCP peer for `LOCAL` or `UNKNOWN`).
+/// peer in `trusted` only (`--check-config` requires the list there) and read exactly (the socket then starts with what
+/// follows it). Returns the player's address it names (`None` for `LOCAL` or `UNKNOWN`: the balancer itself).
 ///
 /// # Errors
 /// [`TcpSetupError::Untrusted`] for a peer outside `trusted`; [`TcpSetupError::ProxyHeader`] for a bad header.
@@ -62,11 +62,11 @@ pub(crate) async fn proxied_peer(
     stream: &mut TcpStream,
     peer: SocketAddr,
     trusted: &TrustedProxies,
-) -> Result<SocketAddr, TcpSetupError> {
-    if !trusted.is_empty() && !trusted.contains(peer.ip()) {
+) -> Result<Option<SocketAddr>, TcpSetupError> {
+    if !trusted.contains(peer.ip()) {
         return Err(TcpSetupError::Untrusted(peer.ip().to_canonical()));
     }
-    Ok(read_header_exactly(stream).await?.unwrap_or(peer))
+    Ok(read_header_exactly(stream).await?)
 }
 
 impl Player for TcpPlayer {

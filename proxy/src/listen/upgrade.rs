@@ -16,6 +16,17 @@ use crate::config::{RealIpHeader, WsSettings};
 use crate::http_head::{parse_head, HeadError, MAX_HEADERS, MAX_REQUEST_HEAD};
 use crate::trusted::real_ip;
 
+/// Who is at the other end of a WebSocket connection before its upgrade request is read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer {
+    /// The TCP peer, or the client a balancer's PROXY header named.
+    pub(crate) addr: SocketAddr,
+    /// Whether a trusted peer's `real_ip_header` may still name the player: false when a balancer's PROXY header
+    /// named no client (`LOCAL`, `UNKNOWN`), since the peer is then the balancer, which passes the player's TLS
+    /// through and cannot vouch for what the player wrote in its headers.
+    pub(crate) headers: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpgradeError {
     #[error("connection closed before the request was complete")]
@@ -118,7 +129,7 @@ fn has_token(value: Option<&str>, token: &str) -> bool {
 pub(crate) async fn accept_upgrade<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
-    peer: SocketAddr,
+    peer: Peer,
     carriages: Carriages,
 ) -> Result<Upgraded, UpgradeError> {
     let result = read_and_check(stream, settings, peer, carriages).await;
@@ -142,7 +153,7 @@ pub(crate) async fn accept_upgrade<S: AsyncRead + AsyncWrite + Unpin>(
 async fn read_and_check<S: AsyncRead + Unpin>(
     stream: &mut S,
     settings: &WsSettings,
-    peer: SocketAddr,
+    peer: Peer,
     carriages: Carriages,
 ) -> Result<(String, Upgraded), UpgradeError> {
     let mut buf = Vec::with_capacity(1024);
@@ -168,7 +179,7 @@ async fn read_and_check<S: AsyncRead + Unpin>(
 pub(crate) fn parse_upgrade(
     buf: &[u8],
     settings: &WsSettings,
-    peer: SocketAddr,
+    peer: Peer,
     carriages: Carriages,
 ) -> Result<Option<(String, Upgraded)>, UpgradeError> {
     match parse_head(buf, |req, head_len| {
@@ -185,7 +196,7 @@ pub(crate) fn parse_upgrade(
 fn check_request(
     req: &httparse::Request<'_, '_>,
     settings: &WsSettings,
-    peer: SocketAddr,
+    peer: Peer,
     leftover: Vec<u8>,
     carriages: Carriages,
 ) -> Result<(String, Upgraded), UpgradeError> {
@@ -228,7 +239,10 @@ fn check_request(
         has_token(offered, carriage::SUBPROTOCOL).then_some(carriage::SUBPROTOCOL)
     };
     let value = real_ip_header_value(req, settings.real_ip_header);
-    let ip = real_ip(peer.ip(), &settings.trusted, settings.real_ip_header, value.as_deref());
+    let ip = match peer.headers {
+        true => real_ip(peer.addr.ip(), &settings.trusted, settings.real_ip_header, value.as_deref()),
+        false => peer.addr.ip(),
+    };
     let mut response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
     );
@@ -238,7 +252,7 @@ fn check_request(
         response.push_str("\r\n");
     }
     response.push_str("\r\n");
-    let client = SocketAddr::new(ip, if ip == peer.ip().to_canonical() { peer.port() } else { 0 });
+    let client = SocketAddr::new(ip, if ip == peer.addr.ip().to_canonical() { peer.addr.port() } else { 0 });
     let move_offered = v2 && header(req, v2::MOVE_HEADER).is_some_and(|h| h.trim() == "1");
     Ok((response, Upgraded { client, leftover, v2, zstd, move_offered }))
 }
@@ -271,9 +285,34 @@ mod tests {
             ("Transfer-Encoding: chunked\r\n", false),
         ] {
             let request = format!("{head}{extra}\r\nhello");
-            let got = parse_upgrade(request.as_bytes(), &settings, peer, carriages);
+            let got = parse_upgrade(request.as_bytes(), &settings, Peer { addr: peer, headers: true }, carriages);
             assert_eq!(got.is_ok(), ok, "{extra:?}: {got:?}");
         }
+    }
+
+    /// After a balancer's PROXY header that named no client, the peer is the balancer (trusted), yet what the
+    /// player wrote in its headers is not believed.
+    #[test]
+    fn headers_are_not_believed_after_a_proxy_header_without_a_client() {
+        let settings = WsSettings {
+            path: "/mc".into(),
+            ping_interval: None,
+            trusted: TrustedProxies::parse(&["10.0.0.2".to_string()]).unwrap(),
+            real_ip_header: RealIpHeader::CfConnectingIp,
+            health_path: None,
+            proxy_header: true,
+        };
+        let balancer: SocketAddr = "10.0.0.2:5000".parse().unwrap();
+        let request = "GET /mc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                       Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                       CF-Connecting-IP: 203.0.113.9\r\n\r\n";
+        let carriages = Carriages { v2: false, zstd: None };
+        let client = |headers| {
+            let peer = Peer { addr: balancer, headers };
+            parse_upgrade(request.as_bytes(), &settings, peer, carriages).unwrap().unwrap().1.client
+        };
+        assert_eq!(client(true).ip().to_string(), "203.0.113.9");
+        assert_eq!(client(false), balancer);
     }
 
     #[test]

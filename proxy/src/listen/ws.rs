@@ -16,7 +16,7 @@ use tracing::debug;
 
 use super::carry::Carried;
 use super::opened::Opening;
-use super::upgrade::{accept_upgrade, Carriages, UpgradeError, Upgraded};
+use super::upgrade::{accept_upgrade, Carriages, Peer, UpgradeError, Upgraded};
 use crate::config::WsSettings;
 use crate::labels::ResumeOutcome;
 use crate::labels::TlsVersion;
@@ -61,8 +61,9 @@ pub(super) struct WsSetup<'a> {
     pub(super) ws: &'a WsSettings,
     /// A `wss` listener (the stream is TLS).
     pub(super) secure: bool,
-    /// The TCP peer (the real address comes from a trusted proxy's header, when there is one).
-    pub(super) peer: SocketAddr,
+    /// The TCP peer, or the client a balancer's PROXY header named (the real address comes from a trusted
+    /// proxy's header, when there is one).
+    pub(super) peer: Peer,
     /// The carriages this proxy offers (v2 when resume is on, zstd when `[compression]` is).
     pub(super) carriages: Carriages,
     pub(super) live: &'a Live,
