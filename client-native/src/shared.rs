@@ -48,6 +48,12 @@ pub struct Stats {
     /// The last resume's time from the start of its successful attempt (DNS, TCP connect) to the proxy's
     /// answer being read and the replay written, in microseconds.
     pub last_resume_us: u64,
+    /// Tries of a move (`docs/carriage.md`, "Moving to another instance") that failed and were tried again:
+    /// the new connection did not open (a balancer's 502, a refused connection), or the instance reached was
+    /// draining too (close 4007).
+    pub move_retries: u64,
+    /// New sessions a draining instance sent on (close 4007) that connected again.
+    pub sent_on: u64,
 }
 
 /// The live counters behind [`Stats`].
@@ -65,6 +71,8 @@ pub(crate) struct Counters {
     pub(crate) pings_sent: AtomicU64,
     pub(crate) resumes: AtomicU64,
     pub(crate) last_resume_us: AtomicU64,
+    pub(crate) move_retries: AtomicU64,
+    pub(crate) sent_on: AtomicU64,
 }
 
 impl Counters {
@@ -84,6 +92,8 @@ impl Counters {
             pings_sent: g(&self.pings_sent),
             resumes: g(&self.resumes),
             last_resume_us: g(&self.last_resume_us),
+            move_retries: g(&self.move_retries),
+            sent_on: g(&self.sent_on),
         }
     }
 }

@@ -41,6 +41,9 @@ labels! {
         UntrustedProxyPeer => "untrusted_proxy_peer",
         /// `[rate_limits]` of the player's address.
         RateLimit => "rate_limit",
+        /// A login at a draining instance from a client that cannot move (TCP, carriage v1, no `MoonBridge-Move`):
+        /// told the restart message (docs/network.md, "Drain").
+        Draining => "draining",
     }
 }
 
@@ -161,6 +164,10 @@ labels! {
         Failed => "failed",
         /// A player who cannot be moved: TCP, carriage v1, a client that did not offer moves, online mode.
         NotMovable => "not_movable",
+        /// A client that offered moves reached the draining instance (a new session, a `moving` request the
+        /// balancer sent back, a resume of a session held elsewhere) and was sent on with close 4007 before
+        /// anything of its session started here.
+        SentOn => "sent_on",
     }
 }
 

@@ -200,6 +200,11 @@ impl ResumeTable {
         hex_id(&self.instance)
     }
 
+    /// True when `instance` (a token's) is this instance.
+    pub(crate) fn is_own(&self, instance: &[u8; INSTANCE_LEN]) -> bool {
+        self.instance == *instance
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -241,7 +241,8 @@ impl Server {
         StatsHandle { state: Arc::clone(&self.state) }
     }
 
-    /// Accepts players until `shutdown` completes, then stops accepting, disconnects every player with a
+    /// Accepts players until `shutdown` completes (and, in a network drain, until its moves are over: see
+    /// [`crate::network`]), then stops accepting, disconnects every player with a
     /// message (or WebSocket close 1001) and returns once they are gone or `shutdown_grace_seconds` passed.
     ///
     /// In `[runtime] mode = "thread-per-core"` sessions run on worker threads this starts (and stops before
@@ -311,12 +312,14 @@ impl Server {
         let grace = self.state.live().tunables.limits.shutdown_grace();
         let grace_ends = tokio::time::Instant::now() + grace;
         self.state.draining.store(true, Ordering::Relaxed);
-        accepting.cancel();
         // `[network]` with live peers: players move to the other instances first (docs/network.md, "Drain").
+        // The listeners stay open meanwhile (a balancer that finds them closed marks the instance failed): a
+        // client that can move is sent on at once (close 4007), any other login is told the restart message.
         if let Some(net) = network.as_ref().filter(|n| n.live_peers() > 0) {
             let moves_end = grace_ends.checked_sub(DRAIN_RESERVE).unwrap_or(grace_ends);
             crate::network::moves::drain(&self.state, net.config.drain_rate, moves_end).await;
         }
+        accepting.cancel();
         info!(sessions = self.state.open_connections(), "shutting down: no longer accepting, disconnecting players");
         token.cancel();
         if let Some(net) = &network {

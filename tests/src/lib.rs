@@ -9,6 +9,7 @@
 //!   and messages;
 //! - certificates: [`TestCert`] from the `moonbridge-test-certs` crate (rcgen), shared with the benchmark;
 //! - [`gtnh`]: a GT New Horizons dialect peer (Hodgepodge's wide frames, Plugin Message lengths, Join Game);
+//! - [`network`]: Redis and HAProxy for a network of instances; [`nginx`]: nginx as the WebSocket reverse proxy;
 //! - [`dns`], [`online`], [`natives`]: a DNS server, online-mode login steps, native-library inspection.
 //!
 //! Every wait here is bounded by a timeout; nothing sleeps to synchronise.
@@ -35,6 +36,7 @@ pub mod idle;
 pub use moonbridge_client_scenarios as mc;
 pub mod natives;
 pub mod network;
+pub mod nginx;
 pub mod node;
 pub mod online;
 pub mod players;

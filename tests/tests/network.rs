@@ -52,8 +52,8 @@ async fn wait_online(addr: SocketAddr, n: u64, within: Duration) {
 /// A player connected through the client library (blocking: run it on a blocking thread). Its frame decoder
 /// lives as long as the player, so bytes read past one frame (a Disconnect right behind Login Success) are
 /// never lost between two reads.
-struct Player {
-    conn: Connection,
+pub(crate) struct Player {
+    pub(crate) conn: Connection,
     dec: std::sync::Mutex<moonbridge_protocol::FrameDecoder>,
 }
 
@@ -64,7 +64,7 @@ impl Player {
     }
 
     /// Logs in as `name` over an open connection; the first frame the backend (or proxy) answered with.
-    fn login_over(conn: Connection, name: &str) -> (Self, Frame) {
+    pub(crate) fn login_over(conn: Connection, name: &str) -> (Self, Frame) {
         send_login(&conn, name, false);
         let player = Self { conn, dec: std::sync::Mutex::new(moonbridge_protocol::FrameDecoder::new(1 << 21)) };
         let first = player.next(STEP);
@@ -104,7 +104,7 @@ impl Player {
     }
 
     /// Sends a chat message and reads until its echo; panics on a disconnect (see [`Self::try_chat`]).
-    fn chat_through(&self, message: &str, moving: Option<&[String]>) {
+    pub(crate) fn chat_through(&self, message: &str, moving: Option<&[String]>) {
         if let Err(reason) = self.try_chat(message, moving) {
             panic!("disconnected: {reason}");
         }
@@ -697,13 +697,13 @@ async fn a_carried_session_taken_over_elsewhere_gets_4005_and_its_link_ends() {
 }
 
 /// A player through the balancer who logs in as `name` over `conn`, chats until `stop`, then once more: the
-/// chats it sent, in order.
-fn player_until(
+/// chats it sent, in order, and the client library's statistics at the end.
+pub(crate) fn player_until(
     conn: Connection,
     name: &str,
     ready: tokio::sync::mpsc::UnboundedSender<()>,
     stop: &std::sync::atomic::AtomicBool,
-) -> Vec<String> {
+) -> (Vec<String>, moonbridge_client::Stats) {
     let (p, first) = Player::login_over(conn, name);
     assert_eq!(first.id, LoginSuccess::ID, "{name} logs in");
     let mut sent = Vec::new();
@@ -723,12 +723,13 @@ fn player_until(
     }
     // After the draining instance has exited: every player plays on.
     chat(&p, &mut sent);
+    let stats = p.conn.stats();
     p.conn.close();
-    sent
+    (sent, stats)
 }
 
 /// `series` at the `[metrics]` listener `addr`; `None` once it no longer answers.
-async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
+pub(crate) async fn metric_at(addr: SocketAddr, series: &str) -> Option<f64> {
     let reply = timeout(Duration::from_secs(2), async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -810,7 +811,7 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
             let (ready, stop) = (ready_tx.clone(), std::sync::Arc::clone(&stop));
             let thread_name = name.clone();
             let h = std::thread::spawn(move || {
-                player_until(Connection::connect(&url, options).unwrap(), &thread_name, ready, &stop)
+                player_until(Connection::connect(&url, options).unwrap(), &thread_name, ready, &stop).0
             });
             players.push((name, h));
             // One at a time, so round robin alternates A, B, A, … in each group.
@@ -859,7 +860,7 @@ async fn a_draining_instance_moves_every_player_to_another_and_exits_early() {
     }
     let late_player = {
         let (ready, stop) = (ready_tx.clone(), std::sync::Arc::clone(&stop));
-        std::thread::spawn(move || player_until(late, "Late", ready, &stop))
+        std::thread::spawn(move || player_until(late, "Late", ready, &stop).0)
     };
     players.push(("Late".to_string(), late_player));
     timeout(STEP, stopping).await.expect("A exits").unwrap();

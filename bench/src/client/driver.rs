@@ -251,6 +251,8 @@ pub fn subtract(a: Stats, b: Stats) -> Stats {
         pings_sent: a.pings_sent - b.pings_sent,
         resumes: a.resumes - b.resumes,
         last_resume_us: a.last_resume_us,
+        move_retries: a.move_retries - b.move_retries,
+        sent_on: a.sent_on - b.sent_on,
     }
 }
 

@@ -26,7 +26,12 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
         Err(e) => return e,
     };
     let mut stream = first;
+    // When a draining instance first sent this session on (close 4007), until the session starts somewhere.
+    let mut sent_on_since: Option<Instant> = None;
     loop {
+        if resume.token.is_some() {
+            sent_on_since = None;
+        }
         let v2 = stream.v2();
         let end = match &mut stream {
             Stream::Ws(ws, _) => run_ws(ws, shared, v2.then_some(&mut resume), &mut zstd).await,
@@ -59,6 +64,16 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
                     Err(e) => return e,
                 },
             },
+            WsEnd::SentOn(e) => {
+                let since = *sent_on_since.get_or_insert_with(Instant::now);
+                let until = since.checked_add(SENT_ON_WINDOW).unwrap_or(since);
+                (stream, zstd) = match start_again(target, shared, &mut resume, until, &e).await {
+                    Ok(s) => s,
+                    Err(e) => return e,
+                };
+                bump(&shared.counters.sent_on, 1);
+                continue;
+            }
             WsEnd::Lost(e) if !v2 || resume.token.is_none() => return e,
             WsEnd::Lost(e) => e,
         };
@@ -69,9 +84,22 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
     }
 }
 
-/// The longest a move's new connection may take to open (connect, TLS, upgrade): 10 seconds. Past it the
-/// client stays on the draining instance (`stay`).
+/// How long a move tries to reach an instance that takes it, from `move`: 10 seconds. A try that fails before
+/// the other instance answers (the connection does not open, a balancer answers 502 or 503, the instance
+/// reached is draining too: close 4007, or its connection closes) is tried again after a pause of 50 ms doubling
+/// to 1 s, and counted in [`crate::Stats::move_retries`]; past the deadline the client stays on the draining
+/// instance (`stay`), which waits 12 s for the move.
 pub(super) const MOVE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a new session that draining instances send on (close 4007) tries to start at another instance:
+/// 10 seconds from the first 4007, with the pause of [`MOVE_CONNECT_TIMEOUT`]'s tries. Past it the session
+/// ends with the last error.
+pub(super) const SENT_ON_WINDOW: Duration = Duration::from_secs(10);
+
+/// The first pause between two tries of a resume, a move or a session sent on; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between two tries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// The longest the client waits for the new proxy's answer (`moved` or close 4006) once it sent `moving`:
 /// 10 seconds, longer than the 8 s the proxy takes at most to fetch the state and log the player in again,
@@ -109,32 +137,71 @@ enum MoveMiss {
     Lost(String),
 }
 
-/// One move (`docs/carriage.md`, "Moving to another instance"): connect to the same URL within
-/// [`MOVE_CONNECT_TIMEOUT`], present the ticket with the counts, take the `moved` answer within
-/// [`MOVE_ANSWER_TIMEOUT`] (the new proxy then holds every byte sent; anything past its count is sent again).
+/// One move (`docs/carriage.md`, "Moving to another instance"): tries until [`MOVE_CONNECT_TIMEOUT`] to reach
+/// an instance that takes the ticket (see there), then takes the `moved` answer within [`MOVE_ANSWER_TIMEOUT`]
+/// (the new proxy then holds every byte sent; anything past its count is sent again).
 async fn attempt_move(
     target: &Target,
     shared: &Shared,
     resume: &mut Resume,
     ticket: v2::ResumeToken,
 ) -> Result<(Stream, Option<WsZstd>), MoveMiss> {
-    let stay = |_: Attempt| MoveMiss::Stay;
-    let opened = tokio::time::timeout(MOVE_CONNECT_TIMEOUT, establish(target, &shared.options)).await;
-    let mut stream = match opened {
-        Ok(r) => r.map_err(|_| MoveMiss::Stay)?,
-        Err(_) => return Err(MoveMiss::Stay),
-    };
-    if !stream.v2() {
-        return Err(MoveMiss::Stay);
+    let deadline = Instant::now().checked_add(MOVE_CONNECT_TIMEOUT).unwrap_or_else(Instant::now);
+    let mut pause = RETRY_FIRST;
+    loop {
+        match try_move(target, shared, resume, ticket, deadline).await {
+            Ok(moved) => return Ok(moved),
+            Err(MoveTry::Miss(miss)) => return Err(miss),
+            Err(MoveTry::Again) => {}
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || closing_flag(shared) {
+            return Err(MoveMiss::Stay);
+        }
+        bump(&shared.counters.move_retries, 1);
+        tokio::select! {
+            () = tokio::time::sleep(pause.min(left)) => {}
+            () = close_expired(shared) => return Err(MoveMiss::Stay),
+        }
+        pause = (pause * 2).min(RETRY_MAX);
     }
-    let mut zstd = WsZstd::for_stream(&stream).map_err(|_| MoveMiss::Stay)?;
+}
+
+/// How one try of a move ended without a working new connection.
+enum MoveTry {
+    /// Nothing of the move happened at an instance that takes it: try again while the deadline lasts.
+    Again,
+    /// The move is over without a new connection.
+    Miss(MoveMiss),
+}
+
+/// One try of a move: the new connection (opened before `deadline`), `moving` with the counts, the answer.
+async fn try_move(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+    ticket: v2::ResumeToken,
+    deadline: Instant,
+) -> Result<(Stream, Option<WsZstd>), MoveTry> {
+    let opened = tokio::time::timeout_at(deadline.into(), establish(target, &shared.options)).await;
+    let Ok(Ok(mut stream)) = opened else { return Err(MoveTry::Again) };
+    if !stream.v2() {
+        return Err(MoveTry::Again);
+    }
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|_| MoveTry::Again)?;
     let request = Control::Moving { ticket, received: resume.received, sent: resume.sent() };
     let answered = match &mut stream {
         Stream::Ws(ws, _) => tokio::time::timeout(MOVE_ANSWER_TIMEOUT, ask(ws, request)).await,
         Stream::Wss(ws, _) => tokio::time::timeout(MOVE_ANSWER_TIMEOUT, ask(ws, request)).await,
-        Stream::Tcp(_) => return Err(MoveMiss::Stay),
+        Stream::Tcp(_) => return Err(MoveTry::Again),
     };
-    let (received, token) = answered.map_err(|_| MoveMiss::Stay)?.map_err(stay)?;
+    let (received, token) = match answered {
+        Ok(Ok(answer)) => answer,
+        // Closed before an answer (a draining instance's 4007 too): no instance took the ticket.
+        Ok(Err(Attempt::Failed(_))) => return Err(MoveTry::Again),
+        // Refused (4006), or no answer in time (the other instance may be taking the state: not tried twice).
+        Ok(Err(Attempt::Refused(_))) | Err(_) => return Err(MoveTry::Miss(MoveMiss::Stay)),
+    };
     let taken = match &mut stream {
         Stream::Ws(ws, _) => take_over(ws, shared, resume, &mut zstd, received, token).await,
         Stream::Wss(ws, _) => take_over(ws, shared, resume, &mut zstd, received, token).await,
@@ -142,9 +209,73 @@ async fn attempt_move(
     };
     match taken {
         Ok(()) => Ok((stream, zstd)),
-        Err(Attempt::Refused(_)) => Err(MoveMiss::Stay),
-        Err(Attempt::Failed(why)) => Err(MoveMiss::Lost(why)),
+        Err(Attempt::Refused(_)) => Err(MoveTry::Miss(MoveMiss::Stay)),
+        Err(Attempt::Failed(why)) => Err(MoveTry::Miss(MoveMiss::Lost(why))),
     }
+}
+
+/// A new session that a draining instance sent on (close 4007, before anything of it started there): connects
+/// again until `until`, with backoff, and sends everything the game sent so far again (nothing was received).
+async fn start_again(
+    target: &Target,
+    shared: &Shared,
+    resume: &mut Resume,
+    until: Instant,
+    cause: &ClientError,
+) -> Result<(Stream, Option<WsZstd>), ClientError> {
+    let mut pause = RETRY_FIRST;
+    let mut last;
+    loop {
+        if closing_flag(shared) {
+            return Err(ClientError::Closed);
+        }
+        match tokio::time::timeout_at(until.into(), again(target, shared, resume)).await {
+            Ok(Ok(started)) => return Ok(started),
+            Ok(Err(why)) => last = why,
+            Err(_) => last = "timed out".into(),
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ClientError::Io(format!(
+                "draining instances sent the session on for {} s ({cause}; last try: {last})",
+                SENT_ON_WINDOW.as_secs()
+            )));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause.min(left)) => {}
+            () = close_expired(shared) => return Err(ClientError::Closed),
+        }
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// One try of [`start_again`]: a new connection on carriage v2, and the game's bytes so far written on it.
+async fn again(target: &Target, shared: &Shared, resume: &mut Resume) -> Result<(Stream, Option<WsZstd>), String> {
+    let mut stream = establish(target, &shared.options).await.map_err(|e| e.to_string())?;
+    if !stream.v2() {
+        return Err("the server no longer offers carriage v2".into());
+    }
+    let mut zstd = WsZstd::for_stream(&stream).map_err(|e| e.to_string())?;
+    let replay = resume.retained.resume_from(0).map_err(|e| e.to_string())?;
+    let written = match &mut stream {
+        Stream::Ws(ws, _) => replay_all(ws, replay, &mut zstd, shared).await,
+        Stream::Wss(ws, _) => replay_all(ws, replay, &mut zstd, shared).await,
+        Stream::Tcp(_) => return Err("not a WebSocket".into()),
+    };
+    written.map(|()| (stream, zstd))
+}
+
+/// Writes `batches` on `ws` and flushes.
+async fn replay_all<'a, S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    batches: impl Iterator<Item = &'a bytes::Bytes>,
+    zstd: &mut Option<WsZstd>,
+    shared: &Shared,
+) -> Result<(), String> {
+    for batch in batches {
+        feed_batch(ws, batch, zstd, shared).await.map_err(|e| e.to_string())?;
+    }
+    ws.flush().await.map_err(|e| e.to_string())
 }
 
 /// Why one resume attempt did not work.
@@ -164,7 +295,7 @@ pub(super) async fn reconnect(
 ) -> Result<(Stream, Option<WsZstd>), ClientError> {
     let deadline = Instant::now().checked_add(resume.window).unwrap_or_else(Instant::now);
     let failed = |reason: String| ClientError::ResumeFailed { cause: cause.to_string(), reason };
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = RETRY_FIRST;
     let mut last = String::from("no attempt finished");
     loop {
         if closing_flag(shared) {
@@ -199,7 +330,7 @@ pub(super) async fn reconnect(
             () = tokio::time::sleep(pause) => {}
             () = close_expired(shared) => return Err(ClientError::Closed),
         }
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        backoff = (backoff * 2).min(RETRY_MAX);
     }
 }
 
@@ -257,6 +388,8 @@ async fn ask<S: AsyncRead + AsyncWrite + Unpin>(
                 let code = frame.as_ref().map(|f| u16::from(f.code));
                 return Err(match code {
                     Some(v2::CLOSE_MOVE_REFUSED) => Attempt::Refused("the move was refused (close 4006)".into()),
+                    // A draining instance: the next try reaches another.
+                    Some(v2::CLOSE_DRAINING) => Attempt::Failed("the instance reached is draining (close 4007)".into()),
                     Some(c) if v2::is_resume_refusal(c) => {
                         Attempt::Refused(format!("{} (close {c})", v2::refusal_text(c)))
                     }

@@ -105,6 +105,9 @@ pub(super) enum WsEnd {
     /// The proxy is draining and sent `move <ticket>`: nothing more comes on this connection until the move is
     /// done (the connection is then closed) or refused (the client sends `stay` and goes on here).
     Move(ResumeToken),
+    /// The instance reached is draining and sent the client on (close 4007) before its session started there:
+    /// connect again and send everything again (nothing was received).
+    SentOn(ClientError),
 }
 
 /// Sorts an error of an established WebSocket: the transport was lost (may resume), or the peer broke the
@@ -341,7 +344,12 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                         let (code, reason) = frame.map_or((None, String::new()), |f| (Some(u16::from(f.code)), f.reason.to_string()));
                         let e = ClientError::ClosedByPeer { code, reason };
                         // 1001: the proxy's side went away (a CDN edge restarting, or it found us silent).
-                        return if code == Some(carriage::CLOSE_GOING_AWAY) { WsEnd::Lost(e) } else { WsEnd::End(e) };
+                        return match code {
+                            Some(carriage::CLOSE_GOING_AWAY) => WsEnd::Lost(e),
+                            // A draining instance sends a new session on before it starts there.
+                            Some(v2::CLOSE_DRAINING) if resume.as_ref().is_some_and(|r| r.token.is_none()) => WsEnd::SentOn(e),
+                            _ => WsEnd::End(e),
+                        };
                     }
                     Some(Err(e)) => {
                         // The server broke the carriage (a message over the limit, bad UTF-8, a bad frame): the

@@ -43,6 +43,9 @@ pub(super) struct Conn {
     pub(super) live: Arc<Live>,
     /// The connection-rate limit was applied at accept (a WebSocket player connecting directly).
     pub(super) rate_checked: bool,
+    /// Accepted while this instance drained (docs/network.md, "Drain"): a client that can move is sent on, any
+    /// other login is told the restart message. A connection accepted before goes on as usual.
+    pub(super) draining: bool,
 }
 
 /// A `ws`/`wss` connection: the balancer's PROXY header first when the listener asks for one (before TLS and
@@ -77,7 +80,7 @@ impl Conn {
         let carriages =
             Carriages { v2, zstd: live.tunables.compression.enabled.then_some(live.tunables.compression.level) };
         // The same WebSocket setup for ws and wss, over TCP or over TLS.
-        let rate_checked = self.rate_checked;
+        let (rate_checked, draining) = (self.rate_checked, self.draining);
         let s = |ws, secure, peer| WsSetup {
             ws,
             secure,
@@ -87,6 +90,7 @@ impl Conn {
             state: &state,
             deadline,
             rate_checked,
+            draining,
         };
         // Each transport's session future is boxed on its own, so a task holds only the state of its own
         // transport (a TLS session is several KiB larger than a TCP one).
@@ -132,7 +136,8 @@ impl Conn {
                 self.stage.set(crate::metrics::Stage::Play);
                 return carried.run().await;
             }
-            Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck))) => return,
+            // A health check, or a client a draining instance sent on (counted as a drain move).
+            Err(SetupError::Ws(WsSetupError::Upgrade(UpgradeError::HealthCheck) | WsSetupError::SentOn)) => return,
             Err(reason) => {
                 let metrics = &self.state.metrics;
                 match &reason {
@@ -155,6 +160,8 @@ impl Conn {
                     SetupError::Ws(WsSetupError::BadRequest) => metrics.handshake_failed(HandshakeFailure::BadFrame),
                     SetupError::Ws(WsSetupError::Deadline) => metrics.handshake_failed(HandshakeFailure::Timeout),
                     SetupError::Ws(WsSetupError::RateLimited) => metrics.refused(RefusedReason::RateLimit),
+                    // Returned before this match.
+                    SetupError::Ws(WsSetupError::SentOn) => {}
                 }
                 if let Some(suppressed) = self.state.bad_input_log.allow() {
                     info!(client = %self.peer.ip(), suppressed, "connection closed before the handshake: {reason}");
@@ -162,12 +169,12 @@ impl Conn {
                 return;
             }
         };
-        let Self { state, slot, token, stage, live, rate_checked, .. } = self;
+        let Self { state, slot, token, stage, live, rate_checked, draining, .. } = self;
         // A moving player's real address was limited with its request (listen/ws.rs).
         let rate_limited = !rate_checked
             && moving.is_none()
             && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
-        let info = ConnInfo { client, rate_limited };
+        let info = ConnInfo { client, rate_limited, draining };
         let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
         session::serve::serve(player, accepted, moving).await;
     }
@@ -203,6 +210,7 @@ mod tests {
             stage,
             live,
             rate_checked: false,
+            draining: false,
         };
         let setup = async {
             let (player, client) = super::super::tcp::setup(stream, peer, None).await?;

@@ -152,8 +152,17 @@ pub(crate) async fn accept_loop(
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
         let stage = state.metrics.stage(l.transport);
-        let conn =
-            Conn { state: Arc::clone(&state), slot, token: sessions.clone(), peer, stage, live, rate_checked: checked };
+        let draining = state.draining.load(Ordering::Relaxed);
+        let conn = Conn {
+            state: Arc::clone(&state),
+            slot,
+            token: sessions.clone(),
+            peer,
+            stage,
+            live,
+            rate_checked: checked,
+            draining,
+        };
         let accept = Arc::clone(&l.accept);
         let session = move |stream| {
             async move {

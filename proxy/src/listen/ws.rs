@@ -18,8 +18,8 @@ use super::carry::Carried;
 use super::opened::Opening;
 use super::upgrade::{accept_upgrade, Carriages, Peer, UpgradeError, Upgraded};
 use crate::config::WsSettings;
-use crate::labels::ResumeOutcome;
 use crate::labels::TlsVersion;
+use crate::labels::{DrainMove, ResumeOutcome};
 use crate::metrics::Metrics;
 use crate::network::CarriedResume;
 use crate::rate::Bucket;
@@ -49,6 +49,9 @@ pub(super) enum WsSetupError {
     /// A `resume` or `moving` request over the real address's connection rate (closed without a Close frame).
     #[error("rate_limits.connections_per_second reached by a resume or move request")]
     RateLimited,
+    /// This instance is draining: a client that offered moves was sent on (close 4007) to connect again.
+    #[error("draining: sent on to another instance")]
+    SentOn,
 }
 
 /// How long before the handshake deadline (which cuts the whole setup) a carriage v2 connection that has not
@@ -73,6 +76,8 @@ pub(super) struct WsSetup<'a> {
     /// The connection-rate limit was applied at accept (no trusted proxy in front): a `resume` or `moving`
     /// request is not checked again.
     pub(super) rate_checked: bool,
+    /// Accepted while this instance drained: a client that offered moves is sent on (close 4007).
+    pub(super) draining: bool,
 }
 
 /// The TLS handshake of a `wss` connection (rustls), counted by version and logged at debug level with the
@@ -158,6 +163,18 @@ async fn resume_or_session<S: PlayerStream>(
             // older one's session).
             drop(link);
             return Err(WsSetupError::RateLimited);
+        }
+        // A draining instance sends a client that can move on before anything of its session starts here: the
+        // client connects to its URL again and the balancer picks a live instance. A resume of a session held
+        // here is still served (the drain then moves it).
+        if up.move_offered && s.draining {
+            let held_here = matches!(&first, Ok(Some(carriage::v2::Control::Resume { token, .. }))
+                if state.resume.is_own(&token.instance));
+            if first.is_ok() && !held_here {
+                state.metrics.drain_move(DrainMove::SentOn);
+                link.close(carriage::v2::CLOSE_DRAINING, "instance draining: connect again").await;
+                return Err(WsSetupError::SentOn);
+            }
         }
         match first {
             Ok(None) => {}

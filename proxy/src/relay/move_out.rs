@@ -193,7 +193,11 @@ pub(super) async fn move_out<S: PlayerStream>(
             if let Some(board) = pipe.backend.board() {
                 board.handed_away(false);
             }
-            info!(player = %player, "draining: the move was refused at the other instance; the player stays");
+            if handed {
+                info!(player = %player, "draining: the move was refused at the other instance after the hand-over; the player stays");
+            } else {
+                info!(player = %player, "draining: the client reached no instance that took the move (it said stay); the player stays");
+            }
             metrics.drain_move(DrainMove::Failed);
             return MoveEnd::Stay(heard.ack);
         }

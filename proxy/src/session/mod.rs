@@ -111,6 +111,8 @@ pub(crate) struct ConnInfo {
     /// Its address opened connections faster than `[rate_limits]` allow: it is told so (a Login Disconnect
     /// for a login) once its handshake is read, and closed.
     pub(crate) rate_limited: bool,
+    /// Accepted while this instance drained (docs/network.md, "Drain"): a login is told the restart message.
+    pub(crate) draining: bool,
 }
 
 /// What every stage works with.

@@ -139,6 +139,14 @@ async fn run<P: Player>(
         }
         return Summary::new("rate limited: too many connections from this address");
     }
+    // A draining instance keeps its listeners open (a balancer that finds them closed marks it failed); a login on
+    // a connection accepted since is told the restart message (docs/network.md, "Drain"; a client that can move
+    // was sent on before its session started).
+    if s.info.draining && matches!(opening, opening::Opening::Login { .. }) {
+        s.state.metrics.refused(RefusedReason::Draining);
+        login::login_disconnect(&mut *s.player, crate::relay::SHUTDOWN_REASON, None, Finish::Shutdown).await;
+        return Summary::new("draining: a new login told the restart message");
+    }
     match opening {
         opening::Opening::Legacy { ping, raw } => {
             drop(slot);
