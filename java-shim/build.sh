@@ -134,7 +134,8 @@ else
     cp "$root/target/$triple/natives/$lib" "$staging/$platform/$lib"
   done
   step "checking the five native libraries (format, architecture, exported symbols, imports)"
-  "$cargo" run --locked --quiet -p moonbridge-tests --example inspect_natives --manifest-path "$root/Cargo.toml" -- \
+  # Release, as the other builds of this script: the debug tree may be gone (scripts/test-all.sh prunes it in CI).
+  "$cargo" run --release --locked --quiet -p moonbridge-tests --example inspect_natives --manifest-path "$root/Cargo.toml" -- \
     "$staging" "${targets[@]%%:*}"
 fi
 

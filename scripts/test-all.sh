@@ -74,7 +74,8 @@ cargo test --workspace --locked --exclude moonbridge-tests
 # and their time bounds (a probe answered within 1 s) are about the proxy, not about a machine busy with another
 # test's flood.
 cargo test -p moonbridge-tests --locked -- --test-threads=1
-# Later stages run target/debug/moonbridge (the Java shim's tests) and nothing else of the debug build.
+# Later stages run target/debug/moonbridge and target/debug/test-certs (the Java shim's tests, which build what
+# else they run in release) and nothing else of the debug build.
 prune target/debug/deps target/debug/build target/debug/examples target/debug/.fingerprint target/debug/incremental
 
 step "fuzzing: every target for ${MOONBRIDGE_FUZZ_SECONDS:=15} s from its seeds (scripts/fuzz.sh)"

@@ -165,9 +165,20 @@ labels! {
         /// A player who cannot be moved: TCP, carriage v1, a client that did not offer moves, online mode.
         NotMovable => "not_movable",
         /// A client that offered moves reached the draining instance (a new session, a `moving` request the
-        /// balancer sent back, a resume of a session held elsewhere) and was sent on with close 4007 before
-        /// anything of its session started here.
+        /// balancer sent back, a resume of a session held elsewhere) and was sent on to connect again (close 4007
+        /// for a new session; a request closed without a Close frame) before anything of it started here.
         SentOn => "sent_on",
+    }
+}
+
+labels! {
+    /// The `outcome` of `moonbridge_drain_arrivals_total`: players who came from a draining instance (their
+    /// `moving` request), counted on the instance they reach, which lives on (docs/network.md, "Drain").
+    DrainArrival {
+        /// The player plays on here.
+        Moved => "moved",
+        /// The move was refused here (close 4006): the player stays on the draining instance.
+        Refused => "refused",
     }
 }
 
@@ -342,6 +353,7 @@ mod tests {
         distinct(ResumeOutcome::TEXTS);
         distinct(TransferOutcome::TEXTS);
         distinct(DrainMove::TEXTS);
+        distinct(DrainArrival::TEXTS);
         distinct(TlsVersion::TEXTS);
         distinct(LeaseResult::TEXTS);
         distinct(DuplicateAction::TEXTS);

@@ -27,10 +27,24 @@ struct Cli {
     /// Validate FILE and exit: 0 when valid, 1 with one line per problem naming the key.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
+
+    /// Ask the [metrics] listener at ADDR (IP:port) for GET /healthz and exit: 0 when it answers 200 within
+    /// 2 seconds, 1 otherwise (a container HEALTHCHECK: the image has no shell and no curl).
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["config", "check_config"])]
+    probe: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(addr) = cli.probe {
+        return match probe(addr) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{addr}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(path) = cli.check_config {
         return match Config::load(&path) {
             Ok(c) => {
@@ -53,6 +67,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How long `--probe` waits for the connection and for the answer, each.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `--probe`: `GET /healthz` on the metrics listener at `addr`; `Ok` on a 200 answer.
+fn probe(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: moonbridge\r\nConnection: close\r\n\r\n")?;
+    // The status line is all that is needed: at most 64 bytes are read.
+    let mut head = Vec::with_capacity(64);
+    (&mut s).take(64).read_to_end(&mut head)?;
+    let line = String::from_utf8_lossy(&head);
+    let status = line.lines().next().unwrap_or_default();
+    anyhow::ensure!(status.starts_with("HTTP/1.1 200 "), "/healthz answered {status:?}, not 200");
+    Ok(())
 }
 
 /// `e` and its causes, each said once: a cause whose text the message so far already ends with (the library's

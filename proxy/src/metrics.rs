@@ -16,7 +16,7 @@ use prometheus::{
 };
 
 use crate::labels::{
-    DrainMove, HandshakeFailure, LoginOutcome, RefusedReason, ResumeOutcome, StreamDirection, TlsVersion,
+    DrainArrival, DrainMove, HandshakeFailure, LoginOutcome, RefusedReason, ResumeOutcome, StreamDirection, TlsVersion,
     TransferOutcome, Unfollowed,
 };
 use crate::transport::Transport;
@@ -120,6 +120,7 @@ pub(crate) struct Metrics {
     resumes: IntCounterVec,
     transfers: IntCounterVec,
     drain_moves: IntCounterVec,
+    drain_arrivals: IntCounterVec,
     unfollowed: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
@@ -222,7 +223,14 @@ impl Metrics {
         let drain_moves = counter_vec(
             &r,
             "moonbridge_drain_moves_total",
-            "Players a draining instance moved to another instance of the network, by outcome (moved, failed, not_movable).",
+            "Players a draining instance moved to another instance of the network, by outcome (moved, failed, \
+             not_movable, sent_on).",
+            &["outcome"],
+        )?;
+        let drain_arrivals = counter_vec(
+            &r,
+            "moonbridge_drain_arrivals_total",
+            "Players who came here from a draining instance, by outcome (moved, refused); counted where they arrive.",
             &["outcome"],
         )?;
         let transfer_seconds = reg(
@@ -300,6 +308,7 @@ impl Metrics {
             (&resumes, ResumeOutcome::TEXTS),
             (&transfers, TransferOutcome::TEXTS),
             (&drain_moves, DrainMove::TEXTS),
+            (&drain_arrivals, DrainArrival::TEXTS),
         ] {
             for v in values {
                 let _ = family.with_label_values(&[v]);
@@ -319,6 +328,7 @@ impl Metrics {
             resumes,
             transfers,
             drain_moves,
+            drain_arrivals,
             unfollowed,
             transfer_seconds,
             transfer_handovers,
@@ -383,6 +393,11 @@ impl Metrics {
     /// Counts a drain move by outcome.
     pub(crate) fn drain_move(&self, outcome: DrainMove) {
         self.drain_moves.with_label_values(&[outcome.as_str()]).inc();
+    }
+
+    /// Counts a player who came here from a draining instance, by outcome.
+    pub(crate) fn drain_arrival(&self, outcome: DrainArrival) {
+        self.drain_arrivals.with_label_values(&[outcome.as_str()]).inc();
     }
 
     /// Counts a server transfer by outcome.

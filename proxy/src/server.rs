@@ -314,7 +314,7 @@ impl Server {
         self.state.draining.store(true, Ordering::Relaxed);
         // `[network]` with live peers: players move to the other instances first (docs/network.md, "Drain").
         // The listeners stay open meanwhile (a balancer that finds them closed marks the instance failed): a
-        // client that can move is sent on at once (close 4007), any other login is told the restart message.
+        // client that can move is sent on at once to connect again, any other login is told the restart message.
         if let Some(net) = network.as_ref().filter(|n| n.live_peers() > 0) {
             let moves_end = grace_ends.checked_sub(DRAIN_RESERVE).unwrap_or(grace_ends);
             crate::network::moves::drain(&self.state, net.config.drain_rate, moves_end).await;

@@ -275,3 +275,27 @@ fn both_runtime_modes_relay_a_player() {
         sigterm_stops_it(&mut child);
     }
 }
+
+/// `--probe ADDR`, the image's HEALTHCHECK (deploy/Containerfile): exit 0 while the metrics listener at ADDR
+/// answers `GET /healthz` with 200, and 1 with the address and the reason once nothing listens there.
+#[test]
+fn probe_exits_0_while_the_metrics_listener_is_healthy_and_1_after() {
+    let (tcp, metrics) = (moonbridge_test_certs::free_port().unwrap(), moonbridge_test_certs::free_port().unwrap());
+    let p = write_config(
+        "probe",
+        &format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:{tcp}\"\n[[backend]]\nname = \"b\"\naddress = \"127.0.0.1:1\"\n\
+             [metrics]\nbind = \"127.0.0.1:{metrics}\"\n"
+        ),
+    );
+    let mut child = spawn(&["--config", p.as_ref().to_str().unwrap()]);
+    wait_line(&child, "metrics on http://", Duration::from_secs(20));
+    let addr = format!("127.0.0.1:{metrics}");
+    let out = Command::new(BIN).args(["--probe", &addr]).output().unwrap();
+    assert!(out.status.success(), "healthy: {}", String::from_utf8_lossy(&out.stderr));
+    sigterm_stops_it(&mut child);
+    let out = Command::new(BIN).args(["--probe", &addr]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with(&format!("{addr}: ")) && stderr.to_lowercase().contains("refused"), "{stderr}");
+}

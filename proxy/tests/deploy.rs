@@ -15,6 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_moonbridge");
 /// Where the unit and the image put the binary and the configuration.
 const INSTALLED_BIN: &str = "/usr/local/bin/moonbridge";
 const INSTALLED_CONFIG: &str = "/etc/moonbridge/moonbridge.toml";
+/// The container file's `HEALTHCHECK` options (Docker's, not the proxy's).
+const HEALTHCHECK_OPTIONS: [&str; 4] = ["--interval=", "--timeout=", "--start-period=", "--retries="];
 
 fn deploy(name: &str) -> (PathBuf, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name);
@@ -69,6 +71,33 @@ fn the_network_configuration_is_the_shipped_one_with_a_network() {
     assert!(!out.status.success() && stderr.contains("holds 5 bytes; the secret needs at least 32"), "{stderr}");
 }
 
+/// The configuration for Cloudflare's Full (strict) mode is the shipped one with a `wss` listener; `--check-config`
+/// refuses it until its Origin CA certificate files are there and accepts it with a certificate in their place.
+#[test]
+fn the_origin_configuration_is_the_shipped_one_with_a_wss_listener() {
+    let (path, text) = deploy("moonbridge-origin.toml");
+    let origin = Config::from_toml(&text).expect("deploy/moonbridge-origin.toml parses");
+    let single = config();
+    let n = single.listeners.len();
+    assert_eq!(origin.listeners.len(), n + 1, "one listener more");
+    assert_eq!(origin.listeners.get(..n), Some(&single.listeners[..]), "the shipped listeners first");
+    let wss = &origin.listeners[n];
+    assert_eq!((wss.transport, wss.bind.port()), (moonbridge_proxy::config::Transport::Wss, 8443));
+    assert_eq!((origin.backends.len(), origin.metrics.bind), (single.backends.len(), single.metrics.bind));
+    let out = Command::new(BIN).arg("--check-config").arg(&path).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("tls_cert"), "{stderr}");
+    // With a certificate and key where the file names them: accepted.
+    let cert = moonbridge_test_certs::TestCert::generate("origin", moonbridge_test_certs::KeyType::Ec).unwrap();
+    let placed = text
+        .replace("/etc/moonbridge/origin.pem", cert.cert.to_str().unwrap())
+        .replace("/etc/moonbridge/origin.key", cert.key.to_str().unwrap());
+    let copy = cert.dir.join("moonbridge-origin.toml");
+    std::fs::write(&copy, placed).unwrap();
+    let out = Command::new(BIN).arg("--check-config").arg(&copy).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn every_flag_in_the_deployment_files_exists() {
     let help = String::from_utf8(Command::new(BIN).arg("--help").output().unwrap().stdout).unwrap();
@@ -86,7 +115,10 @@ fn every_flag_in_the_deployment_files_exists() {
         assert!(!flags.is_empty() || file == "kubernetes.yaml", "{file} passes flags");
         for f in flags {
             // Build-tool flags in the container file's build stage are cargo's, not ours.
-            if file == "Containerfile" && ["--release", "--locked", "--bin", "--from=build"].contains(&f) {
+            // So are the HEALTHCHECK's timing options.
+            let theirs = ["--release", "--locked", "--bin", "--from=build"];
+            if file == "Containerfile" && (theirs.contains(&f) || HEALTHCHECK_OPTIONS.iter().any(|o| f.starts_with(o)))
+            {
                 continue;
             }
             assert!(help.contains(&format!("{f} ")), "{file}: {f} is not a moonbridge flag:\n{help}");
@@ -140,10 +172,23 @@ fn paths_ports_probes_and_stop_timeouts_agree() {
     let metrics_port = c.metrics.bind.unwrap().port();
     assert!(k8s.contains(&format!("name: metrics\n              containerPort: {metrics_port}")), "{k8s}");
     assert!(k8s.contains(&format!("prometheus.io/port: \"{metrics_port}\"")));
+    // The image's HEALTHCHECK asks the metrics listener with --probe.
+    let probe = format!("CMD [\"{INSTALLED_BIN}\", \"--probe\", \"127.0.0.1:{metrics_port}\"]");
+    assert!(image.contains("HEALTHCHECK ") && image.contains(&probe), "{image}");
     for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
         let at = k8s.find(probe).unwrap_or_else(|| panic!("{probe} missing"));
         assert!(k8s[at..].lines().take(4).any(|l| l.trim() == format!("path: {path}")), "{probe} → {path}");
     }
+
+    // The image: a version tag (the workspace's), pulled only when missing; never `latest` (pulled on every start).
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(k8s.contains(&format!("image: moonbridge:{version}\n")), "the image is tagged {version}: {k8s}");
+    assert!(k8s.contains("imagePullPolicy: IfNotPresent") && !k8s.contains(":latest"));
+    // The metrics port is reachable only from Prometheus's namespace: its ingress rule names whom it is from.
+    let policy = &k8s[k8s.find("kind: NetworkPolicy").expect("a NetworkPolicy")..];
+    let rule =
+        policy.split("\n    - ").find(|r| r.contains(&format!("- port: {metrics_port}"))).expect("a rule for metrics");
+    assert!(rule.starts_with("from:") && rule.contains("namespaceSelector"), "metrics open to everyone: {rule}");
 
     // Stop: SIGTERM, and longer than the shutdown grace everywhere.
     let grace = c.limits.shutdown_grace_seconds;

@@ -10,6 +10,7 @@
 //! - certificates: [`TestCert`] from the `moonbridge-test-certs` crate (rcgen), shared with the benchmark;
 //! - [`gtnh`]: a GT New Horizons dialect peer (Hodgepodge's wide frames, Plugin Message lengths, Join Game);
 //! - [`network`]: Redis and HAProxy for a network of instances; [`nginx`]: nginx as the WebSocket reverse proxy;
+//!   [`prometheus`]: a real Prometheus scraping every second;
 //! - [`dns`], [`online`], [`natives`]: a DNS server, online-mode login steps, native-library inspection.
 //!
 //! Every wait here is bounded by a timeout; nothing sleeps to synchronise.
@@ -40,6 +41,7 @@ pub mod nginx;
 pub mod node;
 pub mod online;
 pub mod players;
+pub mod prometheus;
 pub mod proxy;
 pub mod ws;
 

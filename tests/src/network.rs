@@ -240,14 +240,25 @@ impl Haproxy {
         Self::start_with(groups, "").await
     }
 
-    /// As [`Haproxy::start`], with `server` options on every server line (`send-proxy-v2`, `source <ip>`).
+    /// As [`Haproxy::start`], with `server` options on every server line (`send-proxy-v2`, `source <ip>`), and a
+    /// connection that fails tried again at another server (`retries 3`, `option redispatch 1`).
     pub async fn start_with(groups: &[(&str, Vec<SocketAddr>)], server: &str) -> Self {
+        Self::start_defaults(groups, server, "  retries 3\n  option redispatch 1\n").await
+    }
+
+    /// As docs/network.md shows it: `server` options on every server line and HAProxy's defaults otherwise (no
+    /// `option redispatch`: a connection that fails is tried again at the same server only).
+    pub async fn start_documented(groups: &[(&str, Vec<SocketAddr>)], server: &str) -> Self {
+        Self::start_defaults(groups, server, "").await
+    }
+
+    /// HAProxy with `defaults` lines `extra` (each indented, ending in a newline) besides mode and timeouts.
+    async fn start_defaults(groups: &[(&str, Vec<SocketAddr>)], server: &str, extra: &str) -> Self {
         let dir = TestDir::new("moonbridge-haproxy").unwrap();
         let socket = dir.path().join("admin.sock");
         let mut cfg = format!(
             "global\n  stats socket {} mode 600 level admin\n  maxconn 4096\n\
-             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n\
-             retries 3\n  option redispatch 1\n",
+             defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n{extra}",
             socket.display()
         );
         let mut fronts = Vec::new();

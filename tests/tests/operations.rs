@@ -56,6 +56,13 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         cert.key.display(),
         backend_section(backend.addr, ""),
     );
+    // And an instance of a network (on a real redis-server), whose metrics the dashboard's network panels query.
+    let redis = testbed::network::Redis::start().await;
+    let dir = TestDir::new("moonbridge-metrics-network").unwrap();
+    let key = testbed::network::secret(&dir);
+    let instance = testbed::network::instance_config(backend.addr, &redis, &key, "kick_existing", None);
+    let net = Proxy::start(&format!("{instance}[metrics]\nbind = \"127.0.0.1:0\"\n")).await;
+    let net_metrics = net.metrics.unwrap();
     let proxy = Proxy::start(&toml).await;
     let metrics = proxy.metrics.expect("a metrics listener");
 
@@ -104,7 +111,9 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         assert!(sample(&text, &series).is_some_and(|v| v > 0.0), "{series} in\n{text}");
     }
 
-    // Every metric the Grafana dashboard queries exists in the exposition.
+    // Every metric the Grafana dashboard queries exists in the exposition (of the network's instance for the
+    // network panels).
+    let net_text = get(net_metrics, "/metrics").await.1;
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{}/../deploy/grafana-dashboard.json", env!("CARGO_MANIFEST_DIR"))).unwrap(),
     )
@@ -123,97 +132,52 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
     assert!(queried.len() >= 15, "{queried:?}");
     for name in queried {
         let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
-        assert!(text.contains(&format!("# TYPE {family} ")), "the dashboard queries {name}, which is not exposed");
+        let exposed = |t: &str| t.contains(&format!("# TYPE {family} "));
+        assert!(exposed(&text) || exposed(&net_text), "the dashboard queries {name}, which is not exposed");
     }
 
-    // promtool lints the exposition (naming, types, units).
-    let mut promtool = tokio::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus) is installed");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).await.unwrap();
-    let out = tokio::time::timeout(STEP, promtool.wait_with_output()).await.unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // promtool lints each exposition (naming, types, units).
+    for text in [&text, &net_text] {
+        let mut promtool = tokio::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool (Debian package prometheus) is installed");
+        promtool.stdin.take().unwrap().write_all(text.as_bytes()).await.unwrap();
+        let out = tokio::time::timeout(STEP, promtool.wait_with_output()).await.unwrap().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     // A real Prometheus scrapes it every second; its query API returns the same values.
-    let dir = TestDir::new("prometheus").unwrap();
-    let web = SocketAddr::from(([127, 0, 0, 1], moonbridge_test_certs::free_port().unwrap()));
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: moonbridge\n    static_configs:\n      - targets: ['{metrics}']\n"
-        ),
-    )
-    .unwrap();
-    let mut server = tokio::process::Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={web}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("prometheus (Debian package prometheus) is installed");
+    let server = testbed::prometheus::Prometheus::start(&[metrics, net_metrics]);
     for (query, value) in [
         ("sum(moonbridge_sessions{stage=\"play\"})", 3.0),
         ("sum(moonbridge_logins_total)", 3.0),
         ("sum(moonbridge_relayed_bytes_total{direction=\"to_backend\"})", up),
         ("sum(moonbridge_connections_accepted_total)", 3.0),
+        // The dashboard's network panels.
+        ("max(moonbridge_network_instances)", 1.0),
+        ("max(moonbridge_network_players)", 0.0),
+        ("min(moonbridge_network_redis_up)", 1.0),
     ] {
-        let got = query_until(web, query, value, Duration::from_secs(60)).await;
+        let got = server.query_until(query, value, Duration::from_secs(60)).await;
         assert_eq!(got, Some(value), "Prometheus query {query}");
     }
-    server.kill().await.unwrap();
+    drop(server);
+    net.shutdown().await;
 
     drop((tcp, ws, wss));
     proxy.wait_connections(0, STEP).await;
     let play = "moonbridge_sessions{stage=\"play\",transport=\"wss\"}";
     assert_eq!(metric_until(metrics, play, 0.0).await, Some(0.0), "players left");
     proxy.shutdown().await;
-}
-
-/// Queries Prometheus's HTTP API until the first result's value is `want` (or `within` passes): the last
-/// value seen.
-async fn query_until(web: SocketAddr, query: &str, want: f64, within: Duration) -> Option<f64> {
-    let encoded: String = query
-        .bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b == b'_' { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect();
-    let mut last = None;
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(mut s) = TcpStream::connect(web).await {
-            let req = format!("GET /api/v1/query?query={encoded} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-            if s.write_all(req.as_bytes()).await.is_ok() {
-                let (reply, _) = read_to_close(&mut s, STEP).await;
-                let reply = String::from_utf8_lossy(&reply);
-                if let Some((_, body)) = reply.split_once("\r\n\r\n") {
-                    last = first_value(body).or(last);
-                    if last == Some(want) {
-                        return last;
-                    }
-                }
-            }
-        }
-        // Polling an external process: each scrape is a second apart.
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    last
-}
-
-/// `data.result[0].value[1]` of a Prometheus instant-query answer.
-fn first_value(body: &str) -> Option<f64> {
-    let v: serde_json::Value = serde_json::from_str(body.trim()).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

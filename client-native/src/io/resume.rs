@@ -85,8 +85,8 @@ pub(super) async fn run_ws_session(first: Stream, target: &Target, shared: &Shar
 }
 
 /// How long a move tries to reach an instance that takes it, from `move`: 10 seconds. A try that fails before
-/// the other instance answers (the connection does not open, a balancer answers 502 or 503, the instance
-/// reached is draining too: close 4007, or its connection closes) is tried again after a pause of 50 ms doubling
+/// the other instance answers (the connection does not open, a balancer answers 502 or 503, or the connection
+/// closes before an answer, as an instance that is draining too closes it) is tried again after a pause of 50 ms doubling
 /// to 1 s, and counted in [`crate::Stats::move_retries`]; past the deadline the client stays on the draining
 /// instance (`stay`), which waits 12 s for the move.
 pub(super) const MOVE_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -197,7 +197,7 @@ async fn try_move(
     };
     let (received, token) = match answered {
         Ok(Ok(answer)) => answer,
-        // Closed before an answer (a draining instance's 4007 too): no instance took the ticket.
+        // Closed before an answer (as a draining instance closes it): no instance took the ticket.
         Ok(Err(Attempt::Failed(_))) => return Err(MoveTry::Again),
         // Refused (4006), or no answer in time (the other instance may be taking the state: not tried twice).
         Ok(Err(Attempt::Refused(_))) | Err(_) => return Err(MoveTry::Miss(MoveMiss::Stay)),

@@ -347,7 +347,7 @@ pub(super) async fn run_ws<S: AsyncRead + AsyncWrite + Unpin>(
                         return match code {
                             Some(carriage::CLOSE_GOING_AWAY) => WsEnd::Lost(e),
                             // A draining instance sends a new session on before it starts there.
-                            Some(v2::CLOSE_DRAINING) if resume.as_ref().is_some_and(|r| r.token.is_none()) => WsEnd::SentOn(e),
+                            Some(v2::CLOSE_DRAINING) if resume.as_ref().is_some_and(|r| r.token.is_none() && r.received == 0) => WsEnd::SentOn(e),
                             _ => WsEnd::End(e),
                         };
                     }

@@ -60,10 +60,11 @@ pub const CLOSE_TAKEN_OVER: u16 = 4005;
 /// the backend refused the player's second login); the client goes on over its old WebSocket (`stay`).
 pub const CLOSE_MOVE_REFUSED: u16 = 4006;
 
-/// 4007: the instance reached is draining (docs/network.md, "Drain") and sends the client on before anything
-/// of the session starts there: a new session, a `moving` request, or a resume of a session held elsewhere.
-/// The client connects to its URL again with backoff (the balancer picks another instance); nothing of the
-/// session was lost. Sent only to a client that offered moves ([`MOVE_HEADER`]).
+/// 4007: the instance reached is draining (docs/network.md, "Drain") and sends a new session on before anything
+/// of it starts there (the answer to its first message). The client connects to its URL again with backoff (the
+/// balancer picks another instance) and sends its bytes again; nothing of the session was lost. Sent only to a
+/// client that offered moves ([`MOVE_HEADER`]); a `moving` request or a resume of a session held elsewhere is
+/// closed without a Close frame instead, which every client version tries again.
 pub const CLOSE_DRAINING: u16 = 4007;
 
 /// The reason of the Close 1000 with which a client ends its old WebSocket once the new one answered `moved`;

@@ -153,6 +153,7 @@ pub(crate) async fn accept_loop(
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
         let stage = state.metrics.stage(l.transport);
         let draining = state.draining.load(Ordering::Relaxed);
+        let late = draining.then(|| crate::state::Late::enter(&state));
         let conn = Conn {
             state: Arc::clone(&state),
             slot,
@@ -166,7 +167,7 @@ pub(crate) async fn accept_loop(
         let accept = Arc::clone(&l.accept);
         let session = move |stream| {
             async move {
-                let _permit = permit;
+                let (_permit, _late) = (permit, late);
                 conn.serve(stream, &accept).await;
             }
             .instrument(span)

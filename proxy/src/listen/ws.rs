@@ -49,7 +49,8 @@ pub(super) enum WsSetupError {
     /// A `resume` or `moving` request over the real address's connection rate (closed without a Close frame).
     #[error("rate_limits.connections_per_second reached by a resume or move request")]
     RateLimited,
-    /// This instance is draining: a client that offered moves was sent on (close 4007) to connect again.
+    /// This instance is draining: a client that offered moves was sent on to connect again (close 4007, or a
+    /// request closed without a Close frame).
     #[error("draining: sent on to another instance")]
     SentOn,
 }
@@ -76,7 +77,7 @@ pub(super) struct WsSetup<'a> {
     /// The connection-rate limit was applied at accept (no trusted proxy in front): a `resume` or `moving`
     /// request is not checked again.
     pub(super) rate_checked: bool,
-    /// Accepted while this instance drained: a client that offered moves is sent on (close 4007).
+    /// Accepted while this instance drained: a client that offered moves is sent on to connect again.
     pub(super) draining: bool,
 }
 
@@ -172,7 +173,14 @@ async fn resume_or_session<S: PlayerStream>(
                 if state.resume.is_own(&token.instance));
             if first.is_ok() && !held_here {
                 state.metrics.drain_move(DrainMove::SentOn);
-                link.close(carriage::v2::CLOSE_DRAINING, "instance draining: connect again").await;
+                if request {
+                    // A `resume` or `moving` request: closed without a Close frame, which every client library,
+                    // older ones too, reads as a failed try and tries again (an unknown close code would end an
+                    // older one's session).
+                    drop(link);
+                } else {
+                    link.close(carriage::v2::CLOSE_DRAINING, "instance draining: connect again").await;
+                }
                 return Err(WsSetupError::SentOn);
             }
         }

@@ -149,7 +149,12 @@ impl RedisNetwork {
             let _: () = redis::cmd("ZREM").arg(&index).arg(&gone).query_async(&mut con).await?;
         }
         self.metrics.instances.set(peers.len() as i64 + 1);
-        self.metrics.players.set((names.len() + records.len()) as i64);
+        // A player moving between instances is held by both for a moment: each name counts once, so the count is
+        // never above the players really in play.
+        let mut seen: std::collections::HashSet<&str> = records.iter().map(|(key, _, _)| key.as_str()).collect();
+        let lower: Vec<String> = names.iter().map(|(n, _)| n.to_ascii_lowercase()).collect();
+        let elsewhere = lower.iter().filter(|n| seen.insert(n.as_str())).count();
+        self.metrics.players.set((records.len() + elsewhere) as i64);
         self.players.set_others(names);
         *self.peers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = peers;
         if *rewrite {

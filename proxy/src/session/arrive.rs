@@ -25,6 +25,7 @@ use tracing::info;
 use super::login::duplicate;
 use super::{Finish, Player, PlayerGone, Session, Summary};
 use crate::backend::Backend;
+use crate::labels::DrainArrival;
 use crate::metrics::Stage;
 use crate::move_state::{MoveAnswer, MoveState, ARRIVAL_TIMEOUT};
 use crate::players::{Seen, Stop, COMMAND_QUEUE};
@@ -155,8 +156,15 @@ async fn until_play(
 }
 
 /// Closes a refused move's connection with 4006 (the player goes on with the draining instance).
-async fn refuse<P: Player>(player: &mut P, info: &super::ConnInfo, mut summary: Summary, why: ArrivalError) -> Summary {
+async fn refuse<P: Player>(
+    player: &mut P,
+    info: &super::ConnInfo,
+    metrics: &crate::metrics::Metrics,
+    mut summary: Summary,
+    why: ArrivalError,
+) -> Summary {
     info!(client = %info.client.ip(), "move refused: {why}");
+    metrics.drain_arrival(DrainArrival::Refused);
     player.finish(Finish::MoveRefused).await;
     summary.reason = format!("move refused: {why}");
     summary
@@ -226,6 +234,7 @@ async fn land<P: Player>(
     let in_play = until_play(&mut stream, &mut early, limit, max_frame_len);
     step(s.player, s.shutdown, deadline, in_play).await?.map_err(refused)?;
     info!(player = %state.name, from = %owner, backend = %backend.name, "player moved here from a draining instance");
+    s.state.metrics.drain_arrival(DrainArrival::Moved);
     Ok(Landed { state, backend, stream, early, window })
 }
 
@@ -234,7 +243,7 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
     let mut summary = Summary::new("");
     let landed = match land(&mut s, moving, &mut summary).await {
         Ok(l) => l,
-        Err(why) => return refuse(s.player, s.info, summary, why).await,
+        Err(why) => return refuse(s.player, s.info, &s.state.metrics, summary, why).await,
     };
     let Landed { state: st, backend, stream, early, window } = landed;
     let (state, live) = (s.state, s.live);
