@@ -69,19 +69,35 @@ fn main() -> ExitCode {
     }
 }
 
-/// How long `--probe` waits for the connection and for the answer, each.
+/// How long `--probe` waits for the connection and the answer, in all.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `--probe`: `GET /healthz` on the metrics listener at `addr`; `Ok` on a 200 answer.
+/// `--probe`: `GET /healthz` on the metrics listener at `addr`; `Ok` on a 200 answer, all within
+/// [`PROBE_TIMEOUT`].
 fn probe(addr: std::net::SocketAddr) -> anyhow::Result<()> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
-    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
-    s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + PROBE_TIMEOUT;
+    // What is left of the deadline, for the next step (an error once it passed).
+    let left = || {
+        deadline
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| anyhow::anyhow!("no answer within {} s", PROBE_TIMEOUT.as_secs()))
+    };
+    let mut s = std::net::TcpStream::connect_timeout(&addr, left()?)?;
+    s.set_write_timeout(Some(left()?))?;
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: moonbridge\r\nConnection: close\r\n\r\n")?;
-    // The status line is all that is needed: at most 64 bytes are read.
+    // The status line is all that is needed: at most 64 bytes, each read within what is left of the deadline.
     let mut head = Vec::with_capacity(64);
-    (&mut s).take(64).read_to_end(&mut head)?;
+    let mut buf = [0u8; 64];
+    while head.len() < 64 && !head.contains(&b'\n') {
+        s.set_read_timeout(Some(left()?))?;
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend(buf.iter().take(n));
+    }
     let line = String::from_utf8_lossy(&head);
     let status = line.lines().next().unwrap_or_default();
     anyhow::ensure!(status.starts_with("HTTP/1.1 200 "), "/healthz answered {status:?}, not 200");

@@ -6,7 +6,7 @@
 //! Hot paths hold resolved children (one relaxed atomic add per relay batch); label lookups happen at most once
 //! per connection.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,6 +121,8 @@ pub(crate) struct Metrics {
     transfers: IntCounterVec,
     drain_moves: IntCounterVec,
     drain_arrivals: IntCounterVec,
+    /// Connections accepted while the instance drained that are in the handshake or login stage (not exposed).
+    late_logging_in: AtomicI64,
     unfollowed: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
@@ -329,6 +331,7 @@ impl Metrics {
             transfers,
             drain_moves,
             drain_arrivals,
+            late_logging_in: AtomicI64::new(0),
             unfollowed,
             transfer_seconds,
             transfer_handovers,
@@ -383,7 +386,13 @@ impl Metrics {
         self.resumes.with_label_values(&[outcome.as_str()]).inc();
     }
 
-    /// Connections in the handshake or login stage, every transport's (a drain waits for their logins).
+    /// Connections accepted before the instance began draining that are in the handshake or login stage: a
+    /// drain waits for their logins (docs/network.md, "Drain").
+    pub(crate) fn early_logging_in(&self) -> i64 {
+        self.logging_in() - self.late_logging_in.load(Ordering::Relaxed)
+    }
+
+    /// Connections in the handshake or login stage, every transport's.
     pub(crate) fn logging_in(&self) -> i64 {
         let stages = Stage::ALL.len();
         let counted = |i: &usize| [Stage::Handshake as usize, Stage::Login as usize].contains(&(i % stages));
@@ -415,11 +424,17 @@ impl Metrics {
         self.tls_handshakes.with_label_values(&[version.as_str()]).inc();
     }
 
-    /// A new connection's stage gauge on a `transport` listener, starting in [`Stage::Handshake`].
-    pub(crate) fn stage(self: &Arc<Self>, transport: Transport) -> StageGauge {
+    /// A new connection's stage gauge on a `transport` listener, starting in [`Stage::Handshake`]; `late`: the
+    /// connection was accepted while the instance drained (a drain does not wait for its handshake or login:
+    /// [`Metrics::early_logging_in`]).
+    pub(crate) fn stage(self: &Arc<Self>, transport: Transport, late: bool) -> StageGauge {
         let base = TRANSPORTS.iter().position(|t| *t == transport).unwrap_or(0) * Stage::ALL.len();
-        let g = StageGauge { metrics: Arc::clone(self), base, current: AtomicU8::new(Stage::Handshake as u8) };
+        let current = AtomicU8::new(Stage::Handshake as u8);
+        let g = StageGauge { metrics: Arc::clone(self), base, current, late };
         g.gauge(Stage::Handshake as u8).inc();
+        if late {
+            self.late_logging_in.fetch_add(1, Ordering::Relaxed);
+        }
         g
     }
 
@@ -438,6 +453,9 @@ pub(crate) struct StageGauge {
     /// The first of its transport's gauges in [`Metrics::stages`].
     base: usize,
     current: AtomicU8,
+    /// Accepted while the instance drained: also counted in [`Metrics::late_logging_in`] while in the
+    /// handshake or login stage.
+    late: bool,
 }
 
 impl StageGauge {
@@ -452,13 +470,26 @@ impl StageGauge {
         if old != stage as u8 {
             self.gauge(old).dec();
             self.gauge(stage as u8).inc();
+            if self.late {
+                let change = i64::from(logging_in(stage as u8)) - i64::from(logging_in(old));
+                self.metrics.late_logging_in.fetch_add(change, Ordering::Relaxed);
+            }
         }
     }
 }
 
+/// True for the stages a drain waits for: handshake and login.
+fn logging_in(stage: u8) -> bool {
+    stage == Stage::Handshake as u8 || stage == Stage::Login as u8
+}
+
 impl Drop for StageGauge {
     fn drop(&mut self) {
-        self.gauge(self.current.load(Ordering::Relaxed)).dec();
+        let current = self.current.load(Ordering::Relaxed);
+        self.gauge(current).dec();
+        if self.late && logging_in(current) {
+            self.metrics.late_logging_in.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -474,7 +505,7 @@ mod tests {
         b.connected(Duration::from_millis(3), false);
         b.to_backend.inc_by(10);
         m.login(LoginOutcome::PassthroughOk);
-        let stage = m.stage(Transport::Ws);
+        let stage = m.stage(Transport::Ws, false);
         stage.set(Stage::Play);
         let text = m.render();
         for line in [
@@ -494,10 +525,30 @@ mod tests {
         assert!(m.render().lines().any(|l| l == "moonbridge_sessions{stage=\"play\",transport=\"ws\"} 0"));
     }
 
+    /// A drain waits for the logins it began with: connections accepted while draining are not counted, in any
+    /// stage (a status ping or a carried session of theirs does not stand in for an early login either).
+    #[test]
+    fn early_logging_in_leaves_out_connections_accepted_while_draining() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let early = m.stage(Transport::Tcp, false);
+        let late: Vec<_> = [Transport::Ws, Transport::Wss].map(|t| m.stage(t, true)).into();
+        assert_eq!((m.logging_in(), m.early_logging_in()), (3, 1));
+        late[0].set(Stage::Status);
+        late[1].set(Stage::Play);
+        assert_eq!((m.logging_in(), m.early_logging_in()), (1, 1), "the early login is still waited for");
+        late[1].set(Stage::Login);
+        assert_eq!(m.early_logging_in(), 1);
+        early.set(Stage::Play);
+        assert_eq!(m.early_logging_in(), 0);
+        drop(late);
+        drop(early);
+        assert_eq!((m.logging_in(), m.early_logging_in()), (0, 0));
+    }
+
     #[test]
     fn logging_in_counts_the_handshake_and_login_stages_of_every_transport() {
         let m = Arc::new(Metrics::new().unwrap());
-        let gauges: Vec<_> = [Transport::Tcp, Transport::Ws, Transport::Wss].map(|t| m.stage(t)).into();
+        let gauges: Vec<_> = [Transport::Tcp, Transport::Ws, Transport::Wss].map(|t| m.stage(t, false)).into();
         assert_eq!(m.logging_in(), 3, "a new connection is in its handshake");
         gauges[0].set(Stage::Login);
         gauges[1].set(Stage::Status);

@@ -3,7 +3,7 @@
 //! the rate-limit table, log limiters, metrics, online mode's key pair).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -97,9 +97,6 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
     pub(crate) draining: AtomicBool,
-    /// Connections accepted while this instance drained that are still open ([`Late`]): none of them becomes a
-    /// player here (docs/network.md, "Drain"), so a drain does not wait for their handshakes.
-    pub(crate) late: AtomicI64,
     /// `POST /drain` asked the proxy to stop, as SIGTERM does.
     pub(crate) stop_requested: tokio_util::sync::CancellationToken,
     /// The `[rate_limits]` table (its settings are in [`Live`]).
@@ -126,7 +123,6 @@ impl ProxyState {
             next_id: AtomicU64::new(1),
             links_ended: AtomicU64::new(0),
             draining: AtomicBool::new(false),
-            late: AtomicI64::new(0),
             stop_requested: tokio_util::sync::CancellationToken::new(),
             rate: RateLimiter::new(),
             resume: Arc::new(ResumeTable::new()),
@@ -163,22 +159,5 @@ impl ProxyState {
     /// Open player connections (every stage).
     pub(crate) fn open_connections(&self) -> usize {
         self.conn_limit.open()
-    }
-}
-
-/// A connection accepted while the instance drained, counted in [`ProxyState::late`] until dropped.
-pub(crate) struct Late(Arc<ProxyState>);
-
-impl Late {
-    /// Counts a connection accepted now, while draining.
-    pub(crate) fn enter(state: &Arc<ProxyState>) -> Self {
-        state.late.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self(Arc::clone(state))
-    }
-}
-
-impl Drop for Late {
-    fn drop(&mut self) {
-        self.0.late.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -47,35 +47,33 @@ impl Prometheus {
 
     /// Queries the HTTP API until the first result's value is `want` (or `within` passes): the last value seen.
     pub async fn query_until(&self, query: &str, want: f64, within: Duration) -> Option<f64> {
-        let encoded: String = query
-            .bytes()
-            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' { (b as char).to_string() } else { format!("%{b:02X}") })
-            .collect();
         let mut last = None;
         let deadline = tokio::time::Instant::now() + within;
         while tokio::time::Instant::now() < deadline {
-            if let Ok(mut s) = TcpStream::connect(self.web).await {
-                let req = format!("GET /api/v1/query?query={encoded} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-                if s.write_all(req.as_bytes()).await.is_ok() {
-                    let (reply, _) = read_to_close(&mut s, STEP).await;
-                    let reply = String::from_utf8_lossy(&reply);
-                    if let Some((_, body)) = reply.split_once("\r\n\r\n") {
-                        last = first_value(body).or(last);
-                        if last == Some(want) {
-                            return last;
-                        }
-                    }
-                }
+            let answer = self.query(query).await;
+            let first = answer.and_then(|v| v["data"]["result"][0]["value"][1].as_str()?.parse().ok());
+            last = first.or(last);
+            if last == Some(want) {
+                return last;
             }
             // Polling an external process: each scrape is a second apart.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         last
     }
-}
 
-/// `data.result[0].value[1]` of a Prometheus instant-query answer.
-fn first_value(body: &str) -> Option<f64> {
-    let v: serde_json::Value = serde_json::from_str(body.trim()).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    /// One instant query: the API's JSON answer (`status`, `data`, or `errorType` and `error`), or `None` when
+    /// Prometheus did not answer (yet).
+    pub async fn query(&self, query: &str) -> Option<serde_json::Value> {
+        let encoded: String = query
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b == b'_' { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        let mut s = TcpStream::connect(self.web).await.ok()?;
+        let req = format!("GET /api/v1/query?query={encoded} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let (reply, _) = read_to_close(&mut s, STEP).await;
+        let reply = String::from_utf8_lossy(&reply);
+        serde_json::from_str(reply.split_once("\r\n\r\n")?.1.trim()).ok()
+    }
 }

@@ -170,6 +170,22 @@ async fn prometheus_scrapes_sessions_logins_and_bytes_over_every_transport() {
         let got = server.query_until(query, value, Duration::from_secs(60)).await;
         assert_eq!(got, Some(value), "Prometheus query {query}");
     }
+    // Every query of the dashboard is valid PromQL (Grafana's variables filled in as Grafana would), and the labels
+    // it groups by are on its series.
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap().replace("$instance", ".*").replace("$__rate_interval", "1m");
+            let answer = server.query(&expr).await.expect("Prometheus answers");
+            assert_eq!(answer["status"], "success", "{expr}: {answer}");
+            let by = expr.split_once("by (").map(|(_, rest)| rest.split(')').next().unwrap_or_default());
+            for series in answer["data"]["result"].as_array().unwrap() {
+                // (`le` is consumed by histogram_quantile.)
+                for label in by.into_iter().flat_map(|b| b.split(',')).map(str::trim).filter(|l| *l != "le") {
+                    assert!(series["metric"].get(label).is_some(), "{expr}: no label {label} in {series}");
+                }
+            }
+        }
+    }
     drop(server);
     net.shutdown().await;
 

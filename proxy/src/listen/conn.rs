@@ -200,7 +200,7 @@ mod tests {
         let peer = listener.local_addr().unwrap();
         let stream = TcpStream::connect(peer).await.unwrap();
         let (slot, _) = state.handshaking.enter();
-        let stage = state.metrics.stage(Transport::Tcp);
+        let stage = state.metrics.stage(Transport::Tcp, false);
         let live = state.live();
         let conn = Conn {
             state: Arc::clone(&state),

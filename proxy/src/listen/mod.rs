@@ -151,9 +151,8 @@ pub(crate) async fn accept_loop(
         }
         let id = state.next_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("conn", id, peer = %peer, via = %l.transport);
-        let stage = state.metrics.stage(l.transport);
         let draining = state.draining.load(Ordering::Relaxed);
-        let late = draining.then(|| crate::state::Late::enter(&state));
+        let stage = state.metrics.stage(l.transport, draining);
         let conn = Conn {
             state: Arc::clone(&state),
             slot,
@@ -167,7 +166,7 @@ pub(crate) async fn accept_loop(
         let accept = Arc::clone(&l.accept);
         let session = move |stream| {
             async move {
-                let (_permit, _late) = (permit, late);
+                let _permit = permit;
                 conn.serve(stream, &accept).await;
             }
             .instrument(span)

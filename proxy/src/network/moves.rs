@@ -62,12 +62,8 @@ pub(crate) async fn drain(state: &crate::state::ProxyState, rate: u32, until: to
             }
             // Done when no player is left and no connection accepted before the drain is in its handshake or
             // login (it may end in play here). Connections accepted since are not waited for: none of them
-            // becomes a player here (a late one in the status stage makes this end a little early at worst).
-            None if state.players.local_count() == 0
-                && state.metrics.logging_in() <= state.late.load(std::sync::atomic::Ordering::Relaxed) =>
-            {
-                break
-            }
+            // becomes a player here.
+            None if state.players.local_count() == 0 && state.metrics.early_logging_in() == 0 => break,
             None => {
                 tokio::time::sleep_until((Instant::now() + DRAIN_LOOK).min(until)).await;
                 next = Instant::now();
