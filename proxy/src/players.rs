@@ -177,9 +177,9 @@ impl Entry {
 pub(crate) struct PlayerTable {
     inner: Mutex<HashMap<String, Entry>>,
     next_id: AtomicU64,
-    /// The other instances' players (name, server), as the network task last read them; empty outside a
-    /// network or while Redis is unreachable.
-    others: RwLock<Vec<(String, String)>>,
+    /// The other instances' players (lower-case name, name, server), as the network task last read them, each
+    /// name once; empty outside a network or while Redis is unreachable.
+    others: RwLock<Vec<(String, String, String)>>,
     /// In a network: where changes go.
     updates: OnceLock<Updates>,
     /// Changes made so far (queued or not): the network task compares it across a renewal to know that no
@@ -296,17 +296,25 @@ impl PlayerTable {
         stop.map(|s| s.kick(reason)).is_some()
     }
 
-    /// Replaces what is known of the other instances' players (name, server).
+    /// Replaces what is known of the other instances' players (name, server). A name read twice (a player
+    /// moving between two other instances is held by both for a moment) is kept once.
     pub(crate) fn set_others(&self, others: Vec<(String, String)>) {
+        let mut seen = std::collections::HashSet::with_capacity(others.len());
+        let keyed = others.into_iter().map(|(name, server)| (name.to_ascii_lowercase(), name, server));
+        let others = keyed.filter(|(key, _, _)| seen.insert(key.clone())).collect();
         *self.others.write().unwrap_or_else(PoisonError::into_inner) = others;
     }
 
     /// Players in Play on `server`, or on every backend for `None`: this instance's and, in a network, the
-    /// other instances' as last read.
+    /// other instances' as last read; a player moving here, held by its draining instance too for a moment,
+    /// counts once.
     pub(crate) fn count(&self, server: Option<&str>) -> usize {
-        let here = self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).count();
+        let here = self.lock();
+        let mine = here.values().filter(|e| server.is_none_or(|s| e.server == s)).count();
         let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
-        here + others.iter().filter(|(_, s)| server.is_none_or(|want| s == want)).count()
+        let elsewhere =
+            others.iter().filter(|(key, _, s)| server.is_none_or(|want| s == want) && !here.contains_key(key));
+        mine + elsewhere.count()
     }
 
     /// Players in Play on this instance alone.
@@ -319,7 +327,7 @@ impl PlayerTable {
         let mut names: Vec<String> =
             self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).map(|e| e.name.clone()).collect();
         let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
-        names.extend(others.iter().filter(|(_, s)| server.is_none_or(|want| s == want)).map(|(n, _)| n.clone()));
+        names.extend(others.iter().filter(|(_, _, s)| server.is_none_or(|want| s == want)).map(|(_, n, _)| n.clone()));
         names.sort_unstable();
         names.dedup();
         names
@@ -580,6 +588,10 @@ mod tests {
         assert_eq!(table.names(None), ["Alex", "Bo", "Zed"]);
         assert_eq!(table.names(Some("survival")), ["Bo"]);
         assert!(table.find("Zed").is_none(), "find is local");
+        // A moving player is read at two instances, or here and at its draining instance: it counts once.
+        let twice = [("Zed", "lobby"), ("zed", "lobby"), ("ALEX", "lobby"), ("Bo", "survival")];
+        table.set_others(twice.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect());
+        assert_eq!((table.count(None), table.count(Some("lobby"))), (3, 2));
         table.set_others(Vec::new());
         assert_eq!(table.count(None), 1);
     }
