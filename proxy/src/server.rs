@@ -183,9 +183,7 @@ impl Server {
             });
         }
         let ops = match settings.metrics.bind {
-            Some(bind) => {
-                Some(TcpListener::bind(bind).await.map_err(|source| ServerError::MetricsBind { bind, source })?)
-            }
+            Some(bind) => Some(listen(bind).map_err(|source| ServerError::MetricsBind { bind, source })?),
             None => None,
         };
         let runtime = settings.runtime.clone();
@@ -195,8 +193,7 @@ impl Server {
                 // rediss:// takes rustls' process-wide provider.
                 let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
                 let net_metrics = metrics.network().map_err(|e| ServerError::Metrics(e.to_string()))?;
-                let listener = TcpListener::bind(n.peer_bind)
-                    .await
+                let listener = listen(n.peer_bind)
                     .map_err(|source| crate::network::NetworkError::PeerBind { bind: n.peer_bind, source })?;
                 let bound = listener.local_addr().unwrap_or(n.peer_bind);
                 let advertised = match &n.peer_address {

@@ -31,12 +31,14 @@ mod ws;
 pub(crate) use conn::Accept;
 use conn::Conn;
 
-/// Listen backlog of the player listeners, in connections: the kernel queues this many completed handshakes
-/// the proxy has not accepted yet (a reconnect storm after a restart), capped by `net.core.somaxconn`. Rust's
-/// standard library and tokio's `TcpListener::bind` ask for 128.
+/// Listen backlog of every listener (players, metrics, instance links), in connections: the kernel queues this
+/// many completed handshakes the proxy has not accepted yet (a reconnect storm after a restart, a flood of slow
+/// clients on the metrics port), capped by `net.core.somaxconn`. Past it the kernel drops SYNs and a client
+/// retries only after 1 s, longer than a liveness probe waits. Rust's standard library and tokio's
+/// `TcpListener::bind` ask for 128.
 pub(crate) const LISTEN_BACKLOG: u32 = 1024;
 
-/// A player listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR` on Unix, as `TcpListener::bind`
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR` on Unix, as `TcpListener::bind`
 /// sets it, so a restart can bind while old connections are in TIME_WAIT).
 pub(crate) fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
