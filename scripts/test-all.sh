@@ -34,7 +34,7 @@ prune() {
   fi
 }
 
-APT_PACKAGES=(ca-certificates openssl iproute2 wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd redis-server redis-tools haproxy nginx)
+APT_PACKAGES=(ca-certificates openssl iproute2 wine wine64 gcc-mingw-w64-x86-64 dnsmasq-base prometheus systemd redis-server redis-tools redis-sentinel haproxy nginx)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -225,6 +225,8 @@ labels! {
         Move => "move",
         /// Serve a resume carried from the instance the player reconnected to.
         Resume => "resume",
+        /// Carry out an operator's action (admin API: kick, send, message) on this instance's players.
+        Act => "act",
     }
 }
 

@@ -31,7 +31,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `transport.rs` | [`config::Transport`]: how players reach a listener (`tcp`, `ws`, `wss`) |
+//! | `transport.rs` | [`config::Transport`]: how players reach a listener (`tcp`, `ws`, `wss`); `Carriage`: how a WebSocket carries their stream |
 //! | `trusted.rs` | trusted proxies and the real-IP header, for the PROXY header and the HTTP header alike |
 //! | `http_head.rs` | the one HTTP/1.1 request-head reader, for the WebSocket upgrade and the operations listener |
 //! | `proxy_header.rs` | PROXY v1/v2 headers in (load balancers) and v2 out (`proxy-protocol` forwarding) |
@@ -60,7 +60,9 @@
 //! | `ws_link/stage.rs` | the link before the relay: stream reads, waits that keep the player's WebSocket alive |
 //! | `ws_link/tests.rs` | the link's unit tests: its events with real frames through an in-memory stream |
 //! | `resume.rs` | carriage v2 resume: the table of resumable sessions and move tickets (single-use tokens, typed entries), a new link handed to its session |
-//! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists) and commands between their sessions |
+//! | `players.rs` | this proxy's players in Play (`BungeeCord` requests' counts and lists, the network's as last read) and commands between their sessions |
+//! | `players/action.rs` | an operator's action on players (`Action`: kick, send, message), carried out here |
+//! | `players/tests.rs` | the player table's unit tests |
 //! | `network.rs` | `[network]` as the core sees it: the `Network` interface (admit a name, carry a resume, fetch a move's state), claims, link errors |
 //! | `state.rs` | the proxy state every session shares: routes, backends, caps, log limiters, counters |
 //! | `transfer/common.rs` | the switchboard's context, what a relay hands over (`Handed`), outbox and framing helpers, which frames it looks into |
@@ -102,13 +104,18 @@
 //! | `network/link.rs` | `[network]`'s instance links: the mutually authenticated opening, requests, the TLS client, a carried resume's link |
 //! | `network/entries.rs` | what an instance reads back from Redis, checked: signed instance entries (`IP:port` only), bounded player records, bad entries counted and logged |
 //! | `network/moves.rs` | moving a player off a draining instance: the drain's pacing, the state over an instance link |
+//! | `network/dial.rs` | how an instance reaches Redis: `redis_url`'s host, or the master Redis Sentinel names; what a failed round trip's error means |
 //! | `network/redis.rs` | `RedisNetwork`: leases in Redis, the other instances' players, one session per name |
 //! | `network/claimed.rs` | what an instance does about its players' name claims: renews them, obeys a login of the network, takes back forged ones |
 //! | `network/renewal.rs` | one lease renewal: this instance's entries written, the others' read entry by entry |
 //! | `network/openings.rs` | what a connection to `peer_bind` may hold before it authenticates: pending openings bounded per source and in all |
-//! | `network/peer.rs` | the instance-link listener: kicks, resumes carried here, move requests; the address others dial |
+//! | `network/peer.rs` | the instance-link listener: kicks, operators' actions, resumes carried here, move requests; the address others dial |
 //! | `memory.rs` | freed memory back to the operating system after sessions end (glibc `malloc_trim`) |
-//! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz` |
+//! | `admin/token.rs` | the admin API's bearer token: read once, compared in constant time |
+//! | `admin/row.rs` | one player as the admin API lists it (`PlayerRow`) |
+//! | `admin/client.rs` | `moonbridge ctl`'s client of the admin API, and its table of players |
+//! | `admin.rs` | the admin API: the network's players, kick, send, message, drain (JSON) |
+//! | `ops.rs` | the `[metrics]` HTTP listener: `/metrics`, `/healthz`, `/readyz`, the admin API under `/admin/` |
 //! | `server.rs` | the server's lifecycle: binding, graceful shutdown, reload, stats |
 //! | `fuzz.rs` | entry points for the cargo-fuzz targets (`--cfg fuzzing` only) |
 //! | `main.rs` | the `moonbridge` binary: command line, logging, signals |
@@ -137,6 +144,7 @@
 //! an optional handle in the state) to admit a name, carry a resume or fetch a move's state; the Redis leases,
 //! the instance links and the drain (`network/`) are opened by `server.rs` alone.
 
+pub mod admin;
 mod auth;
 mod backend;
 pub mod config;

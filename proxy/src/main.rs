@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use moonbridge_proxy::admin::{self, client::Client, client::CtlError, Reach};
 use moonbridge_proxy::config::RuntimeMode;
 use moonbridge_proxy::{Config, Server};
 use tracing::{info, warn};
@@ -18,7 +19,7 @@ use tracing::{info, warn};
 /// forwarding, limits, status, rate limits and compression; listeners, [metrics], [auth] and [runtime] need a
 /// restart).
 #[derive(Debug, Parser)]
-#[command(name = "moonbridge", version, about, long_about)]
+#[command(name = "moonbridge", version, about, long_about, args_conflicts_with_subcommands = true)]
 struct Cli {
     /// Run with the TOML configuration in FILE (see docs/configuration.md).
     #[arg(short, long, value_name = "FILE", conflicts_with = "check_config")]
@@ -32,10 +33,108 @@ struct Cli {
     /// 2 seconds, 1 otherwise (a container HEALTHCHECK: the image has no shell and no curl).
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["config", "check_config"])]
     probe: Option<std::net::SocketAddr>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Operate a running proxy (or its whole network) through its admin API ([metrics] admin_token_file).
+    ///
+    /// Exit codes: 0 done; 1 the API refused the request or found nothing, or an action did not reach everyone
+    /// it was for (an instance could not be asked, the named player could not take it); 2 a usage error; 3 the
+    /// token was refused; 4 the API could not be reached, was busy or did not answer as one.
+    Ctl(Ctl),
+}
+
+#[derive(Debug, clap::Args)]
+struct Ctl {
+    /// The [metrics] listener of any instance, as http://HOST:PORT.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9477", global = true)]
+    url: String,
+    /// The file holding the admin token (the same as metrics.admin_token_file).
+    #[arg(long, value_name = "FILE", default_value = "/etc/moonbridge/admin.token", global = true)]
+    token_file: PathBuf,
+    /// Print the answer as JSON (players: an array of rows) instead of a table or a sentence.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Verb {
+    /// List the network's players (name, instance, backend, address, transport, carriage, session age).
+    Players {
+        /// Only the players on this backend.
+        #[arg(long, value_name = "BACKEND")]
+        backend: Option<String>,
+        /// Only the players on this instance (its 16-hex-digit id).
+        #[arg(long, value_name = "ID")]
+        instance: Option<String>,
+    },
+    /// Show one player, wherever in the network it plays.
+    Find {
+        /// The player's name (any case).
+        name: String,
+    },
+    /// Disconnect a player, wherever in the network it plays.
+    Kick {
+        /// The player's name (any case).
+        name: String,
+        /// What its disconnect screen says.
+        #[arg(long, default_value = "Kicked by an operator")]
+        reason: String,
+    },
+    /// Switch a player, or every player on a backend (--from), to another backend.
+    Send {
+        /// The player's name (any case); omit with --from.
+        #[arg(required_unless_present = "from", conflicts_with = "from")]
+        name: Option<String>,
+        /// Every player on this backend.
+        #[arg(long, value_name = "BACKEND")]
+        from: Option<String>,
+        /// The backend to switch to.
+        #[arg(long, value_name = "BACKEND")]
+        to: String,
+    },
+    /// Send a chat line to every player of the network, or to the players on one backend.
+    Message {
+        /// Only the players on this backend.
+        #[arg(long, value_name = "BACKEND")]
+        backend: Option<String>,
+        /// The text (words are joined with spaces).
+        #[arg(required = true)]
+        text: Vec<String>,
+    },
+    /// Drain the instance at --url: what SIGTERM does (players move to the other instances).
+    Drain {
+        /// Keep the process up once drained (until SIGTERM), for maintenance.
+        #[arg(long)]
+        stay: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Ctl(ctl)) = cli.command {
+        return match ctl_run(&ctl) {
+            Ok((out, whole)) => {
+                // A closed pipe (`ctl players | head`) is not an error of the call.
+                let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+                if whole {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => {
+                eprintln!("moonbridge ctl: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        };
+    }
     if let Some(addr) = cli.probe {
         return match probe(addr) {
             Ok(()) => ExitCode::SUCCESS,
@@ -67,6 +166,69 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `moonbridge ctl`: one call to the admin API; what to print, and whether the action reached everyone it was
+/// for (false when an instance could not be asked, or a named player could not take it: exit 1).
+fn ctl_run(ctl: &Ctl) -> Result<(String, bool), CtlError> {
+    let client = Client::new(&ctl.url, &ctl.token_file)?;
+    let reach = |what: &str, r: Reach| {
+        let mut line = format!("{what}: {} player(s)", r.done);
+        if r.missed > 0 {
+            line.push_str(&format!(", {} could not take it (their backend cannot switch players)", r.missed));
+        }
+        if r.unreached > 0 {
+            line.push_str(&format!(", {} instance(s) could not be asked", r.unreached));
+        }
+        line + "\n"
+    };
+    // An action's answer: whole when every instance was asked and, for one named player, it took it.
+    let acted = |what: &str, r: Reach, named: bool| {
+        let whole = r.unreached == 0 && (!named || r.done > 0);
+        (as_json(ctl.json, &r).unwrap_or_else(|| reach(what, r)), whole)
+    };
+    Ok(match &ctl.verb {
+        Verb::Players { backend, instance } => {
+            let rows = client.players(backend.as_deref(), instance.as_deref())?;
+            (as_json(ctl.json, &rows).unwrap_or_else(|| admin::client::table(&rows)), true)
+        }
+        Verb::Find { name } => {
+            let row = client.find(name)?;
+            (as_json(ctl.json, &row).unwrap_or_else(|| admin::client::table(std::slice::from_ref(&row))), true)
+        }
+        Verb::Kick { name, reason } => {
+            let r = client.act("kick", &serde_json::json!({ "player": name, "reason": reason }))?;
+            acted("kicked", r, true)
+        }
+        Verb::Send { name, from, to } => {
+            let body = match (name, from) {
+                (Some(n), _) => serde_json::json!({ "player": n, "to": to }),
+                (None, f) => serde_json::json!({ "from": f, "to": to }),
+            };
+            let r = client.act("send", &body)?;
+            acted(&format!("sent to {to}"), r, name.is_some())
+        }
+        Verb::Message { backend, text } => {
+            let body = match backend {
+                Some(b) => serde_json::json!({ "text": text.join(" "), "backend": b }),
+                None => serde_json::json!({ "text": text.join(" ") }),
+            };
+            acted("messaged", client.act("message", &body)?, false)
+        }
+        Verb::Drain { stay } => {
+            let answer = client.drain(!stay)?;
+            let said = as_json(ctl.json, &answer).unwrap_or_else(|| {
+                let after = if *stay { "stays up afterwards (until SIGTERM)" } else { "exits afterwards" };
+                format!("draining {}: players move to the other instances; the process {after}\n", ctl.url)
+            });
+            (said, true)
+        }
+    })
+}
+
+/// With `--json`, `answer` as one line of JSON.
+fn as_json<T: serde::Serialize>(on: bool, answer: &T) -> Option<String> {
+    on.then(|| serde_json::to_string(answer).unwrap_or_default() + "\n")
 }
 
 /// How long `--probe` waits for the connection and the answer, in all.

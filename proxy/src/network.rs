@@ -13,6 +13,7 @@
 
 mod claimed;
 mod claims;
+mod dial;
 mod entries;
 pub(crate) mod link;
 pub(crate) mod moves;
@@ -34,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DuplicateLogin;
 use crate::metrics::NetworkMetrics;
 use crate::move_state::MoveAnswer;
-use crate::players::PlayerTable;
+use crate::players::{Action, PlayerTable, Reach};
 
 /// What the older session of a name reads when `duplicate_login = "kick_existing"` (a vanilla server's words).
 pub(crate) const KICKED_ELSEWHERE: &str = "You logged in from another location";
@@ -77,6 +78,17 @@ pub(crate) trait Network: Send + Sync + std::fmt::Debug {
         received: u64,
         sent: u64,
     ) -> Option<BoxFuture<'a, Result<MoveAnswer, LinkError>>>;
+
+    /// This instance's id in the network (16 hex digits).
+    fn id(&self) -> &str;
+
+    /// The ids of the other live instances, as the last renewal read them, sorted.
+    fn peers(&self) -> Vec<String>;
+
+    /// Asks live instance `id` (other than this one) to carry out an operator's `action` on its players, over an
+    /// instance link (bounded by the link's deadline): what it came to there. `None` when `id` is not such an
+    /// instance.
+    fn act<'a>(&'a self, id: &'a str, action: &'a Action) -> Option<BoxFuture<'a, Result<Reach, LinkError>>>;
 }
 
 /// What a login may do about a name that is already playing.
@@ -202,6 +214,9 @@ pub(crate) enum Unservable {
     /// The carried control message does not parse.
     #[error("malformed resume request")]
     MalformedResume,
+    /// An operator's action out of its bounds.
+    #[error("malformed action: {0}")]
+    MalformedAction(#[from] crate::players::ActionError),
 }
 
 /// Why the network could not start.

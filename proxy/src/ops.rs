@@ -15,8 +15,11 @@
 //!   docs/network.md); from a loopback address only (`403` otherwise), as the port may be reachable by a
 //!   Prometheus server.
 //!
+//! - `/admin/…`: the admin API ([`crate::admin`]), with `[metrics] admin_token_file` (404 without).
+//!
 //! Other paths get 404, other methods 405. One request per connection (`Connection: close`); the request head
-//! must fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and [`crate::http_head::MAX_HEADERS`] headers.
+//! must fit in [`crate::http_head::MAX_REQUEST_HEAD`] bytes and [`crate::http_head::MAX_HEADERS`] headers, a
+//! body (`Content-Length`) in [`MAX_BODY_BYTES`] (413 otherwise).
 //!
 //! The probes always answer, whatever other clients of the port do (a flood of slow connections cannot get a
 //! pod restarted by failing its liveness probe):
@@ -28,6 +31,7 @@
 //!   answer, not a connection reset);
 //! - beyond both, a connection gets `503 busy` at once, after what it already sent is read.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,11 +42,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::admin::{AdminToken, ApiRequest, MAX_BODY_BYTES};
 use crate::http_head::parse_head;
 use crate::state::ProxyState;
 
 /// A backend whose latest connect is older than this is probed by `/readyz`, in seconds: 10.
 pub(crate) const READY_PROBE_AFTER: Duration = Duration::from_secs(10);
+/// Time allowed for writing an answer: 30 seconds (an admin API player list of a large network through a tunnel).
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time allowed for a request head to arrive: 2 seconds.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest readiness probe of one backend: 3 seconds (or `backend_connect_timeout_seconds` when shorter).
@@ -58,7 +65,12 @@ pub(crate) const BUSY_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Serves the operations endpoints on `listener` until `stop` is cancelled (see the module documentation for
 /// the slots).
-pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: CancellationToken) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<ProxyState>,
+    admin: Option<Arc<AdminToken>>,
+    stop: CancellationToken,
+) {
     let slots = Arc::new(Semaphore::new(MAX_OPS_CONNECTIONS));
     let busy_slots = Arc::new(Semaphore::new(MAX_BUSY_CONNECTIONS));
     loop {
@@ -81,15 +93,30 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<ProxyState>, stop: C
                 }
             },
         };
-        let state = Arc::clone(&state);
+        let (state, admin) = (Arc::clone(&state), admin.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let head_within = if busy { BUSY_REQUEST_TIMEOUT } else { REQUEST_TIMEOUT };
-            let local = peer.ip().is_loopback();
-            if let Err(e) =
-                tokio::time::timeout(REQUEST_TIMEOUT * 2, answer(stream, &state, head_within, busy, local)).await
-            {
-                debug!(%peer, "operations request abandoned: {e}");
+            let mut stream = stream;
+            let served = answer(&mut stream, &state, admin.as_deref(), head_within, busy, peer);
+            let reply = match tokio::time::timeout(REQUEST_TIMEOUT * 2, served).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    debug!(%peer, "operations request abandoned: {e}");
+                    return;
+                }
+            };
+            // The answer on its own deadline: a player list of many MiB through an SSH tunnel takes a while.
+            let write = async {
+                stream.write_all(&reply.bytes).await?;
+                stream.shutdown().await
+            };
+            if tokio::time::timeout(WRITE_TIMEOUT, write).await.is_ok() && reply.unread_body {
+                // What the client still sends is read and dropped (briefly), so closing does not reset the
+                // connection under the answer (413).
+                let mut sink = [0u8; 4096];
+                let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+                let _ = tokio::time::timeout(BUSY_REQUEST_TIMEOUT, drain).await;
             }
         });
     }
@@ -111,14 +138,39 @@ fn busy() -> Vec<u8> {
     response(503, "Service Unavailable", "text/plain", "busy\n")
 }
 
-/// Reads one request head (within `head_within`) and answers it; in a busy slot only the probes are answered,
+/// A whole answer, and whether the client may still be sending a body the listener did not read.
+struct Reply {
+    bytes: Vec<u8>,
+    unread_body: bool,
+}
+
+impl From<Vec<u8>> for Reply {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self { bytes, unread_body: false }
+    }
+}
+
+/// Reads one request (within `head_within`) and makes its answer; in a busy slot only the probes are answered,
 /// other paths get `503 busy`.
-async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration, busy_slot: bool, local: bool) {
-    let Some((method, path)) = read_request(&mut stream, head_within).await else {
-        let _ = stream.write_all(&response(400, "Bad Request", "text/plain", "bad request\n")).await;
-        return;
+async fn answer(
+    stream: &mut TcpStream,
+    state: &ProxyState,
+    admin: Option<&AdminToken>,
+    head_within: Duration,
+    busy_slot: bool,
+    peer: SocketAddr,
+) -> Reply {
+    let local = peer.ip().is_loopback();
+    let request = match read_request(stream, head_within).await {
+        Ok(r) => r,
+        Err(ReadError::TooLarge) => {
+            let bytes = response(413, "Content Too Large", "text/plain", "body too large\n");
+            return Reply { bytes, unread_body: true };
+        }
+        Err(ReadError::Bad) => return response(400, "Bad Request", "text/plain", "bad request\n").into(),
     };
-    let reply = match (method.as_str(), path.as_str()) {
+    let (method, path) = (request.method.as_str(), request.path.as_str());
+    let reply = match (method, path) {
         ("GET", "/healthz") => response(200, "OK", "text/plain", "ok\n"),
         ("GET", "/readyz") => {
             // In a busy slot from what is known, without connecting to backends (a flood must not turn into
@@ -140,34 +192,103 @@ async fn answer(mut stream: TcpStream, state: &ProxyState, head_within: Duration
         ("POST", "/drain") => response(403, "Forbidden", "text/plain", "from this host only\n"),
         (_, "/drain") => response(405, "Method Not Allowed", "text/plain", "POST only\n"),
         ("GET", "/metrics") => response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", &state.metrics.render()),
+        (_, p) if p.starts_with("/admin/") => match admin {
+            None => {
+                response(404, "Not Found", "text/plain", "not found: the admin API is off (metrics.admin_token_file)\n")
+            }
+            Some(token) => {
+                let query = form_urlencoded::parse(request.query.as_bytes()).into_owned().collect();
+                let authorization = request.authorization.as_deref();
+                let api = ApiRequest { method, path, query, authorization, body: &request.body, peer };
+                let a = crate::admin::answer(state, token, api).await;
+                // RFC 6750 §3: a 401 names the scheme the client must use.
+                let extra = if a.status == 401 { "WWW-Authenticate: Bearer\r\n" } else { "" };
+                response_with(a.status, a.reason, "application/json", extra, &a.body)
+            }
+        },
         (_, "/metrics" | "/healthz" | "/readyz") => response(405, "Method Not Allowed", "text/plain", "GET only\n"),
-        _ => response(404, "Not Found", "text/plain", "not found: try /metrics, /healthz, /readyz or POST /drain\n"),
+        _ => response(
+            404,
+            "Not Found",
+            "text/plain",
+            "not found: try /metrics, /healthz, /readyz, POST /drain or /admin/\n",
+        ),
     };
-    let _ = stream.write_all(&reply).await;
-    let _ = stream.shutdown().await;
+    reply.into()
 }
 
-/// The method and path of a request head, read within `within` and the limits of [`parse_head`].
-async fn read_request(stream: &mut TcpStream, within: Duration) -> Option<(String, String)> {
+/// A request as the listener read it.
+struct Request {
+    method: String,
+    /// The path without the query.
+    path: String,
+    /// What follows `?`, or empty.
+    query: String,
+    authorization: Option<Vec<u8>>,
+    /// At most [`MAX_BODY_BYTES`] (`Content-Length`).
+    body: Vec<u8>,
+}
+
+/// Why a request could not be read.
+enum ReadError {
+    /// Malformed, too large a head, closed or late.
+    Bad,
+    /// A `Content-Length` over [`MAX_BODY_BYTES`].
+    TooLarge,
+}
+
+/// A request head and its body (`Content-Length`, at most [`MAX_BODY_BYTES`]), read within `within` and the
+/// limits of [`parse_head`].
+async fn read_request(stream: &mut TcpStream, within: Duration) -> Result<Request, ReadError> {
     let mut buf = Vec::with_capacity(1024);
     let read = async {
         let mut chunk = [0u8; 1024];
+        let mut head: Option<(Request, usize, usize)> = None;
         loop {
-            let n = stream.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                return None;
+            if let Some((_, start, len)) = &head {
+                if buf.len() >= start + len {
+                    let (mut request, start, len) = head.take().ok_or(ReadError::Bad)?;
+                    request.body = buf.get(start..start + len).ok_or(ReadError::Bad)?.to_vec();
+                    return Ok(request);
+                }
             }
-            buf.extend_from_slice(chunk.get(..n)?);
-            let head =
-                parse_head(&buf, |req, _| Some((req.method?.to_string(), req.path?.split('?').next()?.to_string())));
-            match head {
-                Ok(Some(request)) => return request,
-                Ok(None) => {}
-                Err(_) => return None,
+            let n = stream.read(&mut chunk).await.map_err(|_| ReadError::Bad)?;
+            if n == 0 {
+                return Err(ReadError::Bad);
+            }
+            buf.extend_from_slice(chunk.get(..n).ok_or(ReadError::Bad)?);
+            if head.is_none() {
+                match parse_head(&buf, read_head) {
+                    Ok(Some(Ok(whole))) => head = Some(whole),
+                    Ok(Some(Err(e))) => return Err(e),
+                    Ok(None) => {}
+                    Err(_) => return Err(ReadError::Bad),
+                }
             }
         }
     };
-    tokio::time::timeout(within, read).await.ok().flatten()
+    tokio::time::timeout(within, read).await.map_err(|_| ReadError::Bad)?
+}
+
+/// A parsed head: the request without its body, where the body starts and its length.
+fn read_head(req: &httparse::Request<'_, '_>, head_len: usize) -> Result<(Request, usize, usize), ReadError> {
+    let header = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    let length = match header("content-length") {
+        None => 0,
+        Some(v) => std::str::from_utf8(v).ok().and_then(|v| v.trim().parse::<usize>().ok()).ok_or(ReadError::Bad)?,
+    };
+    if length > MAX_BODY_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    let (path, query) = req.path.ok_or(ReadError::Bad)?.split_once('?').unwrap_or((req.path.unwrap_or("/"), ""));
+    let request = Request {
+        method: req.method.ok_or(ReadError::Bad)?.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        authorization: header("authorization").map(<[u8]>::to_vec),
+        body: Vec::new(),
+    };
+    Ok((request, head_len, length))
 }
 
 /// Why the proxy is not ready (empty when it is) and the unreachable backends (reported either way); with
@@ -213,8 +334,13 @@ async fn readiness(state: &ProxyState, probe: bool) -> (Vec<String>, Vec<String>
 
 /// A whole HTTP/1.1 response with `Connection: close`.
 fn response(code: u16, reason: &str, content_type: &str, body: &str) -> Vec<u8> {
+    response_with(code, reason, content_type, "", body)
+}
+
+/// A whole HTTP/1.1 response with `Connection: close` and `extra` header lines (each ending in CRLF).
+fn response_with(code: u16, reason: &str, content_type: &str, extra: &str, body: &str) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{extra}Connection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

@@ -19,6 +19,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+mod action;
+
+use crate::transport::{Carriage, Transport};
+pub use action::{Action, ActionError, Reach, MAX_NAME_BYTES, MAX_TEXT_BYTES};
+
 /// Commands a session may have waiting (a plugin that floods `Message` cannot grow a session's queue past
 /// this; more are dropped).
 pub(crate) const COMMAND_QUEUE: usize = 64;
@@ -33,6 +38,9 @@ pub(crate) enum Command {
     /// A `BungeeCord` Plugin Message (its payload: the plugin's channel, `i16` length, data) for the backend the
     /// player is on.
     Forward(Vec<u8>),
+    /// An operator sends the player to backend `.0` (the admin API's `send`): the switch a `BungeeCord`
+    /// `Connect` starts, to any configured backend.
+    Switch(String),
     /// This instance is draining: move the player to another instance of the network (docs/network.md,
     /// "Drain"), or count it `not_movable` and stay.
     Move,
@@ -75,7 +83,8 @@ impl Stop {
     }
 }
 
-/// A player as the network's table records it (`moonbridge:<name>:players:<instance>` in Redis, as JSON).
+/// A player as the network's table records it (`moonbridge:<name>:players:<instance>` in Redis, as JSON), and
+/// as the admin API lists it. The fields after `server` are absent from the records of versions before 0.2.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Record {
     pub(crate) name: String,
@@ -83,6 +92,25 @@ pub(crate) struct Record {
     pub(crate) uuid: String,
     /// The backend the player is on.
     pub(crate) server: String,
+    /// The player's real address (what a trusted proxy vouched for, or the TCP peer).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient")]
+    pub(crate) address: Option<SocketAddr>,
+    /// The listener's transport.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient")]
+    pub(crate) transport: Option<Transport>,
+    /// How the player's stream is carried.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient")]
+    pub(crate) carriage: Option<Carriage>,
+    /// When the player logged in, in milliseconds since the Unix epoch (a moved player keeps its login's).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient")]
+    pub(crate) since_ms: Option<u64>,
+}
+
+/// A descriptive field of a [`Record`] that does not read (a transport or carriage a later version added) is
+/// `None`, not a bad record: the player still counts.
+fn lenient<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    let value = <Option<serde_json::Value> as serde::Deserialize>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// A change to this instance's players, for the network task.
@@ -134,6 +162,13 @@ pub(crate) fn claim_order(claim: &str) -> (u64, &str) {
     (born, claim)
 }
 
+/// Now, in milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Where the table queues its changes in a network (bounded; an overflow asks for a full rewrite instead).
 #[derive(Debug)]
 pub(crate) struct Updates {
@@ -151,6 +186,10 @@ struct Entry {
     /// 32 hex digits, no dashes.
     uuid: String,
     address: SocketAddr,
+    transport: Transport,
+    carriage: Carriage,
+    /// When the player logged in (its claim's time in a network), in milliseconds since the Unix epoch.
+    since_ms: u64,
     /// The backend the player is on.
     server: String,
     /// The session's command channel, when it takes commands (a session whose backend cannot send players on
@@ -168,7 +207,15 @@ struct Entry {
 
 impl Entry {
     fn record(&self) -> Record {
-        Record { name: self.name.clone(), uuid: self.uuid.clone(), server: self.server.clone() }
+        Record {
+            name: self.name.clone(),
+            uuid: self.uuid.clone(),
+            server: self.server.clone(),
+            address: Some(self.address),
+            transport: Some(self.transport),
+            carriage: Some(self.carriage),
+            since_ms: Some(self.since_ms),
+        }
     }
 }
 
@@ -177,14 +224,24 @@ impl Entry {
 pub(crate) struct PlayerTable {
     inner: Mutex<HashMap<String, Entry>>,
     next_id: AtomicU64,
-    /// The other instances' players (lower-case name, name, server), as the network task last read them, each
-    /// name once; empty outside a network or while Redis is unreachable.
-    others: RwLock<Vec<(String, String, String)>>,
+    /// The other instances' players, as the network task last read them, each name once; empty outside a
+    /// network or while Redis is unreachable.
+    others: RwLock<Vec<Other>>,
     /// In a network: where changes go.
     updates: OnceLock<Updates>,
     /// Changes made so far (queued or not): the network task compares it across a renewal to know that no
     /// change happened meanwhile.
     changes: AtomicU64,
+}
+
+/// A player of another instance, as the network task last read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Other {
+    /// The lower-case name.
+    pub(crate) key: String,
+    /// The id of the instance it plays on.
+    pub(crate) instance: String,
+    pub(crate) record: Record,
 }
 
 /// A player's place in the table, removed on drop.
@@ -201,6 +258,8 @@ pub(crate) struct Seen {
     pub(crate) name: String,
     pub(crate) uuid: String,
     pub(crate) address: SocketAddr,
+    pub(crate) transport: Transport,
+    pub(crate) carriage: Carriage,
     pub(crate) server: String,
     /// A drain can move the player to another instance (docs/network.md, "Drain").
     pub(crate) movable: bool,
@@ -224,7 +283,8 @@ impl PlayerTable {
     ) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let key = seen.name.to_lowercase();
-        let Seen { name, uuid, address, server, movable } = seen;
+        let Seen { name, uuid, address, transport, carriage, server, movable } = seen;
+        let since_ms = claim.as_deref().map(|c| claim_order(c).0).filter(|&t| t > 0).unwrap_or_else(now_ms);
         // Queued under the table's lock, so the network sees the changes in the table's order.
         let mut table = self.lock();
         if let (Duplicate::Keep { later, reason }, Some(older)) = (duplicate, table.get(&key)) {
@@ -242,7 +302,21 @@ impl PlayerTable {
                 return Registration { table: Arc::clone(self), key, id };
             }
         }
-        let entry = Entry { id, name, uuid, address, server, commands, stop, claim, movable, drained: false };
+        let entry = Entry {
+            id,
+            name,
+            uuid,
+            address,
+            transport,
+            carriage,
+            since_ms,
+            server,
+            commands,
+            stop,
+            claim,
+            movable,
+            drained: false,
+        };
         self.changed(&key, Change::Plays(entry.record()), entry.claim.clone());
         let older = table.insert(key.clone(), entry);
         drop(table);
@@ -296,13 +370,30 @@ impl PlayerTable {
         stop.map(|s| s.kick(reason)).is_some()
     }
 
-    /// Replaces what is known of the other instances' players (name, server). A name read twice (a player
-    /// moving between two other instances is held by both for a moment) is kept once.
-    pub(crate) fn set_others(&self, others: Vec<(String, String)>) {
+    /// Replaces what is known of the other instances' players (instance id, record). A name read twice (a
+    /// player moving between two other instances is held by both for a moment) is kept once.
+    pub(crate) fn set_others(&self, others: Vec<(String, Record)>) {
         let mut seen = std::collections::HashSet::with_capacity(others.len());
-        let keyed = others.into_iter().map(|(name, server)| (name.to_ascii_lowercase(), name, server));
-        let others = keyed.filter(|(key, _, _)| seen.insert(key.clone())).collect();
+        let keyed = others.into_iter().map(|(instance, record)| Other {
+            key: record.name.to_ascii_lowercase(),
+            instance,
+            record,
+        });
+        let others = keyed.filter(|o| seen.insert(o.key.clone())).collect();
         *self.others.write().unwrap_or_else(PoisonError::into_inner) = others;
+    }
+
+    /// Every player of the network as last known: this instance's (`None` for the instance) and the others'
+    /// not held here, by name.
+    pub(crate) fn everyone(&self) -> Vec<(Option<String>, Record)> {
+        let here = self.lock();
+        let mut all: Vec<(Option<String>, Record)> = here.values().map(|e| (None, e.record())).collect();
+        let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
+        all.extend(
+            others.iter().filter(|o| !here.contains_key(&o.key)).map(|o| (Some(o.instance.clone()), o.record.clone())),
+        );
+        all.sort_unstable_by(|a, b| a.1.name.cmp(&b.1.name));
+        all
     }
 
     /// Players in Play on `server`, or on every backend for `None`: this instance's and, in a network, the
@@ -313,7 +404,7 @@ impl PlayerTable {
         let mine = here.values().filter(|e| server.is_none_or(|s| e.server == s)).count();
         let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
         let elsewhere =
-            others.iter().filter(|(key, _, s)| server.is_none_or(|want| s == want) && !here.contains_key(key));
+            others.iter().filter(|o| server.is_none_or(|want| o.record.server == want) && !here.contains_key(&o.key));
         mine + elsewhere.count()
     }
 
@@ -322,12 +413,18 @@ impl PlayerTable {
         self.lock().len()
     }
 
+    /// The names of this instance's players on `server` (every backend for `None`).
+    pub(crate) fn local_names(&self, server: Option<&str>) -> Vec<String> {
+        self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).map(|e| e.name.clone()).collect()
+    }
+
     /// The names of the players on `server` (every backend for `None`), sorted, the network's included.
     pub(crate) fn names(&self, server: Option<&str>) -> Vec<String> {
         let mut names: Vec<String> =
             self.lock().values().filter(|e| server.is_none_or(|s| e.server == s)).map(|e| e.name.clone()).collect();
         let others = self.others.read().unwrap_or_else(PoisonError::into_inner);
-        names.extend(others.iter().filter(|(_, _, s)| server.is_none_or(|want| s == want)).map(|(_, n, _)| n.clone()));
+        let theirs = others.iter().filter(|o| server.is_none_or(|want| o.record.server == want));
+        names.extend(theirs.map(|o| o.record.name.clone()));
         names.sort_unstable();
         names.dedup();
         names
@@ -346,6 +443,8 @@ impl PlayerTable {
             name: e.name.clone(),
             uuid: e.uuid.clone(),
             address: e.address,
+            transport: e.transport,
+            carriage: e.carriage,
             server: e.server.clone(),
             movable: e.movable,
         })
@@ -440,159 +539,4 @@ impl Drop for Registration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seen(name: &str, server: &str) -> Seen {
-        Seen {
-            name: name.into(),
-            uuid: format!("{:032x}", name.len()),
-            address: ([10, 0, 0, 1], 5).into(),
-            server: server.into(),
-            movable: false,
-        }
-    }
-
-    #[test]
-    fn counts_lists_and_commands_follow_registrations() {
-        let table = Arc::new(PlayerTable::default());
-        let (tx, mut rx) = mpsc::channel(COMMAND_QUEUE);
-        let a = table.register(seen("Alex", "lobby"), Some(tx), None, None, Duplicate::Replace);
-        let b = table.register(seen("Steve", "survival"), None, None, None, Duplicate::Replace);
-        assert_eq!((table.count(None), table.count(Some("lobby")), table.count(Some("x"))), (2, 1, 0));
-        assert_eq!(table.names(None), ["Alex", "Steve"]);
-        assert_eq!(table.find("alex").map(|s| s.server), Some("lobby".into()));
-        assert!(table.send("ALEX", Command::Chat("\"hi\"".into())));
-        assert_eq!(rx.try_recv().ok(), Some(Command::Chat("\"hi\"".into())));
-        assert!(!table.send("Steve", Command::Kick("\"x\"".into())), "no command channel");
-        assert!(!table.send_to_server("survival", Command::Forward(vec![1])));
-        assert!(table.send_to_server("lobby", Command::Forward(vec![1])));
-        a.moved_to("survival");
-        assert_eq!(table.names(Some("survival")), ["Alex", "Steve"]);
-        assert_eq!(table.servers(), ["survival"]);
-        // A second session under the same name replaces the first; the first's end does not remove it.
-        let again = table.register(seen("alex", "lobby"), None, None, None, Duplicate::Replace);
-        drop(a);
-        assert_eq!(table.find("Alex").map(|s| s.server), Some("lobby".into()));
-        drop((again, b));
-        assert_eq!(table.count(None), 0);
-    }
-
-    #[test]
-    fn a_drain_takes_each_player_once_and_the_ones_registered_later() {
-        let table = Arc::new(PlayerTable::default());
-        let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
-        let mover = Seen { movable: true, ..seen("Mover", "s") };
-        let _a = table.register(mover, Some(tx), None, None, Duplicate::Replace);
-        let stop = Stop::child_of(&tokio_util::sync::CancellationToken::new());
-        let _b = table.register(seen("Tcp", "s"), None, Some(stop), None, Duplicate::Replace);
-        let (movers, others) = table.drain_split();
-        assert_eq!((movers.len(), others.len()), (1, 1));
-        let (movers, others) = table.drain_split();
-        assert_eq!((movers.len(), others.len()), (0, 0), "each player once");
-        let (tx, _rx2) = mpsc::channel(COMMAND_QUEUE);
-        let _c = table.register(Seen { movable: true, ..seen("Late", "s") }, Some(tx), None, None, Duplicate::Replace);
-        let (movers, others) = table.drain_split();
-        assert_eq!((movers.len(), others.len()), (1, 0), "a player registered since");
-    }
-
-    #[test]
-    fn a_full_queue_drops_commands() {
-        let table = Arc::new(PlayerTable::default());
-        let (tx, _rx) = mpsc::channel(COMMAND_QUEUE);
-        let _a = table.register(seen("A", "s"), Some(tx), None, None, Duplicate::Replace);
-        let sent = (0..COMMAND_QUEUE + 5).filter(|_| table.send("A", Command::Chat(String::new()))).count();
-        assert_eq!(sent, COMMAND_QUEUE);
-        assert_eq!(table.send_all(&Command::Chat(String::new())), 0);
-    }
-
-    #[test]
-    fn kicks_stop_one_session_and_the_network_sees_every_change() {
-        let table = Arc::new(PlayerTable::default());
-        let (tx, mut rx) = mpsc::channel(2);
-        let overflowed = Arc::new(AtomicBool::new(false));
-        table.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
-        let shutdown = CancellationToken::new();
-        let (one, two) = (Stop::child_of(&shutdown), Stop::child_of(&shutdown));
-        let a =
-            table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&one)), Some("i:1".into()), Duplicate::Replace);
-        let b = table.register(seen("Steve", "lobby"), None, Some(Arc::clone(&two)), None, Duplicate::Replace);
-        let alex = |server: &str| Record { name: "Alex".into(), uuid: format!("{:032x}", 4), server: server.into() };
-        let update = |change: Change| Update { key: "alex".into(), change, claim: Some("i:1".into()) };
-        assert_eq!(rx.try_recv().ok(), Some(update(Change::Plays(alex("lobby")))));
-        assert_eq!(rx.try_recv().map(|u| (u.key, u.claim)).ok(), Some(("steve".into(), None)));
-        assert_eq!(table.changes(), 2);
-        assert!(!table.kick_claim("alex", "i:2", "x"), "another login's claim");
-        assert!(table.kick("ALEX", "You logged in from another location"));
-        assert!(one.token.is_cancelled() && !two.token.is_cancelled() && !shutdown.is_cancelled());
-        assert_eq!(one.kicked(), Some("You logged in from another location"));
-        assert!(!table.kick("nobody", "x"));
-        // The queue holds 2: the third change overflows and asks for a full rewrite.
-        a.moved_to("survival");
-        drop(a);
-        assert!(!overflowed.load(Ordering::Relaxed));
-        drop(b);
-        assert!(overflowed.load(Ordering::Relaxed));
-        assert_eq!(rx.try_recv().ok(), Some(update(Change::Plays(alex("survival")))));
-        // The player left: the release names the claim it held.
-        assert_eq!(rx.try_recv().ok(), Some(update(Change::Left)));
-        assert_eq!(table.changes(), 5, "the change that did not fit is counted too");
-        // Shutdown stops every session, without a kick reason.
-        shutdown.cancel();
-        assert!(two.token.is_cancelled() && two.kicked().is_none());
-    }
-
-    /// Two sessions of one name here: the policy keeps the later or the earlier login by their claims' times,
-    /// whatever order they register in (as the network's renewal decides between instances).
-    #[test]
-    fn two_logins_of_a_name_here_leave_the_one_the_policy_keeps() {
-        let kick_existing = Duplicate::Keep { later: true, reason: "elsewhere" };
-        let refuse_new = Duplicate::Keep { later: false, reason: "already" };
-        // Claims as the network makes them (a signature last); their nonces run against their times, so an order
-        // by anything but the login time would keep the wrong session.
-        let (t1, t2, t3) = ("b:03:1700000000001:aa", "a:02:1700000000002:bb", "a:01:1700000000003:cc");
-        let table = Arc::new(PlayerTable::default());
-        let shutdown = CancellationToken::new();
-        let stops: Vec<Arc<Stop>> = (0..4).map(|_| Stop::child_of(&shutdown)).collect();
-        let register = |i: usize, claim: &str, duplicate| {
-            table.register(seen("Alex", "lobby"), None, Some(Arc::clone(&stops[i])), Some(claim.into()), duplicate)
-        };
-        let claims = || table.records().into_iter().map(|(_, _, c)| c.unwrap_or_default()).collect::<Vec<_>>();
-        // kick_existing, in login order: the later login stays, the earlier is told to go.
-        let first = register(0, t2, kick_existing);
-        let second = register(1, t3, kick_existing);
-        assert_eq!((stops[0].kicked(), stops[1].kicked(), claims()), (Some("elsewhere"), None, vec![t3.to_string()]));
-        // A login that began earlier but registers last goes itself.
-        let late = register(2, t1, kick_existing);
-        assert_eq!((stops[2].kicked(), stops[1].kicked(), claims()), (Some("elsewhere"), None, vec![t3.to_string()]));
-        // refuse_new: a later login goes, the earlier stays.
-        let refused = register(3, "c:00:1700000000004:dd", refuse_new);
-        assert_eq!((stops[3].kicked(), claims()), (Some("already"), vec![t3.to_string()]));
-        // Ends of sessions not in the table leave it alone; only the current claim kicks.
-        drop((first, late, refused));
-        assert_eq!(claims(), [t3]);
-        assert!(!table.kick_claim("alex", t2, "x"));
-        assert!(table.kick_claim("alex", t3, "other"));
-        assert_eq!(stops[1].kicked(), Some("other"));
-        drop(second);
-        assert_eq!(table.local_count(), 0);
-        assert_eq!(claim_order("a:b"), (0, "a:b"), "a value without a time is the earliest");
-    }
-
-    #[test]
-    fn the_network_counts_and_lists_join_the_local_ones() {
-        let table = Arc::new(PlayerTable::default());
-        let _a = table.register(seen("Alex", "lobby"), None, None, None, Duplicate::Replace);
-        table.set_others(vec![("Zed".into(), "lobby".into()), ("Bo".into(), "survival".into())]);
-        assert_eq!((table.count(None), table.count(Some("lobby")), table.local_count()), (3, 2, 1));
-        assert_eq!(table.names(None), ["Alex", "Bo", "Zed"]);
-        assert_eq!(table.names(Some("survival")), ["Bo"]);
-        assert!(table.find("Zed").is_none(), "find is local");
-        // A moving player is read at two instances, or here and at its draining instance: it counts once.
-        let twice = [("Zed", "lobby"), ("zed", "lobby"), ("ALEX", "lobby"), ("Bo", "survival")];
-        table.set_others(twice.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect());
-        assert_eq!((table.count(None), table.count(Some("lobby"))), (3, 2));
-        table.set_others(Vec::new());
-        assert_eq!(table.count(None), 1);
-    }
-}
+mod tests;

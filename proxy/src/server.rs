@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::admin::AdminToken;
 use crate::auth::OnlineAuth;
 use crate::config::{AuthMode, Config, Forwarding, ListenerKind, RuntimeConfig, RuntimeMode, Settings, Transport};
 use crate::listen::{accept_loop, banner, listen, Accept, BoundListener};
@@ -61,6 +62,9 @@ pub enum ServerError {
     /// `[network]` could not start (its secret, its Redis URL, its peer address).
     #[error(transparent)]
     Network(#[from] crate::network::NetworkError),
+    /// `[metrics] admin_token_file` could not be used.
+    #[error(transparent)]
+    AdminToken(#[from] crate::admin::TokenError),
 }
 
 /// Why a reload was refused (the running configuration stays in force).
@@ -104,6 +108,8 @@ pub struct Server {
     config: Option<Config>,
     /// The `[metrics]` listener, when configured.
     ops: Option<TcpListener>,
+    /// The admin API's token (`[metrics] admin_token_file`), when configured.
+    admin: Option<Arc<AdminToken>>,
     /// `[runtime]`.
     runtime: RuntimeConfig,
     /// `[network]`: the network, the instance-link listener and the listeners a carried resume runs with.
@@ -210,7 +216,20 @@ impl Server {
             }
             None => None,
         };
-        Ok(Self { listeners, state, ops, config: None, runtime, peer })
+        let admin = match &settings.metrics.admin_token_file {
+            Some(path) => {
+                let (token, world_readable) = AdminToken::load(path)?;
+                if world_readable {
+                    warn!(
+                        "metrics.admin_token_file {} is readable by every user of this host: chmod 600 it",
+                        path.display()
+                    );
+                }
+                Some(Arc::new(token))
+            }
+            None => None,
+        };
+        Ok(Self { listeners, state, ops, admin, config: None, runtime, peer })
     }
 
     /// A handle that applies a new configuration while the server runs (what SIGHUP does).
@@ -273,7 +292,7 @@ impl Server {
             if let Ok(addr) = listener.local_addr() {
                 info!("metrics on http://{addr}/metrics (health: /healthz, /readyz)");
             }
-            tokio::spawn(crate::ops::serve(listener, Arc::clone(&self.state), ops_stop.clone()))
+            tokio::spawn(crate::ops::serve(listener, Arc::clone(&self.state), self.admin.clone(), ops_stop.clone()))
         });
         tracker.spawn(crate::memory::trim_after_sessions_end(Arc::clone(&self.state), token.clone()));
         // `[network]`: leases and the others' state, and the instance links, until the grace is over (the
@@ -302,10 +321,15 @@ impl Server {
             let tokens = (accepting.clone(), token.clone());
             tracker.spawn(accept_loop(l, Arc::clone(&self.state), tokens, tracker.clone(), workers.clone()));
         }
-        tokio::select! {
-            () = shutdown => {}
-            () = self.state.stop_requested.cancelled() => info!("POST /drain: stopping as on SIGTERM"),
-        }
+        let shutdown = std::pin::pin!(shutdown);
+        let mut shutdown = shutdown;
+        let by_request = tokio::select! {
+            () = &mut shutdown => false,
+            () = self.state.stop_requested.cancelled() => {
+                info!("drain asked (POST /drain or the admin API): stopping as on SIGTERM");
+                true
+            }
+        };
         let grace = self.state.live().tunables.limits.shutdown_grace();
         let grace_ends = tokio::time::Instant::now() + grace;
         self.state.draining.store(true, Ordering::Relaxed);
@@ -328,6 +352,17 @@ impl Server {
             warn!("shutdown grace period of {}s over; closing the remaining connections", grace.as_secs());
         } else {
             info!("shutdown complete");
+        }
+        if by_request && self.state.stay_after_drain.load(Ordering::Relaxed) {
+            // The admin API's drain with `"exit": false`: out of the network (the others stop counting this
+            // instance as a peer), the operations listener still answering (`/readyz`: 503), until a signal.
+            net_stop.cancel();
+            for t in net_tasks.drain(..) {
+                let _ = t.await;
+            }
+            let open = self.state.open_connections();
+            info!(open, "drained: listeners closed, out of the network; the process stays up until SIGTERM or Ctrl-C");
+            shutdown.await;
         }
         ops_stop.cancel();
         if let Some(ops) = ops {

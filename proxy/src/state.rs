@@ -97,8 +97,10 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Shutdown has begun: `/readyz` answers 503 so load balancers stop sending players.
     pub(crate) draining: AtomicBool,
-    /// `POST /drain` asked the proxy to stop, as SIGTERM does.
+    /// `POST /drain` or the admin API's drain asked the proxy to stop, as SIGTERM does.
     pub(crate) stop_requested: tokio_util::sync::CancellationToken,
+    /// The admin API's drain asked the process to stay up once the drain is over (until SIGTERM).
+    pub(crate) stay_after_drain: AtomicBool,
     /// The `[rate_limits]` table (its settings are in [`Live`]).
     pub(crate) rate: RateLimiter,
     /// Carriage v2: this instance's resumable sessions.
@@ -124,6 +126,7 @@ impl ProxyState {
             links_ended: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             stop_requested: tokio_util::sync::CancellationToken::new(),
+            stay_after_drain: AtomicBool::new(false),
             rate: RateLimiter::new(),
             resume: Arc::new(ResumeTable::new()),
             players: Arc::default(),

@@ -109,13 +109,18 @@ fn sigterm_stops_it(log: &mut ChildLog) {
     let status = Command::new("kill").arg("-TERM").arg(log.id().to_string()).status().unwrap();
     assert!(status.success());
     wait_line(log, "SIGTERM received", Duration::from_secs(10));
+    exits_with_0(log, "SIGTERM");
+}
+
+/// Checks that the process exits with 0 within 15 s (after `what`).
+fn exits_with_0(log: &mut ChildLog, what: &str) {
     let child = log.child();
     let deadline = Instant::now() + Duration::from_secs(15);
     let code = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s.code();
         }
-        assert!(Instant::now() < deadline, "moonbridge did not exit after SIGTERM");
+        assert!(Instant::now() < deadline, "moonbridge did not exit after {what}");
         // Polling a child process's exit status (there is no wait with a timeout in std).
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -298,4 +303,106 @@ fn probe_exits_0_while_the_metrics_listener_is_healthy_and_1_after() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.starts_with(&format!("{addr}: ")) && stderr.to_lowercase().contains("refused"), "{stderr}");
+}
+
+/// `moonbridge ctl` against one instance's admin API, with each kind of token: a token file readable by every
+/// user is warned about at start; no token and a wrong one get 401 (a rate-limited log line, exit 3 from
+/// `ctl`); the right one lists the players; a name nobody plays exits 1; `ctl drain` stops the process; a port
+/// nothing listens on exits 4.
+/// `--check-config` names a missing or short token file and a token without `bind`.
+#[test]
+fn ctl_exit_codes_and_the_admin_token_rules() {
+    use std::io::{Read, Write};
+    let (tcp, metrics) = (moonbridge_test_certs::free_port().unwrap(), moonbridge_test_certs::free_port().unwrap());
+    let dir = moonbridge_test_certs::TestDir::new("moonbridge-cli-ctl").unwrap();
+    let (token, wrong) = (dir.join("admin.token"), dir.join("wrong.token"));
+    std::fs::write(&token, format!("{}\n", "7".repeat(64))).unwrap();
+    std::fs::write(&wrong, "8".repeat(64)).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let config = |extra: &str| {
+        format!(
+            "[[listener]]\ntransport = \"tcp\"\nbind = \"127.0.0.1:{tcp}\"\n[[backend]]\nname = \"b\"\naddress = \"127.0.0.1:1\"\n\
+             [metrics]\n{extra}admin_token_file = \"{}\"\n",
+            token.display()
+        )
+    };
+    let p = write_config("ctl.toml", &config(&format!("bind = \"127.0.0.1:{metrics}\"\n")));
+    let out = Command::new(BIN).args(["--check-config", p.as_ref().to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = spawn(&["--config", p.as_ref().to_str().unwrap()]);
+    let line = wait_line(&child, "admin_token_file", Duration::from_secs(20));
+    assert!(line.contains("readable by every user of this host: chmod 600 it"), "{line}");
+    wait_line(&child, "metrics on http://", Duration::from_secs(20));
+
+    let request = |auth: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /admin/players HTTP/1.1\r\nHost: x\r\n{auth}\r\n").unwrap();
+        let mut got = String::new();
+        s.read_to_string(&mut got).unwrap();
+        got
+    };
+    for auth in ["", &format!("Authorization: Bearer {}\r\n", "8".repeat(64))] {
+        let got = request(auth);
+        assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");
+        assert!(got.contains("\r\nWWW-Authenticate: Bearer\r\n") && got.contains("\"error\":"), "{got}");
+    }
+    wait_line(&child, "admin API request refused: no token", Duration::from_secs(10));
+    wait_line(&child, "admin API request refused: a wrong token", Duration::from_secs(10));
+    let got = request(&format!("Authorization: Bearer {}\r\n", "7".repeat(64)));
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n") && got.ends_with("{\"players\":[]}\n"), "{got}");
+
+    let url = format!("http://127.0.0.1:{metrics}");
+    let ctl = |file: &std::path::Path, args: &[&str]| {
+        let mut all = vec!["ctl", "--url", &url, "--token-file", file.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Command::new(BIN).args(all).output().unwrap()
+    };
+    let out = ctl(&token, &["players"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "NAME  INSTANCE  BACKEND  ADDRESS  TRANSPORT  CARRIAGE  SESSION\n0 player(s)\n"
+    );
+    let out = ctl(&token, &["--json", "players"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[]\n");
+    let out = ctl(&wrong, &["players"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused: the token"), "{out:?}");
+    let out = ctl(&token, &["find", "Nobody"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "moonbridge ctl: 404: no player named Nobody in the network\n");
+    let out = ctl(&token, &["send", "Nobody", "--to", "nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "moonbridge ctl: 400: no backend named nowhere\n");
+    let out = ctl(&token, &["kick"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    // `ctl drain` stops it as SIGTERM does.
+    let out = ctl(&token, &["drain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the process exits afterwards"), "{out:?}");
+    wait_line(&child, "drain asked (POST /drain or the admin API): stopping as on SIGTERM", Duration::from_secs(10));
+    exits_with_0(&mut child, "ctl drain");
+    let out = ctl(&token, &["players"]);
+    assert_eq!(out.status.code(), Some(4), "nothing listens: {}", String::from_utf8_lossy(&out.stderr));
+
+    // --check-config: a token without the listener, a missing file, a short token.
+    let p = write_config("ctl-nobind.toml", &config(""));
+    let out = Command::new(BIN).args(["--check-config", p.as_ref().to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metrics.admin_token_file: needs metrics.bind"), "{out:?}");
+    std::fs::write(&token, "short").unwrap();
+    let p = write_config("ctl-short.toml", &config(&format!("bind = \"127.0.0.1:{metrics}\"\n")));
+    let out = Command::new(BIN).args(["--check-config", p.as_ref().to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("metrics.admin_token_file:") && err.contains("holds 5 bytes; the token needs at least 32"),
+        "{err}"
+    );
+    std::fs::remove_file(&token).unwrap();
+    let out = Command::new(BIN).args(["--check-config", p.as_ref().to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metrics.admin_token_file: cannot read"), "{out:?}");
 }

@@ -1,7 +1,8 @@
 //! The deployment files in `deploy/` cannot drift from the binary: the configuration passes `--check-config`,
 //! every flag they pass exists in `--help`, the binary and configuration paths, ports, probe paths and stop
 //! timeouts agree across the systemd unit, the container file and the Kubernetes manifests, and
-//! `systemd-analyze verify` accepts the unit without a warning.
+//! `systemd-analyze verify` accepts the unit without a warning. And every TOML example in `docs/` passes
+//! `--check-config`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -218,4 +219,55 @@ fn systemd_analyze_verifies_the_unit() {
     assert!(out.status.success(), "systemd-analyze verify: {stderr}");
     // Unknown or misspelt keys are only warnings for systemd: none allowed here.
     assert!(stderr.trim().is_empty(), "systemd-analyze verify warned: {stderr}");
+}
+
+/// Every TOML example in `docs/` passes `--check-config`, with the files it names (`tls_cert`, `tls_key`,
+/// `secret_file`, `admin_token_file`, …) made in a scratch directory: a certificate and its key, a 64-byte
+/// secret. A block that starts with a key rather than a table continues the one before it in the same document
+/// (the docs show a listener, then the keys to add to it).
+#[test]
+fn every_configuration_example_in_the_docs_passes_check_config() {
+    let dir = moonbridge_test_certs::TestDir::new("moonbridge-doc-examples").unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    moonbridge_test_certs::self_signed(&cert, &key, "moonbridge.example", false).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "5".repeat(64)).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut checked = 0;
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&docs).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    for doc in names.into_iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let mut blocks: Vec<String> = Vec::new();
+        for block in text.split("```toml\n").skip(1).filter_map(|b| b.split("```").next()) {
+            let first = block.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+            match blocks.last_mut() {
+                Some(last) if !first.starts_with('[') => last.push_str(block),
+                _ => blocks.push(block.to_string()),
+            }
+        }
+        for (i, block) in blocks.iter().enumerate() {
+            let with_files: String = block
+                .lines()
+                .map(|line| {
+                    let Some((k, v)) = line.split_once(" = \"/") else { return line.to_string() };
+                    let file = match k.trim() {
+                        "tls_cert" | "redis_ca_file" | "redis_client_cert" => &cert,
+                        "tls_key" | "redis_client_key" => &key,
+                        _ => &secret,
+                    };
+                    let rest = v.split_once('"').map_or("", |(_, r)| r);
+                    format!("{k} = \"{}\"{rest}", file.display())
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let path = dir.join(format!("{}-{i}.toml", doc.file_stem().unwrap().to_string_lossy()));
+            std::fs::write(&path, &with_files).unwrap();
+            let out = Command::new(BIN).arg("--check-config").arg(&path).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{} example {i}:\n{with_files}\n{err}", doc.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} examples");
 }

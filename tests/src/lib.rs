@@ -43,6 +43,7 @@ pub mod online;
 pub mod players;
 pub mod prometheus;
 pub mod proxy;
+pub mod sentinel;
 pub mod ws;
 
 pub use backend::*;

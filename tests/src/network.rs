@@ -148,12 +148,23 @@ pub fn signed_claim(
 pub struct Redis {
     pub port: u16,
     child: Option<KillOnDrop>,
+    /// More `redis-server` arguments (a replica's `--replicaof`).
+    extra: Vec<String>,
+    /// Its working directory (a replica's full sync writes `dump.rdb` there, not into the test's).
+    dir: TestDir,
 }
 
 impl Redis {
     /// Starts one and waits (at most 20 s) until it answers `PING`.
     pub async fn start() -> Self {
-        let mut r = Self { port: free_port().unwrap(), child: None };
+        Self::start_with(&[]).await
+    }
+
+    /// Starts one with more `redis-server` arguments (`--replicaof 127.0.0.1 <port>`), as [`Redis::start`].
+    pub async fn start_with(extra: &[&str]) -> Self {
+        let extra = extra.iter().map(|a| a.to_string()).collect();
+        let dir = TestDir::new("moonbridge-redis").unwrap();
+        let mut r = Self { port: free_port().unwrap(), child: None, extra, dir };
         r.restart().await;
         r
     }
@@ -173,6 +184,9 @@ impl Redis {
         self.child = None;
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server runs (Debian package redis-server; scripts/test-all.sh installs it)");

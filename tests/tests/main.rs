@@ -3,6 +3,7 @@
 //! disk and a link each); run one subject with a filter, e.g.
 //! `cargo test -p moonbridge-tests --test cross network_attacks::`.
 
+mod admin;
 mod balancers;
 mod cases_tcp;
 mod client_c_and_errors;
@@ -12,6 +13,7 @@ mod client_windows;
 mod compression;
 mod dialects;
 mod discovery;
+mod failover;
 mod hardening;
 mod layout;
 mod memory;

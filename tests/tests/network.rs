@@ -22,13 +22,13 @@ use tokio::time::timeout;
 
 /// How long an instance may take to write or read a change at its next renewal: one renewal period (2 s),
 /// measured at 1.8–2.1 s here, with as much again for a loaded machine.
-const RENEWAL: Duration = Duration::from_secs(4);
+pub(crate) const RENEWAL: Duration = Duration::from_secs(4);
 /// How long every instance may take to see another's change: the writer's renewal and the reader's (two
 /// periods, measured at up to 4.1 s), with slack.
-const NETWORK_SEES: Duration = Duration::from_secs(7);
+pub(crate) const NETWORK_SEES: Duration = Duration::from_secs(7);
 /// How long a dead instance's entries may stay: its lease (10 s, from its last renewal) and the reader's
 /// renewal (measured at 11.9 s), with slack.
-const LEASE_ENDS: Duration = Duration::from_secs(15);
+pub(crate) const LEASE_ENDS: Duration = Duration::from_secs(15);
 
 /// The server list's `players.online` at `addr` (a 1.7.10 status ping).
 async fn online(addr: SocketAddr) -> u64 {
@@ -59,7 +59,7 @@ pub(crate) struct Player {
 
 impl Player {
     /// Connects to `url` and logs in as `name`; the first frame the backend (or proxy) answered with.
-    fn login(url: &str, options: Options, name: &str) -> (Self, Frame) {
+    pub(crate) fn login(url: &str, options: Options, name: &str) -> (Self, Frame) {
         Self::login_over(Connection::connect(url, options).unwrap(), name)
     }
 
@@ -85,7 +85,7 @@ impl Player {
     }
 
     /// The next frame; panics when none comes within `within` or the connection ended.
-    fn next(&self, within: Duration) -> Frame {
+    pub(crate) fn next(&self, within: Duration) -> Frame {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -99,7 +99,7 @@ impl Player {
     }
 
     /// Sends a chat message and reads until its echo; panics on a disconnect.
-    fn chat(&self, message: &str) {
+    pub(crate) fn chat(&self, message: &str) {
         self.chat_through(message, None);
     }
 
@@ -126,11 +126,7 @@ impl Player {
         loop {
             let f = self.next(STEP);
             match f.id {
-                0x00 => {
-                    let ka: KeepAlive = f.decode().unwrap();
-                    self.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
-                    self.conn.end_tick().unwrap();
-                }
+                0x00 => self.answer_keep_alive(&f),
                 0x02 => {
                     let text = chat_message_text(&f).unwrap_or_default();
                     if text == format!("echo:{message}") {
@@ -155,8 +151,15 @@ impl Player {
         }
     }
 
+    /// Answers Keep Alive `f` (S00) with the same id, as a client does.
+    pub(crate) fn answer_keep_alive(&self, f: &Frame) {
+        let ka: KeepAlive = f.decode().unwrap();
+        self.conn.send(&ka.to_frame_bytes().unwrap()).unwrap();
+        self.conn.end_tick().unwrap();
+    }
+
     /// Reads until a Play Disconnect and returns its reason (JSON).
-    fn disconnected(&self) -> String {
+    pub(crate) fn disconnected(&self) -> String {
         loop {
             let f = self.next(STEP);
             if f.id == PlayDisconnect::ID {
@@ -166,11 +169,11 @@ impl Player {
     }
 }
 
-fn tcp_url(p: &Proxy) -> String {
+pub(crate) fn tcp_url(p: &Proxy) -> String {
     format!("tcp://{}", p.addr(Transport::Tcp))
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     timeout(Duration::from_secs(120), tokio::task::spawn_blocking(f)).await.expect("in time").expect("no panic")
 }
 
@@ -407,7 +410,7 @@ async fn resume_lands_on_other_instances_behind_a_balancer_without_affinity() {
 }
 
 /// Waits until `series` at `p`'s `[metrics]` listener reads `value`.
-async fn wait_metric(p: &Proxy, series: &str, value: f64, within: Duration) {
+pub(crate) async fn wait_metric(p: &Proxy, series: &str, value: f64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let now = p.metric(series).await;

@@ -8,7 +8,7 @@ use super::errors::{ConfigError, ConfigProblem};
 use super::limits::LimitsConfig;
 use super::schema::{
     AuthMode, Config, Forwarding, ListenerConfig, NetworkConfig, TransferConfig, DEFAULT_PING_INTERVAL_SECONDS,
-    DEFAULT_WS_PATH, MIN_SECRET_BYTES,
+    DEFAULT_WS_PATH, MAX_SENTINELS, MIN_ADMIN_TOKEN_BYTES, MIN_SECRET_BYTES,
 };
 use super::settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 use crate::transport::Transport;
@@ -97,6 +97,14 @@ impl Config {
         if let Some(bind) = self.metrics.bind {
             if bind.port() != 0 && binds.contains(&bind) {
                 push("metrics.bind".into(), format!("{bind} is used by a [[listener]]"));
+            }
+        }
+        if let Some(path) = &self.metrics.admin_token_file {
+            if self.metrics.bind.is_none() {
+                push("metrics.admin_token_file".into(), "needs metrics.bind (the admin API is served there)".into());
+            }
+            if let Some(m) = key_file_problem(path, MIN_ADMIN_TOKEN_BYTES, "token") {
+                push("metrics.admin_token_file".into(), m);
             }
         }
         if self.status.cache_seconds > 3600 {
@@ -189,6 +197,7 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
             push(key.into(), format!("cannot read {}: {e}", path.display()));
         }
     }
+    check_sentinels(n, push);
     if n.redis_client_cert.is_some() != n.redis_client_key.is_some() {
         push("network.redis_client_cert".into(), "redis_client_cert and redis_client_key go together".into());
     }
@@ -207,21 +216,9 @@ fn check_network(n: &NetworkConfig, binds: &HashSet<std::net::SocketAddr>, push:
     }
     if n.secret_file.as_os_str().is_empty() {
         push("network.secret_file".into(), "must name a file".into());
-    } else {
+    } else if let Some(m) = key_file_problem(&n.secret_file, MIN_SECRET_BYTES, "secret") {
         // The same rule the start applies (network/link.rs), said before it.
-        match std::fs::read(&n.secret_file) {
-            Err(e) => push("network.secret_file".into(), format!("cannot read {}: {e}", n.secret_file.display())),
-            Ok(bytes) if bytes.trim_ascii().len() < MIN_SECRET_BYTES => push(
-                "network.secret_file".into(),
-                format!(
-                    "{} holds {} bytes; the secret needs at least {} (openssl rand -hex 32)",
-                    n.secret_file.display(),
-                    bytes.trim_ascii().len(),
-                    MIN_SECRET_BYTES
-                ),
-            ),
-            Ok(_) => {}
-        }
+        push("network.secret_file".into(), m);
     }
 }
 
@@ -452,5 +449,48 @@ pub(super) fn check_host_port(address: &str) -> Result<(), String> {
     match port.parse::<u16>() {
         Ok(0) | Err(_) => Err(format!("\"{address}\" has no valid port (1-65535)")),
         Ok(_) => Ok(()),
+    }
+}
+
+/// `redis_sentinels` and `redis_master_name`: both or neither, each sentinel `host:port`, at most
+/// [`MAX_SENTINELS`]; no private CA or client certificate with them (the sentinel client takes neither).
+fn check_sentinels(n: &NetworkConfig, push: &mut impl FnMut(String, String)) {
+    match (n.redis_sentinels.is_empty(), &n.redis_master_name) {
+        (true, None) => return,
+        (false, None) => push("network.redis_master_name".into(), "is required with redis_sentinels".into()),
+        (true, Some(_)) => push("network.redis_master_name".into(), "needs redis_sentinels".into()),
+        (false, Some(name)) if name.is_empty() || name.len() > 64 => {
+            push("network.redis_master_name".into(), "must have 1 to 64 characters".into());
+        }
+        (false, Some(_)) => {}
+    }
+    if n.redis_sentinels.len() > MAX_SENTINELS {
+        push("network.redis_sentinels".into(), format!("lists more than {MAX_SENTINELS} sentinels"));
+    }
+    for s in &n.redis_sentinels {
+        if let Err(m) = check_host_port(s) {
+            push("network.redis_sentinels".into(), format!("{s}: {m}"));
+        }
+    }
+    let tls_files = [n.redis_ca_file.is_some(), n.redis_client_cert.is_some(), n.redis_client_key.is_some()];
+    if tls_files.contains(&true) {
+        push(
+            "network.redis_sentinels".into(),
+            "cannot be used with redis_ca_file or a client certificate (rediss:// with the system's roots only)".into(),
+        );
+    }
+}
+
+/// What is wrong with a file that must hold a `what` (a secret, a token) of at least `min` bytes, surrounding
+/// whitespace not counted: it cannot be read, or holds fewer.
+pub(crate) fn key_file_problem(path: &std::path::Path, min: usize, what: &str) -> Option<String> {
+    match std::fs::read(path) {
+        Err(e) => Some(format!("cannot read {}: {e}", path.display())),
+        Ok(bytes) if bytes.trim_ascii().len() < min => Some(format!(
+            "{} holds {} bytes; the {what} needs at least {min} (openssl rand -hex 32)",
+            path.display(),
+            bytes.trim_ascii().len(),
+        )),
+        Ok(_) => None,
     }
 }

@@ -105,6 +105,15 @@ pub struct NetworkConfig {
     /// See `redis_client_cert`.
     #[serde(default)]
     pub redis_client_key: Option<PathBuf>,
+    /// `redis_sentinels`: `"host:port"` of Redis Sentinels (at most [`MAX_SENTINELS`]) to ask for the master
+    /// named `redis_master_name`, instead of dialling `redis_url`'s host; `redis_url` then gives the scheme,
+    /// user, password and database of the master (docs/network.md, "Redis Sentinel"). Default: none.
+    #[serde(default)]
+    pub redis_sentinels: Vec<String>,
+    /// `redis_master_name`: the master's name at the sentinels (`sentinel monitor <name> …`). Required with
+    /// `redis_sentinels`.
+    #[serde(default)]
+    pub redis_master_name: Option<String>,
     /// `name`: instances with the same name (and Redis) form one network; keys are kept under
     /// `moonbridge:<name>:`. 1 to 64 characters of `A-Z a-z 0-9 - _ .`. Default `"main"`.
     #[serde(default = "default_network_name")]
@@ -131,6 +140,9 @@ pub struct NetworkConfig {
     #[serde(default = "default_drain_rate")]
     pub drain_rate: u32,
 }
+
+/// The most `[network] redis_sentinels` entries: 16.
+pub const MAX_SENTINELS: usize = 16;
 
 /// The shortest `[network] secret_file` secret accepted, in bytes (surrounding whitespace not counted): 32.
 pub(crate) const MIN_SECRET_BYTES: usize = 32;
@@ -323,15 +335,22 @@ impl Default for StatusConfig {
 }
 
 /// `[metrics]`: an HTTP/1.1 listener for operators, serving `GET /metrics` (the Prometheus text format),
-/// `GET /healthz` and `GET /readyz` (see `docs/operations.md`).
+/// `GET /healthz` and `GET /readyz`, and with `admin_token_file` the admin API (see `docs/operations.md`).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct MetricsConfig {
     /// `bind`: `IP:port` of the listener, such as `"127.0.0.1:9477"`. Default: none (no listener). Put it on a
-    /// private address: the endpoints have no authentication.
+    /// private address: the metrics and probes have no authentication.
     pub bind: Option<SocketAddr>,
+    /// `admin_token_file`: a file holding the admin API's bearer token (at least [`MIN_ADMIN_TOKEN_BYTES`]
+    /// bytes, surrounding whitespace not counted; `openssl rand -hex 32`). Default: none (no admin API). Needs
+    /// `bind`. The file should be readable by the proxy's user only (a warning at start otherwise).
+    pub admin_token_file: Option<std::path::PathBuf>,
 }
+
+/// The shortest `[metrics] admin_token_file` token accepted, in bytes (surrounding whitespace not counted): 32.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
 
 impl Default for Config {
     fn default() -> Self {

@@ -402,3 +402,30 @@ fn network_keys_defaults_and_checks() {
         .to_string();
     assert!(err.contains("kick_existing") && err.contains("refuse_new"), "{err}");
 }
+
+#[test]
+fn sentinel_keys_come_together_and_name_host_ports() {
+    let net = |extra: &str| {
+        let toml = format!(
+            "[network]\nredis_url = \"redis://:pw@10.0.0.2:6379/0\"\npeer_bind = \"10.0.0.5:25600\"\n\
+             secret_file = \"\"\n{extra}"
+        );
+        let c = Config::from_toml(&toml).unwrap();
+        let got: Vec<String> =
+            c.check().iter().map(ToString::to_string).filter(|p| !p.contains("secret_file")).collect();
+        got
+    };
+    assert!(net("redis_sentinels = [\"10.0.0.21:26379\", \"s2:26379\"]\nredis_master_name = \"mymaster\"\n").is_empty());
+    assert_eq!(
+        net("redis_sentinels = [\"10.0.0.21:26379\"]\n"),
+        ["network.redis_master_name: is required with redis_sentinels"]
+    );
+    assert_eq!(net("redis_master_name = \"m\"\n"), ["network.redis_master_name: needs redis_sentinels"]);
+    assert_eq!(
+        net("redis_sentinels = [\"10.0.0.21\"]\nredis_master_name = \"m\"\n"),
+        ["network.redis_sentinels: 10.0.0.21: \"10.0.0.21\" is not host:port"]
+    );
+    let seventeen: Vec<String> = (0..17).map(|i| format!("\"10.0.0.{i}:26379\"")).collect();
+    let many = net(&format!("redis_sentinels = [{}]\nredis_master_name = \"m\"\n", seventeen.join(", ")));
+    assert_eq!(many, ["network.redis_sentinels: lists more than 16 sentinels"]);
+}

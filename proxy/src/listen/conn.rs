@@ -22,6 +22,7 @@ use crate::rate::Bucket;
 use crate::session::{self, within_handshake, ConnInfo, HandshakeCut, Player};
 use crate::state::{Live, ProxyState};
 use crate::tls::Tls;
+use crate::transport::Transport;
 
 /// How a bound listener accepts players.
 pub(crate) enum Accept {
@@ -100,14 +101,14 @@ impl Conn {
                     let (player, client) = super::tcp::setup(stream, peer, proxy_header.as_ref()).await?;
                     Ok(Opening::Session(player, client))
                 };
-                Box::pin(self.run(deadline, setup)).await;
+                Box::pin(self.run(Transport::Tcp, deadline, setup)).await;
             }
             Accept::Ws(ws) => {
                 let setup = async {
                     let (stream, peer) = proxied(stream, peer, ws).await?;
                     Ok(websocket(stream, s(ws, false, peer)).await?)
                 };
-                Box::pin(self.run(deadline, setup)).await;
+                Box::pin(self.run(Transport::Ws, deadline, setup)).await;
             }
             Accept::Wss(ws, tls) => {
                 let setup = async {
@@ -115,14 +116,19 @@ impl Conn {
                     let stream = tls_handshake(stream, tls, &metrics).await?;
                     Ok(websocket(stream, s(ws, true, peer)).await?)
                 };
-                Box::pin(self.run(deadline, setup)).await;
+                Box::pin(self.run(Transport::Wss, deadline, setup)).await;
             }
         }
     }
 
     /// The transport setup under the handshake deadline, then what it opened: the one place that dispatches
     /// an [`Opening`].
-    async fn run<P: Player>(self, deadline: Instant, setup: impl Future<Output = Result<Opening<P>, SetupError>>) {
+    async fn run<P: Player>(
+        self,
+        transport: Transport,
+        deadline: Instant,
+        setup: impl Future<Output = Result<Opening<P>, SetupError>>,
+    ) {
         let limit = self.live.tunables.limits.handshake_timeout_seconds;
         let outcome = within_handshake(deadline, limit, &self.slot, &self.token, setup).await;
         let (player, client, moving) = match outcome.map_err(SetupError::from).and_then(|r| r) {
@@ -174,7 +180,7 @@ impl Conn {
         let rate_limited = !rate_checked
             && moving.is_none()
             && !state.rate.allow(&live.tunables.rate_limits, client.ip(), Bucket::Connection);
-        let info = ConnInfo { client, rate_limited, draining };
+        let info = ConnInfo { client, transport, rate_limited, draining };
         let accepted = session::serve::Accepted { info, state, live, slot, shutdown: token, deadline, stage };
         session::serve::serve(player, accepted, moving).await;
     }
@@ -216,7 +222,7 @@ mod tests {
             let (player, client) = super::super::tcp::setup(stream, peer, None).await?;
             Ok(Opening::Session(player, client))
         };
-        let tcp = conn.run(Instant::now(), setup);
+        let tcp = conn.run(Transport::Tcp, Instant::now(), setup);
         let size = std::mem::size_of_val(&tcp);
         // 5,472 bytes before the transfer layer, 5,520 with it (the player's identity kept for later logins,
         // boxed; the switchboard boxed too); 5,552 once the relay follows wide dialects (a frame limit per

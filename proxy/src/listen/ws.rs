@@ -269,6 +269,10 @@ impl<S: PlayerStream> Player for WsLink<S> {
         Some(WsLink::message_counts(self))
     }
 
+    fn carriage(&self) -> crate::transport::Carriage {
+        WsLink::carriage(self)
+    }
+
     fn can_move(&self) -> bool {
         WsLink::can_move(self)
     }

@@ -100,8 +100,4 @@ pub(super) fn release_of(update: Update) -> Option<(String, String)> {
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock before it).
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(super) use crate::players::now_ms;

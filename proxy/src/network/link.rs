@@ -13,8 +13,8 @@
 //! and empty on a plain one: a relayed TLS link fails the check, so the certificate itself need not be trusted.
 //! The dialler's MAC covers its request, so nobody on the path can change it. Each side checks the other's MAC
 //! (constant time) before it acts on anything else; a link that fails is closed. After a `resume` request the
-//! link carries the player's WebSocket bytes both ways, unchanged; after a `kick` the listener answers with
-//! one `u16`-prefixed JSON object (`{"kicked": bool}`) followed by
+//! link carries the player's WebSocket bytes both ways, unchanged; after a `kick` or an `act` the listener
+//! answers with one `u16`-prefixed JSON object (`{"kicked": bool}`, `{"done": n, "missed": n}`) followed by
 //! `HMAC-SHA-256(secret, "moonbridge link answer" ‖ dialler nonce ‖ listener nonce ‖ binding ‖ length ‖ answer)`.
 
 use std::net::SocketAddr;
@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 
 use super::{CarriedResume, LinkStream};
 pub(crate) use super::{LinkError, NetworkError, AUTH_TIMEOUT, MAX_REQUEST_BYTES, MIN_SECRET_BYTES};
+use crate::players::{Action, Reach};
 
 /// The first bytes of a plain link (a TLS link starts with a TLS ClientHello, byte `0x16`).
 pub(crate) const MAGIC: &[u8; 8] = b"MBLINK1\n";
@@ -105,6 +106,11 @@ pub(crate) enum Request {
         claim: String,
         /// Plain text for the player's disconnect screen.
         reason: String,
+    },
+    /// An operator's action on the listener's players (the admin API); answered with one [`Reach`].
+    Act {
+        /// What to do.
+        action: Action,
     },
     /// A player's `moving` request for a session of the listener's (docs/network.md, "Drain"); answered with
     /// one [`crate::network::moves::MoveAnswer`].
@@ -219,12 +225,22 @@ pub(crate) async fn kick(
     claim: &str,
     reason: &str,
 ) -> Result<bool, LinkError> {
+    let request = Request::Kick { name: name.to_string(), claim: claim.to_string(), reason: reason.to_string() };
+    ask::<KickAnswer>(peer, secret, &request).await.map(|a| a.kicked)
+}
+
+/// Asks instance `peer` to carry out an operator's `action` on its players: what it came to there.
+pub(crate) async fn act(peer: &str, secret: &Secret, action: &Action) -> Result<Reach, LinkError> {
+    ask(peer, secret, &Request::Act { action: action.clone() }).await
+}
+
+/// Sends `request` to instance `peer` on a new plain link and reads its one small answer, all within
+/// [`AUTH_TIMEOUT`].
+async fn ask<A: serde::de::DeserializeOwned>(peer: &str, secret: &Secret, request: &Request) -> Result<A, LinkError> {
     tokio::time::timeout(AUTH_TIMEOUT, async {
         let mut stream = dial(peer).await?;
-        let request = Request::Kick { name: name.to_string(), claim: claim.to_string(), reason: reason.to_string() };
-        let opened = open(&mut stream, secret, &[], &request).await?;
-        let answer: KickAnswer = read_answer(&mut stream, secret, &opened, SMALL_ANSWER).await?;
-        Ok(answer.kicked)
+        let opened = open(&mut stream, secret, &[], request).await?;
+        read_answer(&mut stream, secret, &opened, SMALL_ANSWER).await
     })
     .await
     .map_err(|_| LinkError::Timeout)?

@@ -168,6 +168,23 @@ async fn answer<S: PlayerStream>(
             link::write_answer(&mut stream, &net.secret, &opened, &link::KickAnswer { kicked }, link::SMALL_ANSWER)
                 .await
         }
+        Request::Act { action } => {
+            // Authenticated, yet checked as the admin API checks it; a switch to a backend unknown here is not
+            // started (each such player counts as missed).
+            if let Err(e) = action.check() {
+                net.metrics.link_request(LinkRequest::Act, LinkOutcome::Refused);
+                return Err(LinkError::BadRequest(Unservable::MalformedAction(e)));
+            }
+            let unknown =
+                matches!(&action, crate::players::Action::Send { to, .. } if state.live().backend_named(to).is_none());
+            let reach = if unknown { state.players.act_nothing(&action) } else { state.players.act(&action) };
+            let outcome = if unknown { LinkOutcome::Refused } else { LinkOutcome::Done };
+            net.metrics.link_request(LinkRequest::Act, outcome);
+            if let Some(suppressed) = LINK_LOG.allow() {
+                info!(via = %peer, suppressed, done = reach.done, missed = reach.missed, "an operator's {} from another instance", action.verb());
+            }
+            link::write_answer(&mut stream, &net.secret, &opened, &reach, link::SMALL_ANSWER).await
+        }
         Request::Move { ticket, received, sent } => {
             let session = match ticket.parse::<moonbridge_protocol::ws::v2::ResumeToken>() {
                 Ok(token) => state.resume.take_ticket(&token).map_err(|r| r.reason),

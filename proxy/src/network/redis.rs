@@ -35,9 +35,10 @@ use crate::metrics::NetworkMetrics;
 
 use crate::labels::{BadEntry, DuplicateAction, LeaseResult, RedisCause};
 use crate::move_state::MoveAnswer;
-use crate::players::{Change, PlayerTable, Update, Updates};
+use crate::players::{Action, Change, PlayerTable, Reach, Update, Updates};
 
 use super::claims::{now_ms, release_of, CLAIM_NEW};
+use super::dial::{cause_of, Dial};
 use super::entries::claim_value;
 use super::{
     link, Admit, BoxFuture, CarriedResume, Carrier, Claim, LinkError, Network, NetworkError, KICKED_ELSEWHERE,
@@ -73,7 +74,8 @@ pub(crate) struct RedisNetwork {
     /// What the others dial.
     pub(super) peer_address: String,
     pub(crate) secret: link::Secret,
-    client: redis::Client,
+    /// How Redis is reached: `redis_url`'s host, or the master the sentinels name.
+    dial: Dial,
     redis: Mutex<Option<ConnectionManager>>,
     up: AtomicU8,
     /// Why the last renewal failed, while Redis is unreachable.
@@ -106,7 +108,7 @@ impl RedisNetwork {
         peer_address: String,
     ) -> Result<Self, NetworkError> {
         let secret = link::Secret::load(&config.secret_file)?;
-        let client = client(&config)?;
+        let dial = Dial::new(&config)?;
         let (tx, rx) = mpsc::channel(UPDATE_QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
         players.send_updates_to(Updates { tx, overflowed: Arc::clone(&overflowed) });
@@ -116,7 +118,7 @@ impl RedisNetwork {
             config,
             id,
             secret,
-            client,
+            dial,
             redis: Mutex::new(None),
             up: AtomicU8::new(REDIS_UNKNOWN),
             trouble: Mutex::new(None),
@@ -308,6 +310,13 @@ impl RedisNetwork {
             pipe.zrem(self.key("instances"), &self.id).ignore();
             let _ = tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(&mut con)).await;
         }
+        // Out of the network: nothing of the others is kept (a drained instance that stays up lists and counts
+        // only its own, and asks no peer).
+        self.players.set_others(Vec::new());
+        self.peers.write().unwrap_or_else(PoisonError::into_inner).clear();
+        self.metrics.instances.set(1);
+        self.metrics.players.set(self.players.local_count() as i64);
+        self.metrics.redis_up.set(0);
     }
 
     /// Logs (with the cause) and counts a change between Redis reachable and not.
@@ -386,12 +395,13 @@ impl RedisNetwork {
                     // No retry here: a renewal that fails drops the connection, and the next one (one renewal
                     // period later) connects again.
                     .set_number_of_retries(0);
-                match tokio::time::timeout(
-                    REDIS_TIMEOUT * 2,
-                    ConnectionManager::new_with_config(self.client.clone(), cfg),
-                )
-                .await
-                {
+                // With sentinels, the master is asked for at each connect: after a failover the next renewal
+                // reaches the new master.
+                let connect = async {
+                    let client = self.dial.client().await?;
+                    ConnectionManager::new_with_config(client, cfg).await
+                };
+                match tokio::time::timeout(REDIS_TIMEOUT * 3, connect).await {
                     Ok(Ok(c)) => {
                         *self.redis.lock().unwrap_or_else(PoisonError::into_inner) = Some(c.clone());
                         c
@@ -473,58 +483,23 @@ impl Network for RedisNetwork {
         let peer = self.peer_of(&owner).filter(|_| owner != self.id)?;
         Some(Box::pin(async move { super::moves::fetch(&peer, &self.secret, ticket, received, sent).await }))
     }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn peers(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.peers.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn act<'a>(&'a self, id: &'a str, action: &'a Action) -> Option<BoxFuture<'a, Result<Reach, LinkError>>> {
+        let peer = self.peer_of(id).filter(|_| id != self.id)?;
+        Some(Box::pin(async move { link::act(&peer, &self.secret, action).await }))
+    }
 }
 
 pub(super) fn lease_ms() -> i64 {
     LEASE.as_millis() as i64
-}
-
-/// The Redis client of `config`: with `redis_ca_file` and the client certificate when given (`rediss://`).
-///
-/// # Errors
-/// [`NetworkError::Redis`] for a URL the client refuses; [`NetworkError::RedisTlsFile`] for a file that cannot
-/// be read.
-fn client(config: &NetworkConfig) -> Result<redis::Client, NetworkError> {
-    let read = |p: &Option<std::path::PathBuf>| {
-        p.as_ref()
-            .map(|p| std::fs::read(p).map_err(|source| NetworkError::RedisTlsFile { path: p.clone(), source }))
-            .transpose()
-    };
-    let root_cert = read(&config.redis_ca_file)?;
-    let client_tls = match (read(&config.redis_client_cert)?, read(&config.redis_client_key)?) {
-        (Some(client_cert), Some(client_key)) => Some(redis::ClientTlsConfig { client_cert, client_key }),
-        _ => None,
-    };
-    let url = config.redis_url.as_str();
-    let built = if root_cert.is_none() && client_tls.is_none() {
-        redis::Client::open(url)
-    } else {
-        redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls, root_cert })
-    };
-    built.map_err(|e| NetworkError::Redis(e.to_string()))
-}
-
-/// What a failed renewal's error says went wrong (`moonbridge_network_redis_errors_total{cause}`).
-fn cause_of(e: &redis::RedisError) -> RedisCause {
-    match e.code() {
-        Some("NOAUTH" | "WRONGPASS") => return RedisCause::Auth,
-        Some("OOM") => return RedisCause::OutOfMemory,
-        Some("READONLY") => return RedisCause::ReadOnly,
-        Some("NOPERM") => return RedisCause::NoPermission,
-        _ => {}
-    }
-    let text = e.to_string().to_ascii_lowercase();
-    if e.kind() == redis::ErrorKind::AuthenticationFailed || text.contains("wrongpass") || text.contains("noauth") {
-        RedisCause::Auth
-    } else if e.is_timeout() {
-        RedisCause::Timeout
-    } else if e.is_connection_refusal() && !text.contains("certificate") && !text.contains("tls") {
-        RedisCause::ConnectionRefused
-    } else if text.contains("certificate") || text.contains("tls") || text.contains("handshake") {
-        RedisCause::Tls
-    } else if e.is_io_error() || e.is_connection_dropped() {
-        RedisCause::Io
-    } else {
-        RedisCause::Other
-    }
 }

@@ -14,6 +14,7 @@ use super::claims::now_ms;
 use super::entries::{instance_entry, read_instance, read_player, report};
 use super::redis::{lease_ms, RedisNetwork, LEASE, PRUNE_AFTER};
 use crate::labels::BadEntry;
+use crate::players::Record;
 
 /// Instances of a network read at each renewal, at most: 1,000 (the index's first; more are reported).
 pub(crate) const MAX_INSTANCES: usize = 1000;
@@ -149,13 +150,10 @@ impl RedisNetwork {
             let _: () = redis::cmd("ZREM").arg(&index).arg(&gone).query_async(&mut con).await?;
         }
         self.metrics.instances.set(peers.len() as i64 + 1);
-        // A player moving between instances is held by both for a moment: each name counts once, so the count is
-        // never above the players really in play.
-        let mut seen: std::collections::HashSet<&str> = records.iter().map(|(key, _, _)| key.as_str()).collect();
-        let lower: Vec<String> = names.iter().map(|(n, _)| n.to_ascii_lowercase()).collect();
-        let elsewhere = lower.iter().filter(|n| seen.insert(n.as_str())).count();
-        self.metrics.players.set((records.len() + elsewhere) as i64);
+        // A player moving between instances is held by both for a moment: the table counts each name once, so
+        // the count is never above the players really in play.
         self.players.set_others(names);
+        self.metrics.players.set(self.players.count(None) as i64);
         *self.peers.write().unwrap_or_else(std::sync::PoisonError::into_inner) = peers;
         if *rewrite {
             // Once: the snapshot is written whole, and the comparison is not repeated.
@@ -164,14 +162,15 @@ impl RedisNetwork {
         Ok(())
     }
 
-    /// The other live instances' peer addresses and players (name, backend), and the ids whose lease is gone.
+    /// The other live instances' peer addresses and players (instance id, record), and the ids whose lease is
+    /// gone.
     /// Entries that are not what an instance writes are skipped and reported.
     async fn read_others(
         &self,
         con: &mut ConnectionManager,
         others: Vec<String>,
         now_ms: u64,
-    ) -> redis::RedisResult<(HashMap<String, SocketAddr>, Vec<(String, String)>, Vec<String>)> {
+    ) -> redis::RedisResult<(HashMap<String, SocketAddr>, Vec<(String, Record)>, Vec<String>)> {
         let (mut peers, mut names, mut gone) = (HashMap::new(), Vec::new(), Vec::new());
         if others.is_empty() {
             return Ok((peers, names, gone));
@@ -229,7 +228,7 @@ impl RedisNetwork {
                     for v in values {
                         match redis::from_redis_value::<String>(v).map_err(|_| BadEntry::MalformedPlayer) {
                             Ok(raw) => match read_player(&raw) {
-                                Ok(r) => names.push((r.name, r.server)),
+                                Ok(r) => names.push((id.clone(), r)),
                                 Err(kind) => report(&self.metrics, kind, &players_key),
                             },
                             Err(kind) => report(&self.metrics, kind, &players_key),

@@ -254,6 +254,8 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
         name: identity.name.clone(),
         uuid: identity.uuid().simple().to_string(),
         address: identity.client,
+        transport: s.info.transport,
+        carriage: s.player.carriage(),
         server: backend.name.clone(),
         movable: s.player.can_move(),
     };

@@ -321,6 +321,8 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
         name: identity.name.clone(),
         uuid: identity.uuid().simple().to_string(),
         address: identity.client,
+        transport: s.info.transport,
+        carriage: s.player.carriage(),
         server: backend.name.clone(),
         movable: can_move,
     });

@@ -32,6 +32,7 @@ use crate::limits::HandshakeSlot;
 use crate::metrics::StageGauge;
 use crate::relay::{BackendSide, RelayReport, RelayStart};
 use crate::state::{Live, ProxyState};
+use crate::transport::{Carriage, Transport};
 pub(crate) use crate::wire::PlayerGone;
 
 mod arrive;
@@ -67,6 +68,11 @@ pub(crate) trait Player: Send {
 
     /// A moved session's carriage v2 counts so far (stream bytes received from and sent to the player).
     fn continue_counts(&mut self, _received: u64, _sent: u64) {}
+
+    /// How the player's stream is carried: [`Carriage::None`] over TCP.
+    fn carriage(&self) -> Carriage {
+        Carriage::None
+    }
 
     /// WebSocket messages received from and sent to the player, for WebSocket transports.
     fn message_counts(&self) -> Option<(u64, u64)> {
@@ -108,6 +114,8 @@ impl Finish {
 pub(crate) struct ConnInfo {
     /// The player's real address (TCP peer, or the one a trusted proxy vouched for).
     pub(crate) client: SocketAddr,
+    /// The listener's transport.
+    pub(crate) transport: Transport,
     /// Its address opened connections faster than `[rate_limits]` allow: it is told so (a Login Disconnect
     /// for a login) once its handshake is read, and closed.
     pub(crate) rate_limited: bool,

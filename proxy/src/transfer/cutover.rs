@@ -27,10 +27,11 @@ impl Switchboard {
     pub(super) fn request(&mut self, name: &str, trigger: Trigger) {
         let name = if name.chars().count() > MAX_SHOWN_NAME { "(a name too long)" } else { name };
         let transfer = &self.ctx.live.tunables.transfer;
-        let allowed = trigger.is_fallback() || transfer.targets.iter().any(|t| t == name);
+        let operator = matches!(trigger, Trigger::Connect { operator: true });
+        let allowed = trigger.is_fallback() || operator || transfer.targets.iter().any(|t| t == name);
         let now = Instant::now();
         self.connects.retain(|t| now.duration_since(*t) < CONNECT_WINDOW);
-        let too_often = matches!(trigger, Trigger::Connect) && self.connects.len() >= MAX_CONNECTS;
+        let too_often = matches!(trigger, Trigger::Connect { operator: false }) && self.connects.len() >= MAX_CONNECTS;
         let refusal = if self.handed_away {
             Some("You are moving to another proxy instance".to_string())
         } else if self.switch.is_some() || self.forge.replaying {
@@ -58,11 +59,11 @@ impl Switchboard {
             match trigger {
                 Trigger::Fallback { disconnect, .. } => self.out.player().extend_from_slice(&disconnect),
                 Trigger::Lost { from, why } => self.out.disconnect(&format!("{from} {why}")),
-                Trigger::Connect | Trigger::Arrived => {}
+                Trigger::Connect { .. } | Trigger::Arrived => {}
             }
             return;
         };
-        if matches!(trigger, Trigger::Connect) {
+        if matches!(trigger, Trigger::Connect { operator: false }) {
             self.connects.push(now);
         }
         let started = now;
@@ -179,8 +180,8 @@ impl Switchboard {
         }
         let from = match (&switch.trigger, &self.current) {
             (Trigger::Fallback { from, .. } | Trigger::Lost { from, .. }, _) => from.clone(),
-            (Trigger::Connect, Some(old)) => old.backend.name.clone(),
-            (Trigger::Connect, None) => "-".into(),
+            (Trigger::Connect { .. }, Some(old)) => old.backend.name.clone(),
+            (Trigger::Connect { .. }, None) => "-".into(),
             (Trigger::Arrived, _) => "another instance".into(),
         };
         let ms = switch.started.elapsed().as_secs_f64() * 1000.0;
@@ -203,7 +204,7 @@ impl Switchboard {
         match &switch.trigger {
             Trigger::Fallback { from, reason, .. } => self.out.chat(&format!("{from} disconnected you: {reason}")),
             Trigger::Lost { from, why } => self.out.chat(&format!("{from} {why}")),
-            Trigger::Connect | Trigger::Arrived => {}
+            Trigger::Connect { .. } | Trigger::Arrived => {}
         }
         self.visited.push(link.backend.name.clone());
         if let Some(r) = &self.ctx.registration {
@@ -237,7 +238,7 @@ impl Switchboard {
         match switch.trigger {
             Trigger::Fallback { .. } => self.ctx.metrics.transfer(TransferOutcome::FallbackFailed),
             Trigger::Lost { .. } => self.ctx.metrics.transfer(TransferOutcome::FailoverFailed),
-            Trigger::Connect => self.ctx.metrics.transfer(TransferOutcome::Failed),
+            Trigger::Connect { .. } => self.ctx.metrics.transfer(TransferOutcome::Failed),
             Trigger::Arrived => {}
         }
         if let (true, Some(replay)) = (self.current.is_some(), replay) {
@@ -259,7 +260,7 @@ impl Switchboard {
                 self.out.disconnect(&message);
                 Err(End::Closed(format!("{from} {lost}; fallback {target} failed: {why}")))
             }
-            Trigger::Connect | Trigger::Arrived => {
+            Trigger::Connect { .. } | Trigger::Arrived => {
                 self.out.disconnect(&message);
                 Err(End::Closed(message))
             }

@@ -123,7 +123,9 @@ impl Switchboard {
                     let request =
                         PluginMessage::decode_fields(&mut r).ok().and_then(|m| BungeeRequest::parse(&m.data).ok());
                     match request {
-                        Some(BungeeRequest::Connect { server }) => self.request(&server, Trigger::Connect),
+                        Some(BungeeRequest::Connect { server }) => {
+                            self.request(&server, Trigger::Connect { operator: false })
+                        }
                         Some(request) => self.answer(request),
                         None => {}
                     }

@@ -11,6 +11,7 @@ use tracing::debug;
 
 use super::board::Switchboard;
 use super::common::{chat_plain, encode, End};
+use super::switch::Trigger;
 use crate::players::{Command, PlayerTable};
 
 /// The server name that means every server (or every player) in a request.
@@ -155,6 +156,10 @@ impl Switchboard {
             }
             Command::Forward(payload) => {
                 self.send_to_current(&payload);
+                Ok(())
+            }
+            Command::Switch(backend) => {
+                self.request(&backend, Trigger::Connect { operator: true });
                 Ok(())
             }
             Command::Move if self.ctx.movable => {

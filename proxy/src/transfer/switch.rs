@@ -33,8 +33,9 @@ pub(super) const CONNECT_WINDOW: Duration = Duration::from_secs(10);
 
 /// Why a switch started.
 pub(super) enum Trigger {
-    /// The old backend's BungeeCord `Connect`.
-    Connect,
+    /// The old backend's BungeeCord `Connect` (to a backend of `transfer.targets`, at most [`MAX_CONNECTS`]
+    /// within [`CONNECT_WINDOW`]), or with `operator` an operator's `send` (admin API: to any backend).
+    Connect { operator: bool },
     /// Backend `from` disconnected the player: the frame as it came, and its reason as text.
     Fallback { from: String, disconnect: BytesMut, reason: String },
     /// Backend `from` closed or reset the connection without a Play Disconnect (failover); `why` as the
@@ -48,7 +49,7 @@ pub(super) enum Trigger {
 impl Trigger {
     /// A switch the backend did not ask for (a fallback or a failover): any backend may be the target.
     pub(super) fn is_fallback(&self) -> bool {
-        !matches!(self, Self::Connect)
+        !matches!(self, Self::Connect { .. })
     }
 }
 

@@ -198,6 +198,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         Ok(Some(frame))
     }
 
+    /// How this link carries the stream: v1, v2, or v2 with zstd.
+    pub(crate) fn carriage(&self) -> crate::transport::Carriage {
+        use crate::transport::Carriage;
+        match (self.v2, self.zstd.is_some()) {
+            (false, _) => Carriage::V1,
+            (true, false) => Carriage::V2,
+            (true, true) => Carriage::V2Zstd,
+        }
+    }
+
     /// Turns on carriage v2: control messages (Text, at most [`v2::MAX_CONTROL_LEN`] bytes) are decoded.
     pub(crate) fn enable_v2(&mut self) {
         self.v2 = true;
