@@ -95,8 +95,9 @@ pub(crate) async fn answer(state: &ProxyState, token: &AdminToken, request: ApiR
     match (request.method, verb) {
         ("GET", "players") => players(state, &request.query),
         ("GET", name) if name.starts_with("players/") => {
-            let name = name.trim_start_matches("players/");
-            match rows(state).into_iter().find(|r| r.name.eq_ignore_ascii_case(name)) {
+            let name = name.strip_prefix("players/").unwrap_or_default();
+            let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+            match rows(state).into_iter().find(|r| r.name.eq_ignore_ascii_case(&name)) {
                 Some(row) => ApiAnswer::json(200, "OK", &row),
                 None => ApiAnswer::error(404, "Not Found", &format!("no player named {name} in the network")),
             }

@@ -69,3 +69,19 @@ pub fn config(data: &[u8]) {
         }
     }
 }
+
+/// What anyone who can write the network's Redis keys can put there, as a renewal reads it: a player record, an
+/// instance entry and a name claim. None may panic; a record that reads is within its bounds, and an instance
+/// entry or a claim is never taken without the network's signature.
+pub fn redis_entries(data: &[u8]) {
+    use crate::network::entries::{claim_signed, read_instance, read_player, MAX_RECORD_NAME, MAX_RECORD_SERVER};
+    let raw = String::from_utf8_lossy(data);
+    if let Ok(record) = read_player(&raw) {
+        assert!(!record.name.is_empty() && record.name.chars().count() <= MAX_RECORD_NAME);
+        assert!(record.server.len() <= MAX_RECORD_SERVER);
+    }
+    let secret = crate::network::link::Secret::new(b"fuzzing: not the network's secret, 32+ bytes");
+    // Arbitrary bytes carry no valid HMAC-SHA-256 (a 2^-256 chance aside).
+    assert!(read_instance(&secret, "main", "00000000000000aa", &raw, 1_765_000_000_000).is_err());
+    assert!(!claim_signed(&secret, "main", "steve", &raw));
+}

@@ -14,7 +14,7 @@
 mod claimed;
 mod claims;
 mod dial;
-mod entries;
+pub(crate) mod entries;
 pub(crate) mod link;
 pub(crate) mod moves;
 mod openings;

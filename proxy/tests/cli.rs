@@ -298,6 +298,15 @@ fn probe_exits_0_while_the_metrics_listener_is_healthy_and_1_after() {
     let addr = format!("127.0.0.1:{metrics}");
     let out = Command::new(BIN).args(["--probe", &addr]).output().unwrap();
     assert!(out.status.success(), "healthy: {}", String::from_utf8_lossy(&out.stderr));
+    // Without admin_token_file the listener is no admin API: `ctl` says so and exits 4.
+    let token = p.path.with_file_name("admin.token");
+    std::fs::write(&token, "9".repeat(64)).unwrap();
+    let url = format!("http://{addr}");
+    let args = ["ctl", "--url", &url, "--token-file", token.to_str().unwrap(), "players"];
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("not an admin API answer"), "{stderr}");
     sigterm_stops_it(&mut child);
     let out = Command::new(BIN).args(["--probe", &addr]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

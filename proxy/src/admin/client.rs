@@ -123,7 +123,7 @@ impl Client {
     /// # Errors
     /// [`CtlError`]; [`CtlError::Refused`] with 404 when no instance holds the player.
     pub fn find(&self, name: &str) -> Result<PlayerRow, CtlError> {
-        let name: String = form_urlencoded::byte_serialize(name.as_bytes()).collect();
+        let name = percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
         self.call("GET", &format!("/admin/players/{name}"), None)
     }
 

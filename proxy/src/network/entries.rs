@@ -125,16 +125,18 @@ pub(crate) fn claim_signed(secret: &Secret, network: &str, lower: &str, value: &
     verify(secret, CLAIM_ROLE, &[network.as_bytes(), lower.as_bytes(), head.as_bytes()], sig)
 }
 
-/// A player record from another instance's hash, when it is the JSON an instance writes, with a name of at
-/// most [`MAX_RECORD_NAME`] characters and a backend name of at most [`MAX_RECORD_SERVER`] bytes.
+/// A player record from another instance's hash, when it is the JSON an instance writes, with a name a Login
+/// Start may carry (1 to [`MAX_RECORD_NAME`] characters of `A-Z a-z 0-9 _`) and a backend name of at most
+/// [`MAX_RECORD_SERVER`] bytes without control characters (the admin API prints both).
 ///
 /// # Errors
 /// [`BadEntry::MalformedPlayer`] otherwise.
 pub(crate) fn read_player(raw: &str) -> Result<Record, BadEntry> {
     let record: Record = serde_json::from_str(raw).map_err(|_| BadEntry::MalformedPlayer)?;
-    let fits = !record.name.is_empty()
+    let fits = moonbridge_protocol::packets::is_valid_player_name(&record.name)
         && record.name.chars().count() <= MAX_RECORD_NAME
-        && record.server.len() <= MAX_RECORD_SERVER;
+        && record.server.len() <= MAX_RECORD_SERVER
+        && !record.server.chars().any(char::is_control);
     if fits {
         Ok(record)
     } else {
@@ -245,6 +247,10 @@ mod tests {
         let empty = ok.replace("Steve", "");
         assert_eq!(read_player(&empty), Err(BadEntry::MalformedPlayer));
         assert_eq!(read_player("7"), Err(BadEntry::MalformedPlayer));
+        // What the admin API prints: no escape sequences in a name or a backend name.
+        assert_eq!(read_player(&ok.replace("Steve", "St\\u001b[2Je")), Err(BadEntry::MalformedPlayer));
+        assert_eq!(read_player(&ok.replace("lobby", "lo\\u0007bby")), Err(BadEntry::MalformedPlayer));
+        assert_eq!(read_player(&ok.replace("Steve", "St eve")), Err(BadEntry::MalformedPlayer));
         assert_eq!(hex("0aFf"), Some(vec![10, 255]));
         assert_eq!(hex("0"), None);
     }

@@ -7,13 +7,36 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A TCP port on 127.0.0.1 that was free a moment ago, for a child process that cannot report the port it
-/// bound (bound to port 0, read, and closed again: another process could take it in between, which on a test
-/// machine does not happen in practice).
+/// bound, or a listener restarted on the same port. It is taken below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a port the kernel hands to outgoing connections could be taken by one of
+/// them while the listener is down between two runs (a restart failed so in CI: `AddrInUse` on a freed metrics
+/// port while the balancers and Prometheus kept connecting). Each call of a process tries the next port of its
+/// own sequence (the process id spreads concurrent processes apart) until one binds; another process could
+/// still take it in between, which on a test machine does not happen in practice.
 ///
 /// # Errors
-/// Binding 127.0.0.1:0 failed.
+/// No port of the range binds, or binding 127.0.0.1:0 failed (the fallback when the range is empty).
 pub fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let size = ephemeral_low.saturating_sub(LOWEST);
+    if size == 0 {
+        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+    }
+    let start = std::process::id().wrapping_mul(7_919) % size;
+    for _ in 0..size {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(LOWEST + (start + n) % size).unwrap_or(0);
+        if port != 0 && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::AddrInUse, "no free port below the ephemeral range"))
 }
 
 /// A child process whose stderr lines are read on a thread, so the child never blocks on a full pipe; killed
