@@ -84,7 +84,7 @@ impl Stop {
 }
 
 /// A player as the network's table records it (`moonbridge:<name>:players:<instance>` in Redis, as JSON), and
-/// as the admin API lists it. The fields after `server` are absent from the records of versions before 0.2.
+/// as the admin API lists it. The fields after `server` are absent from the records of versions before the admin API.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Record {
     pub(crate) name: String,

@@ -16,7 +16,7 @@ pub struct PlayerRow {
     pub instance: Option<String>,
     /// The backend it is on.
     pub backend: String,
-    /// Its real address; `null` when its instance runs a version before 0.2.
+    /// Its real address; `null` when its instance runs a version before the admin API.
     pub address: Option<SocketAddr>,
     /// How it reached the proxy.
     pub transport: Option<Transport>,
