@@ -2,7 +2,8 @@
 //! types) and the dispatch only: `session-bench` with no subcommand is the session benchmark
 //! (bench/src/session/), `soak` the soak with injected faults (bench/src/soak/), `capacity` how many players
 //! one proxy holds (bench/src/capacity/), `floor-relay` the floor relay run beside moonbridge as `--peer floor`
-//! (bench/src/floor/), `big-frame` one huge frame through the proxy and its RSS (bench/src/big_frame.rs). See
+//! (bench/src/floor/), `big-frame` one huge frame through the proxy and its RSS (bench/src/big_frame.rs),
+//! `flood` chat behind view loads to a throttled reader (bench/src/flood.rs). See
 //! docs/benchmarks.md.
 //!
 //! The pieces the commands share: the fake backend (`backend/`), the raw players (`player/`), the client
@@ -17,6 +18,7 @@ mod backend;
 mod big_frame;
 mod capacity;
 mod client;
+mod flood;
 mod floor;
 mod forge;
 mod metrics;
@@ -61,6 +63,9 @@ enum Command {
     Capacity(capacity::CapacityArgs),
     /// One huge frame (GT New Horizons' 256 MiB) through the proxy over tcp, ws and wss: the proxy's RSS.
     BigFrame(big_frame::BigFrameArgs),
+    /// Chat and Keep Alive behind view loads to a throttled reader, through moonbridge and the peers
+    /// (docs/lanes.md); also `--profile flood`.
+    Flood(flood::FloodArgs),
     /// The floor relay: the least any relay must do, run beside moonbridge as `--peer floor`.
     FloorRelay(floor::FloorArgs),
     /// The backend process of `session-bench capacity` (started by it).
@@ -76,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Capacity(args)) => capacity::main(args),
         Some(Command::FloorRelay(args)) => floor::main(&args),
         Some(Command::BigFrame(args)) => big_frame::main(&args),
+        Some(Command::Flood(args)) => flood::main(&args),
         Some(Command::CapacityBackend(args)) => capacity::backend_main(args.load),
     }
 }

@@ -254,6 +254,11 @@ where
                 moonbridge_protocol::ws::v2::MOVE_HEADER,
                 tokio_tungstenite::tungstenite::http::HeaderValue::from_static("1"),
             );
+            // And acknowledge often enough to be paced (docs/carriage.md, "Pacing").
+            request.headers_mut().insert(
+                moonbridge_protocol::ws::v2::PACE_HEADER,
+                tokio_tungstenite::tungstenite::http::HeaderValue::from_static("1"),
+            );
         }
     }
     match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config())).await {

@@ -421,6 +421,11 @@ impl FrameScanner {
         self.remaining == 0 && self.prefix_len == 0
     }
 
+    /// Bytes left of the frame under way (0 at a boundary); `None` inside a length prefix.
+    pub fn remaining(&self) -> Option<usize> {
+        (self.prefix_len == 0).then_some(self.remaining)
+    }
+
     /// Consumes the next bytes of the stream and returns how many frames they completed.
     ///
     /// # Errors

@@ -13,6 +13,9 @@
 //! - [`crypto`]: the login server hash and the AES-128-CFB8 stream cipher.
 //! - [`transfer`]: moving a player between backends: entity-id rewriting, the BungeeCord `Connect` request,
 //!   the Forge `FML|HS` HandshakeReset and the world reset.
+//! - [`lanes`]: the clientbound urgent and bulk lanes: which frames may overtake, the per-player queue.
+//! - [`pace`]: carriage v2's window: bytes in flight past the client's last `ack`, sized from the measured
+//!   delivery rate and round trip.
 //! - [`ws`]: WebSocket carriage rules: close codes, subprotocol, the keepalive schedule; [`ws::frame`], the
 //!   server side of RFC 6455 framing (streaming, bounded).
 //!
@@ -25,7 +28,9 @@ pub mod error;
 pub mod forwarding;
 pub mod frame;
 pub mod handshake;
+pub mod lanes;
 pub mod legacy;
+pub mod pace;
 pub mod packets;
 pub mod transfer;
 pub mod varint;

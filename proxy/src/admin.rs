@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `GET /admin/players[?backend=B&instance=I]` | | `200 {"players": [`[`PlayerRow`]`, …]}`, the whole network's, by name |
 //! | `GET /admin/players/<name>` | | `200` one [`PlayerRow`], or `404` |
+//! | `GET /admin/delivery` | | `200 {"players": [`[`DeliveryRow`]`, …]}`: this instance's players' lanes, rate, round trip and window |
 //! | `POST /admin/kick` | `{"player": N, "reason": T}` | `200` [`Reach`], or `404` when no instance holds the player |
 //! | `POST /admin/send` | `{"player": N, "to": B}` or `{"from": B, "to": B}` | `200` [`Reach`]; `400` for an unknown `to` |
 //! | `POST /admin/message` | `{"text": T}` or `{"text": T, "backend": B}` | `200` [`Reach`] |
@@ -28,7 +29,7 @@ pub mod client;
 mod row;
 mod token;
 
-pub use row::PlayerRow;
+pub use row::{DeliveryRow, PlayerRow};
 pub(crate) use token::AdminToken;
 pub use token::TokenError;
 
@@ -102,15 +103,16 @@ pub(crate) async fn answer(state: &ProxyState, token: &AdminToken, request: ApiR
                 None => ApiAnswer::error(404, "Not Found", &format!("no player named {name} in the network")),
             }
         }
+        ("GET", "delivery") => delivery(state),
         ("POST", "drain") => drain(state, request.body),
         ("POST", verb @ ("kick" | "send" | "message")) => match action(verb, request.body) {
             Ok(action) => act(state, &action).await,
             Err(why) => ApiAnswer::error(400, "Bad Request", &why),
         },
-        (_, "players" | "drain" | "kick" | "send" | "message") => {
-            ApiAnswer::error(405, "Method Not Allowed", "players: GET; kick, send, message, drain: POST")
+        (_, "players" | "delivery" | "drain" | "kick" | "send" | "message") => {
+            ApiAnswer::error(405, "Method Not Allowed", "players, delivery: GET; kick, send, message, drain: POST")
         }
-        _ => ApiAnswer::error(404, "Not Found", "try /admin/players, kick, send, message or drain"),
+        _ => ApiAnswer::error(404, "Not Found", "try /admin/players, delivery, kick, send, message or drain"),
     }
 }
 
@@ -133,6 +135,40 @@ fn rows(state: &ProxyState) -> Vec<PlayerRow> {
             session_seconds: r.since_ms.map(|t| now.saturating_sub(t) / 1000),
         })
         .collect()
+}
+
+/// This instance's players' delivery figures.
+fn delivery(state: &ProxyState) -> ApiAnswer {
+    let now = std::time::Instant::now();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let rows: Vec<DeliveryRow> = state
+        .players
+        .local_stops()
+        .into_iter()
+        .map(|(name, transport, carriage, stop)| {
+            let d = &stop.delivery;
+            let (urgent_bytes, urgent_age) = d.urgent.read(now);
+            let (bulk_bytes, bulk_age) = d.bulk.read(now);
+            let window = d.window.load(Ordering::Relaxed);
+            let paced = |v: u64| (window > 0).then_some(v);
+            DeliveryRow {
+                name,
+                transport,
+                carriage,
+                lanes: d.lanes.load(Ordering::Relaxed),
+                urgent_bytes,
+                urgent_age_ms: ms(urgent_age),
+                bulk_bytes,
+                bulk_age_ms: ms(bulk_age),
+                urgent_max_wait_ms: d.urgent_max_us.load(Ordering::Relaxed) as f64 / 1000.0,
+                rate_bytes_per_second: paced(d.rate.load(Ordering::Relaxed)),
+                rtt_ms: paced(d.rtt_us.load(Ordering::Relaxed)).map(|us| us as f64 / 1000.0),
+                window_bytes: paced(window),
+                in_flight_bytes: paced(d.in_flight.load(Ordering::Relaxed)),
+            }
+        })
+        .collect();
+    ApiAnswer::json(200, "OK", &serde_json::json!({ "players": rows }))
 }
 
 fn players(state: &ProxyState, query: &HashMap<String, String>) -> ApiAnswer {

@@ -20,6 +20,8 @@
 //! | resume | a carriage v2 session going on over a new WebSocket after a lost one | reconnect |
 //! | frame | one length-prefixed Minecraft packet on the stream (a WebSocket frame is always called so) | message (a WebSocket message) |
 //! | tick | the game's 50 ms step; one client-library WebSocket message per tick | batch (the proxy's read batch) |
+//! | lane | one of the two queues of a player's clientbound frames: urgent or bulk (`relay/lanes.rs`, `docs/lanes.md`) | priority, class |
+//! | window | carriage v2's bound on bytes sent past the client's last `ack` (`moonbridge_protocol::pace`) | congestion window (the kernel's) |
 //!
 //! `tests/tests/words.rs` checks the table and that the switch docs and code never say "move" or "network" for
 //! a switch or the backends.
@@ -42,6 +44,7 @@
 //! | `unfollowed.rs` | Play streams the proxy stopped following: their counter and one rate-limited line each |
 //! | `metrics.rs` | the Prometheus metrics (one registry per proxy; resolved series on the hot paths) |
 //! | `metrics/network.rs` | `[network]`'s metrics (`moonbridge_network_*`), registered when the instance joins a network |
+//! | `delivery.rs` | a player's delivery figures: its lanes' queues, carriage v2's measured rate, round trip and window |
 //! | `tls.rs` | rustls for `wss`, certificate reload |
 //! | `config/limits.rs` | `[limits]`: what one process allows, with defaults |
 //! | `config/schema.rs` | the TOML file ([`Config`]) as written: every section and key, defaults |
@@ -77,6 +80,7 @@
 //! | `transfer/moving.rs` | a player moved between instances: what a draining switchboard hands over, the switchboard a moved player starts with |
 //! | `transfer/requests.rs` | the `BungeeCord` channel's requests besides `Connect`, commands from other sessions |
 //! | `transfer/mod.rs` | whether a session can be moved; the `Ticket` a movable relay keeps for its switchboard |
+//! | `relay/lanes.rs` | the relay's clientbound queue (`Outbox`): urgent and bulk lanes, their bound, carriage v2's window, the figures |
 //! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
 //! | `relay/handover.rs` | the relay's backend side: the backend connection, or the switchboard in its place |
 //! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
@@ -148,6 +152,7 @@ pub mod admin;
 mod auth;
 mod backend;
 pub mod config;
+mod delivery;
 mod http_head;
 mod labels;
 mod limits;

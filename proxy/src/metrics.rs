@@ -70,6 +70,10 @@ pub(crate) struct BackendMetrics {
     connect_failures: IntCounter,
     /// `moonbridge_unfollowed_streams_total`.
     pub(crate) unfollowed: UnfollowedCounter,
+    /// `moonbridge_urgent_delay_seconds`.
+    pub(crate) urgent_delay: Histogram,
+    /// `moonbridge_lane_queued_bytes`.
+    pub(crate) lane_queued: IntGauge,
 }
 
 impl BackendMetrics {
@@ -126,6 +130,8 @@ pub(crate) struct Metrics {
     unfollowed: IntCounterVec,
     /// `moonbridge_transfer_seconds`: from a transfer's request to the new backend's Join Game.
     pub(crate) transfer_seconds: Histogram,
+    urgent_delay: Histogram,
+    lane_queued: IntGauge,
     /// `moonbridge_transfer_handovers_total`: sessions whose relay called in the transfer layer.
     pub(crate) transfer_handovers: IntCounter,
     pub(crate) tls_reloads_ok: IntCounter,
@@ -245,6 +251,20 @@ impl Metrics {
                 .buckets(vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             )?,
         )?;
+        let urgent_delay = reg(
+            &r,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "moonbridge_urgent_delay_seconds",
+                    "How long urgent-lane frames waited in the proxy's queue (per write that carried some).",
+                )
+                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0]),
+            )?,
+        )?;
+        let lane_queued = reg(
+            &r,
+            IntGauge::new("moonbridge_lane_queued_bytes", "Backend bytes queued in the players' lanes, all players.")?,
+        )?;
         let transfer_handovers = reg(
             &r,
             IntCounter::new(
@@ -334,6 +354,8 @@ impl Metrics {
             late_logging_in: AtomicI64::new(0),
             unfollowed,
             transfer_seconds,
+            urgent_delay,
+            lane_queued,
             transfer_handovers,
             tls_reloads_ok: reloads.with_label_values(&["ok"]),
             tls_reloads_kept: reloads.with_label_values(&["kept_previous"]),
@@ -358,6 +380,8 @@ impl Metrics {
             connect_seconds: self.connect_seconds.with_label_values(&[name]),
             connect_failures: self.connect_failures.with_label_values(&[name]),
             unfollowed: UnfollowedCounter(self.unfollowed.clone()),
+            urgent_delay: self.urgent_delay.clone(),
+            lane_queued: self.lane_queued.clone(),
         }
     }
 

@@ -53,12 +53,14 @@ pub(crate) enum Command {
 pub(crate) struct Stop {
     token: CancellationToken,
     kicked: OnceLock<String>,
+    /// The session's delivery figures (its relay writes them; the admin API reads them).
+    pub(crate) delivery: crate::delivery::Delivery,
 }
 
 impl Stop {
     /// A signal that fires with `shutdown` or on [`Stop::kick`].
     pub(crate) fn child_of(shutdown: &CancellationToken) -> Arc<Self> {
-        Arc::new(Self { token: shutdown.child_token(), kicked: OnceLock::new() })
+        Arc::new(Self { token: shutdown.child_token(), kicked: OnceLock::new(), delivery: Default::default() })
     }
 
     /// Completes when the session must stop.
@@ -455,6 +457,17 @@ impl PlayerTable {
     pub(crate) fn send(&self, name: &str, command: Command) -> bool {
         let sender = self.lock().get(&name.to_lowercase()).and_then(|e| e.commands.clone());
         sender.is_some_and(|s| s.try_send(command).is_ok())
+    }
+
+    /// This instance's players with their stop signals (which carry their delivery figures), by name.
+    pub(crate) fn local_stops(&self) -> Vec<(String, Transport, Carriage, Arc<Stop>)> {
+        let mut v: Vec<_> = self
+            .lock()
+            .values()
+            .filter_map(|e| e.stop.clone().map(|s| (e.name.clone(), e.transport, e.carriage, s)))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 
     /// For a drain: the command channels of the players that can move, and the stop signals of the others;

@@ -44,6 +44,7 @@ pub mod players;
 pub mod prometheus;
 pub mod proxy;
 pub mod sentinel;
+pub mod shaped;
 pub mod ws;
 
 pub use backend::*;

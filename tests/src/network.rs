@@ -266,8 +266,17 @@ impl Haproxy {
         Self::start_defaults(groups, server, "").await
     }
 
+    /// As [`Haproxy::start_documented`], its frontends on `ip` (an address of a [`crate::shaped::ShapedPath`]).
+    pub async fn start_on(ip: std::net::IpAddr, groups: &[(&str, Vec<SocketAddr>)]) -> Self {
+        Self::start_at(ip, groups, "", "").await
+    }
+
     /// HAProxy with `defaults` lines `extra` (each indented, ending in a newline) besides mode and timeouts.
     async fn start_defaults(groups: &[(&str, Vec<SocketAddr>)], server: &str, extra: &str) -> Self {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST.into(), groups, server, extra).await
+    }
+
+    async fn start_at(ip: std::net::IpAddr, groups: &[(&str, Vec<SocketAddr>)], server: &str, extra: &str) -> Self {
         let dir = TestDir::new("moonbridge-haproxy").unwrap();
         let socket = dir.path().join("admin.sock");
         let mut cfg = format!(
@@ -277,7 +286,7 @@ impl Haproxy {
         );
         let mut fronts = Vec::new();
         for (name, servers) in groups {
-            let front = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+            let front = SocketAddr::new(ip, free_port().unwrap());
             cfg.push_str(&format!("frontend f_{name}\n  bind {front}\n  default_backend b_{name}\n"));
             cfg.push_str(&format!("backend b_{name}\n  balance roundrobin\n"));
             for (i, s) in servers.iter().enumerate() {

@@ -42,8 +42,13 @@ pub struct Nginx {
 impl Nginx {
     /// Starts nginx balancing over `servers` (each a `ws` listener) and waits until it listens (at most 20 s).
     pub async fn start(servers: &[SocketAddr]) -> Self {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), servers).await
+    }
+
+    /// As [`Nginx::start`], listening on `ip` (an address of a [`crate::shaped::ShapedPath`]).
+    pub async fn start_on(ip: std::net::IpAddr, servers: &[SocketAddr]) -> Self {
         let dir = TestDir::new("moonbridge-nginx").unwrap();
-        let front = SocketAddr::from(([127, 0, 0, 1], free_port().unwrap()));
+        let front = SocketAddr::new(ip, free_port().unwrap());
         let d = dir.path().display();
         // Everything nginx writes stays in the test's directory (temporary files, pid, error log). One process
         // (no master), so that killing it stops nginx; the upstream logic is the same.

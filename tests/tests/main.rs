@@ -15,6 +15,7 @@ mod dialects;
 mod discovery;
 mod failover;
 mod hardening;
+mod lanes;
 mod layout;
 mod memory;
 mod natives;

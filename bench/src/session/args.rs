@@ -21,6 +21,9 @@ pub enum ProfileArg {
     /// The modded shape with GT New Horizons' big packets: a 40–500 KiB mod channel message on about one tick
     /// in eight, a 3–8 MiB S26 on about one in 64 (4-byte frame prefixes, Forge's 3-byte S3F lengths).
     Gtnh,
+    /// View loads, chat and Keep Alive to a throttled reader (docs/lanes.md): `session-bench flood` with its
+    /// defaults (`--proxy-bin` and `--json` carried over; `session-bench flood --help` for its own flags).
+    Flood,
 }
 
 impl ProfileArg {
@@ -28,7 +31,7 @@ impl ProfileArg {
     pub fn backend(self) -> Profile {
         match self {
             Self::Echo => Profile::Echo,
-            Self::Modded | Self::Forge | Self::ForgeChannels | Self::Gtnh => Profile::Modded,
+            Self::Modded | Self::Forge | Self::ForgeChannels | Self::Gtnh | Self::Flood => Profile::Modded,
         }
     }
 }

@@ -23,6 +23,14 @@ use args::ProfileArg;
 
 /// Runs the session benchmark; fails when a phase saw errors.
 pub fn run(args: SessionArgs) -> anyhow::Result<()> {
+    if args.profile == ProfileArg::Flood {
+        let mut flood = crate::flood::FloodArgs::defaults();
+        flood.json = args.json;
+        if let Some(bin) = args.proxy_bin {
+            flood.proxy_bin = bin;
+        }
+        return crate::flood::main(&flood);
+    }
     let ticks_per_s = metrics::clock_ticks_per_second();
     let profile = args.profile.backend();
     // Before the first login answer is built.

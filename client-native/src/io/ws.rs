@@ -52,7 +52,7 @@ impl Resume {
             window: Duration::ZERO,
             received: 0,
             retained: Retained::starting_at(0),
-            acks: AckSchedule::new(0),
+            acks: AckSchedule::paced(0),
         }
     }
 

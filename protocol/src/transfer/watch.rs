@@ -112,6 +112,11 @@ impl ClientboundWatch {
         self.remaining == 0
     }
 
+    /// Bytes left of the frame under way (0 between two frames; a frame head held back is not under way).
+    pub fn remaining(&self) -> usize {
+        self.remaining
+    }
+
     /// Follows the next batch. `closes`: the Close Window (C0D) frames the client has sent so far.
     ///
     /// # Errors

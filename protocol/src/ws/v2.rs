@@ -76,6 +76,11 @@ pub const CLOSE_REASON_MOVED: &str = "moved";
 /// `MoonBridge-Move: 1`. A proxy sends `move` only to a client that sent it.
 pub const MOVE_HEADER: &str = "MoonBridge-Move";
 
+/// The request header by which a client says it acknowledges often enough to be paced (`docs/carriage.md`,
+/// "Pacing"): `MoonBridge-Pace: 1`, an `ack` after every Binary message received. A proxy keeps a window of
+/// bytes in flight past the last `ack` only for a client that sent it.
+pub const PACE_HEADER: &str = "MoonBridge-Pace";
+
 /// True for the close codes that refuse a resume (the client gives up and reports it).
 pub fn is_resume_refusal(code: u16) -> bool {
     matches!(code, CLOSE_RESUME_UNKNOWN..=CLOSE_RESUME_USED)
@@ -367,20 +372,26 @@ impl Retained {
 
 /// When to send an `ack`: every [`ACK_EVERY_BYTES`] received, and at a keepalive tick when the count moved.
 /// The caller keeps the count of bytes received; the schedule remembers the last count acknowledged.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct AckSchedule {
     acked: u64,
+    every: u64,
 }
 
 impl AckSchedule {
-    /// A schedule whose last acknowledged count is `acked`.
+    /// A schedule whose last acknowledged count is `acked`, every [`ACK_EVERY_BYTES`].
     pub fn new(acked: u64) -> Self {
-        Self { acked }
+        Self { acked, every: ACK_EVERY_BYTES }
+    }
+
+    /// A paced client's schedule ([`PACE_HEADER`]): after every message that carried bytes.
+    pub fn paced(acked: u64) -> Self {
+        Self { acked, every: 1 }
     }
 
     /// After receiving data (`received` bytes in all): `Some(received)` when an `ack` is due now.
     pub fn on_data(&mut self, received: u64) -> Option<u64> {
-        (received.saturating_sub(self.acked) >= ACK_EVERY_BYTES).then(|| self.sent(received))
+        (received.saturating_sub(self.acked) >= self.every).then(|| self.sent(received))
     }
 
     /// At a keepalive tick: `Some(received)` when the count moved since the last `ack`.

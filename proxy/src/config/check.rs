@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::errors::{ConfigError, ConfigProblem};
 use super::limits::LimitsConfig;
 use super::schema::{
-    AuthMode, Config, Forwarding, ListenerConfig, NetworkConfig, TransferConfig, DEFAULT_PING_INTERVAL_SECONDS,
-    DEFAULT_WS_PATH, MAX_SENTINELS, MIN_ADMIN_TOKEN_BYTES, MIN_SECRET_BYTES,
+    AuthMode, Config, Forwarding, LanesConfig, ListenerConfig, NetworkConfig, TransferConfig,
+    DEFAULT_PING_INTERVAL_SECONDS, DEFAULT_WS_PATH, MAX_SENTINELS, MIN_ADMIN_TOKEN_BYTES, MIN_SECRET_BYTES,
 };
 use super::settings::{BackendSettings, Listener, ListenerKind, RouteTable, Settings, TlsFiles, Tunables, WsSettings};
 use crate::transport::Transport;
@@ -136,6 +136,7 @@ impl Config {
         }
         check_transfer(&self.transfer, &|name| index(name).is_some(), &mut push);
         check_limits(&self.limits, &mut push);
+        check_lanes(&self.lanes, &mut push);
         if let Err(m) = check_session_server(&self.auth.session_server) {
             push("auth.session_server".into(), m);
         }
@@ -170,6 +171,7 @@ impl Config {
                 status: self.status.clone(),
                 rate_limits: self.rate_limits.clone(),
                 compression: self.compression.clone(),
+                lanes: self.lanes.clone(),
                 transfer: self.transfer.clone(),
             },
         })
@@ -351,7 +353,35 @@ const RESUME_BUFFER_MIN: usize = 4 * moonbridge_protocol::ws::v2::ACK_EVERY_BYTE
 /// Largest `limits.resume_buffer_bytes` (1 GiB).
 const RESUME_BUFFER_MAX: usize = 1 << 30;
 
+/// Most `lanes.urgent_channels`.
+const MAX_URGENT_CHANNELS: usize = 32;
+
+fn check_lanes(l: &LanesConfig, push: &mut impl FnMut(String, String)) {
+    if l.urgent_channels.len() > MAX_URGENT_CHANNELS {
+        push("lanes.urgent_channels".into(), format!("at most {MAX_URGENT_CHANNELS} channels"));
+    }
+    let max = moonbridge_protocol::lanes::MAX_CHANNEL_BYTES;
+    for c in &l.urgent_channels {
+        if c.is_empty() || c.len() > max || c.chars().any(char::is_control) {
+            push(
+                "lanes.urgent_channels".into(),
+                format!("{c:?}: a channel name is 1 to {max} bytes, no control characters"),
+            );
+        }
+    }
+}
+
+/// Smallest and largest `limits.player_queue_bytes`.
+const PLAYER_QUEUE_MIN: usize = 256 * 1024;
+const PLAYER_QUEUE_MAX: usize = 1 << 30;
+
 fn check_limits(l: &LimitsConfig, push: &mut impl FnMut(String, String)) {
+    if !(PLAYER_QUEUE_MIN..=PLAYER_QUEUE_MAX).contains(&l.player_queue_bytes) {
+        push(
+            "limits.player_queue_bytes".into(),
+            format!("must be between {PLAYER_QUEUE_MIN} and {PLAYER_QUEUE_MAX} bytes"),
+        );
+    }
     for (key, value) in [
         ("limits.max_connections", l.max_connections as u64),
         ("limits.max_handshaking", l.max_handshaking as u64),

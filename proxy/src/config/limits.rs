@@ -51,6 +51,10 @@ pub struct LimitsConfig {
     /// acknowledged, plus what arrives while the player is away); when full, the proxy stops reading the
     /// backend. Default 1048576 bytes (1 MiB).
     pub resume_buffer_bytes: usize,
+    /// `player_queue_bytes`: per player, the most backend bytes the proxy queues in its lanes while the
+    /// player's path is slower than the backend (docs/lanes.md); reading the backend pauses past it
+    /// (backpressure). Counted in the memory figures. Default 8388608 bytes (8 MiB), 262144 to 1073741824.
+    pub player_queue_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -67,6 +71,7 @@ impl Default for LimitsConfig {
             write_stall_timeout_seconds: 60,
             resume_window_seconds: 15,
             resume_buffer_bytes: 1024 * 1024,
+            player_queue_bytes: 8 * 1024 * 1024,
         }
     }
 }

@@ -57,6 +57,8 @@ pub struct Config {
     pub compression: CompressionConfig,
     /// `[transfer]`: moving connected players between backends (BungeeCord `Connect`, fallbacks).
     pub transfer: TransferConfig,
+    /// `[lanes]`: the clientbound urgent and bulk lanes (docs/lanes.md).
+    pub lanes: LanesConfig,
     /// `[network]`: several instances sharing state through Redis (docs/network.md). Absent (the default): one
     /// instance.
     pub network: Option<NetworkConfig>,
@@ -172,6 +174,27 @@ pub struct CompressionConfig {
 impl Default for CompressionConfig {
     fn default() -> Self {
         Self { enabled: true, level: moonbridge_protocol::ws::compress::DEFAULT_LEVEL }
+    }
+}
+
+/// `[lanes]`: what the proxy sends a player first when its path is slower than the backend (docs/lanes.md).
+/// Applies to sessions that start after a reload.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LanesConfig {
+    /// `enabled`: sort Play frames into the urgent and bulk lanes, keep the queue in the proxy (the kernel's
+    /// unsent bytes bounded, carriage v2's window). Default true.
+    pub enabled: Option<bool>,
+    /// `urgent_channels`: Plugin Message channels (each at most 20 bytes; at most 32) whose messages go in
+    /// the urgent lane. Default none: mod channels are bulk.
+    pub urgent_channels: Vec<String>,
+}
+
+impl LanesConfig {
+    /// Whether the lanes are on (`enabled`, default true).
+    pub fn on(&self) -> bool {
+        self.enabled.unwrap_or(true)
     }
 }
 
@@ -373,6 +396,7 @@ impl Default for Config {
             rate_limits: RateLimitsConfig::default(),
             runtime: RuntimeConfig::default(),
             compression: CompressionConfig::default(),
+            lanes: LanesConfig::default(),
             transfer: TransferConfig::default(),
             network: None,
         }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::limits::LimitsConfig;
 use super::schema::{
-    AuthConfig, CompressionConfig, Forwarding, MetricsConfig, NetworkConfig, RateLimitsConfig, RuntimeConfig,
-    StatusConfig, TransferConfig,
+    AuthConfig, CompressionConfig, Forwarding, LanesConfig, MetricsConfig, NetworkConfig, RateLimitsConfig,
+    RuntimeConfig, StatusConfig, TransferConfig,
 };
 use crate::transport::Transport;
 use crate::trusted::{RealIpHeader, TrustedProxies};
@@ -52,6 +52,8 @@ pub struct Tunables {
     pub compression: CompressionConfig,
     /// `[transfer]` (every name checked against the backends).
     pub transfer: TransferConfig,
+    /// `[lanes]`.
+    pub lanes: LanesConfig,
 }
 
 /// One listener.

@@ -429,3 +429,32 @@ fn sentinel_keys_come_together_and_name_host_ports() {
     let many = net(&format!("redis_sentinels = [{}]\nredis_master_name = \"m\"\n", seventeen.join(", ")));
     assert_eq!(many, ["network.redis_sentinels: lists more than 16 sentinels"]);
 }
+
+#[test]
+fn lanes_keys_and_the_player_queue_bound() {
+    let c = Config::from_toml(
+        r#"
+        [limits]
+        player_queue_bytes = 1000
+        [lanes]
+        urgent_channels = ["MyChatMod", "", "a-channel-name-past-twenty"]
+        "#,
+    )
+    .unwrap();
+    let got: Vec<String> = c.check().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "limits.player_queue_bytes: must be between 262144 and 1073741824 bytes",
+            "lanes.urgent_channels: \"\": a channel name is 1 to 20 bytes, no control characters",
+            "lanes.urgent_channels: \"a-channel-name-past-twenty\": a channel name is 1 to 20 bytes, no control characters",
+        ]
+    );
+    let t = Config::from_toml("").unwrap().settings().unwrap().tunables;
+    assert!(t.lanes.on(), "on by default");
+    assert_eq!(t.limits.player_queue_bytes, 8 * 1024 * 1024);
+    let off = Config::from_toml("[lanes]\nenabled = false\nurgent_channels = [\"MyChatMod\"]\n").unwrap();
+    let t = off.settings().unwrap().tunables;
+    assert!(!t.lanes.on());
+    assert_eq!(t.lanes.urgent_channels, ["MyChatMod"]);
+}

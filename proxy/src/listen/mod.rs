@@ -141,6 +141,9 @@ pub(crate) async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
+        if live.tunables.lanes.on() {
+            crate::wire::bound_unsent(&stream);
+        }
         let (slot, evicted) = state.handshaking.enter();
         if evicted {
             if let Some(suppressed) = state.limit_log.allow() {

@@ -83,6 +83,8 @@ pub(crate) struct Upgraded {
     pub(crate) zstd: Option<i32>,
     /// Carriage v2 was selected and the client offered moves (`MoonBridge-Move: 1`).
     pub(crate) move_offered: bool,
+    /// Carriage v2 was selected and the client acknowledges often enough to be paced (`MoonBridge-Pace: 1`).
+    pub(crate) paced: bool,
 }
 
 /// Which carriage versions the proxy selects when a client offers them (the highest offered wins).
@@ -254,7 +256,8 @@ fn check_request(
     response.push_str("\r\n");
     let client = SocketAddr::new(ip, if ip == peer.addr.ip().to_canonical() { peer.addr.port() } else { 0 });
     let move_offered = v2 && header(req, v2::MOVE_HEADER).is_some_and(|h| h.trim() == "1");
-    Ok((response, Upgraded { client, leftover, v2, zstd, move_offered }))
+    let paced = v2 && header(req, v2::PACE_HEADER).is_some_and(|h| h.trim() == "1");
+    Ok((response, Upgraded { client, leftover, v2, zstd, move_offered, paced }))
 }
 
 #[cfg(test)]

@@ -144,6 +144,7 @@ async fn resume_or_session<S: PlayerStream>(
     if up.v2 {
         link.enable_v2();
         link.offer_moves(up.move_offered);
+        link.set_paced(up.paced);
         if let Some(level) = up.zstd {
             link.enable_zstd(level);
         }

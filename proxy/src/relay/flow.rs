@@ -65,6 +65,8 @@ pub(crate) struct RelayStart<'a> {
     /// Where the player's filtered stream stands when bytes it sent with its Login Start went ahead with the
     /// opening (`None`: at the start of a frame).
     pub(crate) up_start: Option<Box<UpStart>>,
+    /// `[lanes]` on: the clientbound lanes' start (used when the stream's frames are followed).
+    pub(crate) lanes: Option<Box<super::lanes::LaneStart>>,
 }
 
 /// The serverbound filter's state after the bytes a player sent right after Login Start: the filter, and the
@@ -182,6 +184,8 @@ pub(crate) struct Flow {
     /// `moonbridge_relayed_bytes_total` of this direction and backend; `None` after a handover (the transfer
     /// layer counts under the backend each byte came from or went to).
     pub(super) counter: Option<IntCounter>,
+    /// Online mode with lanes: bytes are encrypted when they leave the queue, not when read ([`Flow::seal`]).
+    deferred: bool,
     /// Which way this direction goes, and the series that count a stream it stops following.
     direction: StreamDirection,
     unfollowed: UnfollowedCounter,
@@ -203,6 +207,7 @@ impl Flow {
             stall: start.write_stall,
             transform,
             counter: Some(counter.clone()),
+            deferred: false,
             direction,
             unfollowed: start.metrics.unfollowed.clone(),
         };
@@ -296,8 +301,23 @@ impl Flow {
         if let Some(c) = &self.counter {
             c.inc_by(data.len() as u64);
         }
-        self.seal(data);
+        if !self.deferred {
+            self.seal(data);
+        }
         keep
+    }
+
+    /// The lanes' start when this (clientbound) direction follows its frames from a boundary and `[lanes]` is
+    /// on; from then on the batch is encrypted (online mode) only when it leaves the queue ([`Flow::seal`]).
+    pub(crate) fn lanes(&mut self, lanes: Option<Box<super::lanes::LaneStart>>) -> Option<super::lanes::LaneStart> {
+        let mut lanes = *lanes?;
+        lanes.rest = match &self.follow {
+            Follow::Frames(s) => s.remaining()?,
+            Follow::Watch(w) => w.watch.remaining(),
+            _ => return None,
+        };
+        self.deferred = true;
+        Some(lanes)
     }
 
     /// The stream stopped parsing (`e`): counted, logged once for this direction (through the process's limiter,
@@ -326,6 +346,15 @@ impl Flow {
 
     /// Encrypts bytes the proxy itself inserts into a clientbound stream (not counted, not scanned).
     pub(super) fn seal(&mut self, data: &mut [u8]) {
+        self.seal_now(data);
+    }
+
+    /// True when this direction encrypts (online mode, clientbound).
+    pub(super) fn sealing(&self) -> bool {
+        matches!(self.transform, Some(Transform::Encrypt(_)))
+    }
+
+    fn seal_now(&mut self, data: &mut [u8]) {
         if let Some(Transform::Encrypt(e)) = &mut self.transform {
             e.apply(data);
         }

@@ -34,6 +34,7 @@ use crate::wire::Side;
 
 mod flow;
 mod handover;
+pub(crate) mod lanes;
 mod move_out;
 pub(crate) mod tcp;
 mod v2;

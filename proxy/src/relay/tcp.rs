@@ -19,6 +19,7 @@ use std::net::Shutdown;
 
 use tokio::net::TcpStream;
 
+use super::lanes::{Outbox, QUEUED_WRITE_BYTES};
 use super::{
     inject_shutdown, read_batch, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart, HALF_CLOSE_TIMEOUT,
     SHUTDOWN_FLUSH_TIMEOUT,
@@ -57,12 +58,23 @@ enum Batch {
     Eof,
 }
 
-/// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step.
-fn forward_batch(from: &TcpStream, to: &TcpStream, dir: &mut Flow) -> Result<Batch, PumpError> {
+/// Reads one batch from `from` into the thread's scratch buffer and writes it to `to` in the same step; with
+/// lanes (`out`), only when nothing is queued and the stream is not encrypted, and queues it otherwise.
+fn forward_batch(
+    from: &TcpStream,
+    to: &TcpStream,
+    dir: &mut Flow,
+    out: Option<&mut Outbox<'_>>,
+) -> Result<Batch, PumpError> {
     let mut pending = std::mem::take(&mut dir.pending);
-    let r = read_batch(from, dir, RELAY_CHUNK, |data| {
+    let direct = !dir.sealing() && pending.is_empty();
+    let max = out.as_deref().map_or(RELAY_CHUNK, Outbox::room);
+    let r = read_batch(from, dir, max, |data| {
         if data.is_empty() {
             return Ok(Batch::Eof);
+        }
+        if let Some(o) = out {
+            return write_or_queue(to, data, direct, o).map(|()| Batch::Forwarded).map_err(PumpError::Write);
         }
         match to.try_write(data) {
             Ok(m) => pending.extend_from_slice(data.get(m..).unwrap_or_default()),
@@ -88,20 +100,35 @@ enum Stop {
     Handover,
 }
 
-/// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side), a handover or an error.
-/// Cancel-safe: all progress lives in `dir`.
-async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Flow, to_side: Side) -> Result<Stop, PumpError> {
+/// Copies `from` to `to` until `from` sends FIN (then shuts down `to`'s write side), a handover or an error;
+/// clientbound with lanes, through `out` (queued bytes are written as `to` takes them, `from` read meanwhile).
+/// Cancel-safe: all progress lives in `dir` and `out`.
+async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    dir: &mut Flow,
+    to_side: Side,
+    mut out: Option<&mut Outbox<'_>>,
+) -> Result<Stop, PumpError> {
     loop {
         drain(to, dir, to_side).await.map_err(PumpError::Write)?;
         if dir.handover_due() {
             return Ok(Stop::Handover);
         }
+        if let Some(o) = out.as_deref_mut() {
+            if o.ready(0) {
+                // Boxed: only while something is queued, and every session's task is sized for it.
+                if Box::pin(queued_turn(from, to, dir, to_side, o)).await? {
+                    continue;
+                }
+            }
+        }
         // A command from another session wakes a clientbound pump too (its handover is then due).
         let ready = tokio::select! {
-            r = from.readable() => r,
+            r = from.readable(), if out.as_deref().is_none_or(|o| o.room() > 0) => r,
             () = dir.next_command() => continue,
         };
-        let batch = ready.map_err(PumpError::Read).and_then(|()| forward_batch(from, to, dir));
+        let batch = ready.map_err(PumpError::Read).and_then(|()| forward_batch(from, to, dir, out.as_deref_mut()));
         let batch = match batch {
             Err(PumpError::Read(_)) if dir.fail_over(LOST) => continue,
             other => other?,
@@ -110,6 +137,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Flow, to_side: Side) -
             Batch::Forwarded | Batch::WouldBlock => {}
             Batch::Eof if dir.fail_over(LOST) => {}
             Batch::Eof => {
+                Box::pin(flush_queued(to, dir, to_side, out.as_deref_mut())).await.map_err(PumpError::Write)?;
                 drain(to, dir, to_side).await.map_err(PumpError::Write)?;
                 // The peer may already be gone; the relay ends through the other direction then.
                 let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
@@ -119,6 +147,63 @@ async fn pump(from: &TcpStream, to: &TcpStream, dir: &mut Flow, to_side: Side) -
     }
 }
 
+/// One turn of a clientbound pump while its lanes hold bytes: the next of them written when `to` takes more
+/// (true), or `from` readable with room in the lanes (false: read it), or a command arrived (true).
+async fn queued_turn(
+    from: &TcpStream,
+    to: &TcpStream,
+    dir: &mut Flow,
+    to_side: Side,
+    o: &mut Outbox<'_>,
+) -> Result<bool, PumpError> {
+    let room = o.room();
+    tokio::select! {
+        r = within_stall(dir.stall, to_side, to.writable()) => {
+            r.map_err(PumpError::Write)?;
+            let mut chunk = o.next(0, QUEUED_WRITE_BYTES);
+            dir.seal(&mut chunk);
+            match to.try_write(&chunk) {
+                Ok(m) => dir.pending.extend_from_slice(chunk.get(m..).unwrap_or_default()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => dir.pending.extend_from_slice(&chunk),
+                Err(e) => return Err(PumpError::Write(e)),
+            }
+            Ok(true)
+        }
+        r = from.readable(), if room > 0 => r.map(|()| false).map_err(PumpError::Read),
+        () = dir.next_command() => Ok(true),
+    }
+}
+
+/// A plaintext batch with lanes: written at once as far as the socket takes it when nothing is queued and
+/// `direct` (not encrypted, nothing pending), the rest queued.
+fn write_or_queue(to: &TcpStream, data: &[u8], direct: bool, o: &mut Outbox<'_>) -> io::Result<()> {
+    if !(direct && o.direct(data.len(), 0)) {
+        o.push(data);
+        return Ok(());
+    }
+    let m = match to.try_write(data) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(e),
+    };
+    let (sent, rest) = data.split_at(m.min(data.len()));
+    o.pass(sent);
+    if !rest.is_empty() {
+        o.push(rest);
+    }
+    Ok(())
+}
+
+/// Moves everything the lanes hold (encrypted in online mode) behind what is pending, and writes it all.
+async fn flush_queued(to: &TcpStream, dir: &mut Flow, side: Side, out: Option<&mut Outbox<'_>>) -> io::Result<()> {
+    if let Some(o) = out {
+        let mut all = o.take_all();
+        dir.seal(&mut all);
+        dir.pending.extend_from_slice(&all);
+    }
+    drain(to, dir, side).await
+}
+
 fn side_error(from: Side, e: PumpError) -> RelayEnd {
     match e {
         PumpError::Read(e) => RelayEnd::Error(from, e),
@@ -126,12 +211,12 @@ fn side_error(from: Side, e: PumpError) -> RelayEnd {
     }
 }
 
-/// The player's socket as the shutdown step writes to it.
-struct TcpSink<'a>(&'a TcpStream);
+/// The player's socket as the shutdown step writes to it, and the lanes that go first.
+struct TcpSink<'a, 'b>(&'a TcpStream, Option<&'a mut Outbox<'b>>);
 
-impl PlayerSink for TcpSink<'_> {
+impl PlayerSink for TcpSink<'_, '_> {
     async fn drain(&mut self, down: &mut Flow) -> io::Result<()> {
-        drain(self.0, down, Side::Player).await
+        Box::pin(flush_queued(self.0, down, Side::Player, self.1.as_deref_mut())).await
     }
 
     async fn send(&mut self, bytes: Vec<u8>) -> io::Result<()> {
@@ -144,19 +229,22 @@ impl PlayerSink for TcpSink<'_> {
 pub(crate) async fn run(
     player: &TcpStream,
     backend: &mut BackendSide,
-    start: RelayStart<'_>,
+    mut start: RelayStart<'_>,
     early: Vec<u8>,
 ) -> RelayReport {
     let shutdown = start.shutdown;
+    let (lanes, max, metrics) = (start.lanes.take(), start.max_frame_len, start.metrics);
     let (mut up, mut down) = Flow::pair(start);
+    // Boxed: every session's task is sized for it.
+    let mut out = down.lanes(lanes).map(|l| Box::new(Outbox::new(l, max, &shutdown.delivery, metrics)));
     if let Err(e) = up.preload(early) {
         return RelayReport { up: up.bytes, down: down.bytes, end: RelayEnd::Error(Side::Player, e), visited: None };
     }
     let first = loop {
         let BackendSide::Direct(stream) = backend else {
-            break board_relay(player, backend, &mut up, &mut down, shutdown).await;
+            break board_relay(player, backend, &mut up, &mut down, shutdown, out.as_deref_mut()).await;
         };
-        match pumps(player, stream, &mut up, &mut down, shutdown).await {
+        match pumps(player, stream, &mut up, &mut down, shutdown, out.as_deref_mut()).await {
             Some(end) => break end,
             None => {
                 // What the player sent so far reaches the old backend (unless it is gone: a failover); the
@@ -172,7 +260,7 @@ pub(crate) async fn run(
         }
     };
     if matches!(first, RelayEnd::Shutdown) {
-        inject_shutdown(&mut TcpSink(player), &mut down, shutdown).await;
+        inject_shutdown(&mut TcpSink(player, out.as_deref_mut()), &mut down, shutdown).await;
     }
     RelayReport { up: up.bytes, down: down.bytes, end: first, visited: None }
 }
@@ -184,9 +272,10 @@ async fn pumps(
     up: &mut Flow,
     down: &mut Flow,
     shutdown: &crate::players::Stop,
+    out: Option<&mut Outbox<'_>>,
 ) -> Option<RelayEnd> {
-    let c2b = pump(player, backend, up, Side::Backend);
-    let b2c = pump(backend, player, down, Side::Player);
+    let c2b = pump(player, backend, up, Side::Backend, None);
+    let b2c = pump(backend, player, down, Side::Player, out);
     tokio::pin!(c2b, b2c);
     let first = tokio::select! {
         r = &mut c2b => r.map(|_| Side::Player).map_err(|e| side_error(Side::Player, e)),
@@ -227,9 +316,13 @@ async fn board_relay(
     up: &mut Flow,
     down: &mut Flow,
     shutdown: &crate::players::Stop,
+    mut out: Option<&mut Outbox<'_>>,
 ) -> RelayEnd {
     let mut player_done: Option<tokio::time::Instant> = None;
     loop {
+        // Queued bytes, when the player's socket takes more (the pending ones first).
+        let queued = out.as_deref().is_some_and(|o| o.ready(0));
+        let room = out.as_deref().map_or(RELAY_CHUNK, Outbox::room);
         let half_closed = async {
             match player_done {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -255,14 +348,33 @@ async fn board_relay(
                     Err(e) => return RelayEnd::Error(Side::Player, e),
                 }
             }
-            r = backend.readable(down) => {
+            r = Box::pin(within_stall(down.stall, Side::Player, player.writable())), if queued => {
+                if let Err(e) = r {
+                    return RelayEnd::Error(Side::Player, e);
+                }
+                if let Some(o) = out.as_deref_mut() {
+                    let mut chunk = o.next(0, QUEUED_WRITE_BYTES);
+                    down.seal(&mut chunk);
+                    down.pending.extend_from_slice(&chunk);
+                }
+                if let Err(e) = drain(player, down, Side::Player).await {
+                    return RelayEnd::Error(Side::Player, e);
+                }
+            }
+            r = backend.readable(down), if room > 0 => {
                 if let Err(e) = r {
                     return RelayEnd::Error(Side::Backend, e);
                 }
                 let mut pending = std::mem::take(&mut down.pending);
-                let r = backend.read_batch(down, RELAY_CHUNK, |data| {
+                let direct = !down.sealing() && pending.is_empty();
+                let lanes = out.as_deref_mut();
+                let r = backend.read_batch(down, room, |data| {
                     if data.is_empty() {
                         return Ok(true);
+                    }
+                    if let Some(o) = lanes {
+                        write_or_queue(player, data, direct, o)?;
+                        return Ok(false);
                     }
                     match player.try_write(data) {
                         Ok(m) => pending.extend_from_slice(data.get(m..).unwrap_or_default()),
@@ -282,6 +394,9 @@ async fn board_relay(
                     return RelayEnd::Error(Side::Player, e);
                 }
                 if eof {
+                    if let Err(e) = Box::pin(flush_queued(player, down, Side::Player, out.as_deref_mut())).await {
+                        return RelayEnd::Error(Side::Player, e);
+                    }
                     let _ = socket2::SockRef::from(player).shutdown(Shutdown::Write);
                     return match player_done {
                         Some(_) => RelayEnd::Closed(Side::Player),

@@ -14,6 +14,7 @@
 
 use std::io;
 
+use super::lanes::Outbox;
 use super::v2::{apply_ack, next_resumption, send_ack, write_racing, Resumable, StretchEnd};
 use super::{inject_shutdown, BackendSide, Flow, PlayerSink, RelayEnd, RelayReport, RelayStart};
 use crate::resume::PlayerStream;
@@ -35,13 +36,43 @@ pub(super) struct Pipe<'a> {
     pub(super) up: Flow,
     pub(super) down: Flow,
     pub(super) shutdown: &'a crate::players::Stop,
+    /// The clientbound lanes (`[lanes]` on and the stream's frames followed).
+    pub(super) out: Option<Outbox<'a>>,
 }
 
 impl<'a> Pipe<'a> {
-    pub(super) fn new(backend: &'a mut BackendSide, start: RelayStart<'a>) -> Self {
+    pub(super) fn new(backend: &'a mut BackendSide, mut start: RelayStart<'a>) -> Self {
         let shutdown = start.shutdown;
-        let (up, down) = Flow::pair(start);
-        Self { backend, up, down, shutdown }
+        let (lanes, max, metrics) = (start.lanes.take(), start.max_frame_len, start.metrics);
+        let (up, mut down) = Flow::pair(start);
+        let out = down.lanes(lanes).map(|l| Outbox::new(l, max, &shutdown.delivery, metrics));
+        Self { backend, up, down, shutdown, out }
+    }
+
+    /// Bytes the next backend read may take: the lanes' room, or (without lanes) `room`.
+    fn read_room(&self, room: usize) -> usize {
+        self.out.as_ref().map_or(room, Outbox::room)
+    }
+
+    /// Everything the lanes hold, encrypted in online mode, in the order it goes, in pieces of at most a relay
+    /// batch (each one message: the carriage's 1 MiB bound); nothing without lanes.
+    pub(super) fn take_queued(&mut self) -> Vec<Bytes> {
+        let Some(out) = self.out.as_mut() else { return Vec::new() };
+        let mut all = out.take_all();
+        self.down.seal(&mut all);
+        let mut pieces = Vec::with_capacity(all.len().div_ceil(RELAY_CHUNK));
+        while !all.is_empty() {
+            pieces.push(all.split_to(all.len().min(RELAY_CHUNK)).freeze());
+        }
+        pieces
+    }
+
+    /// Sends everything the lanes hold, whatever the window (the session ends: a backend FIN, shutdown).
+    async fn flush_queued<S: PlayerStream>(&mut self, link: &mut WsLink<S>) -> io::Result<()> {
+        for piece in self.take_queued() {
+            link.send_binary(&piece).await?;
+        }
+        Ok(())
     }
 
     /// The session's report once the relay ended with `end`.
@@ -103,6 +134,8 @@ pub(super) async fn pump<S: PlayerStream>(
 ) -> StretchEnd<WsLink<S>> {
     let Inbound { mut batch, mut pending } = inbound;
     let stall = pipe.up.stall;
+    // The backend sent FIN while the lanes still held bytes: they go out paced, then Close 1000.
+    let mut backend_done = false;
     loop {
         // A handover, when one is due: the player's bytes so far are with the old backend (each batch is
         // written whole).
@@ -137,6 +170,9 @@ pub(super) async fn pump<S: PlayerStream>(
                         link.close(carriage::CLOSE_PROTOCOL_ERROR, "protocol error").await;
                         return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                     }
+                    if let Some(out) = pipe.out.as_mut() {
+                        out.acked(n);
+                    }
                 }
             }
             Turn::Closed(c) if v2.is_some() && c.code == Some(carriage::CLOSE_GOING_AWAY) => {
@@ -170,12 +206,34 @@ pub(super) async fn pump<S: PlayerStream>(
             pending = link.decode(&mut batch, RELAY_CHUNK).await;
             continue;
         }
-        // A drain's move, once the switchboard is between two frames both ways and everything the player
-        // sent so far was decoded (v2 only).
-        if v2.is_some() && pipe.backend.move_due() {
+        // Queued bytes, when the link and the window take more: the backend is read while they are written.
+        let retention = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
+        if let Some(out) = pipe.out.as_mut() {
+            if retention > 0 && out.ready(link.counts().1) {
+                let mut chunk = out.next(link.counts().1, retention);
+                if !chunk.is_empty() {
+                    pipe.down.seal(&mut chunk);
+                    if let Err(end) = send_queued(link, pipe, v2.as_deref_mut(), &chunk).await {
+                        return end;
+                    }
+                    continue;
+                }
+            }
+        }
+        if backend_done && pipe.out.as_ref().is_none_or(Outbox::stalled) {
+            // Everything went, but for the head of a frame the backend never finished (sent as it is).
+            if let Err(e) = pipe.flush_queued(link).await {
+                return StretchEnd::End(RelayEnd::Error(Side::Player, e));
+            }
+            link.close(carriage::CLOSE_NORMAL, "").await;
+            return StretchEnd::End(RelayEnd::Closed(Side::Backend));
+        }
+        // A drain's move, once the switchboard is between two frames both ways, nothing is queued for the
+        // player and everything the player sent so far was decoded (v2 only).
+        if v2.is_some() && pipe.backend.move_due() && pipe.out.as_ref().is_none_or(Outbox::is_empty) {
             return StretchEnd::Move;
         }
-        let room = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
+        let room = pipe.read_room(retention);
         tokio::select! {
             Some(h) = next_resumption(v2.as_deref_mut()) => return StretchEnd::TakenOver(h),
             wake = link.wait() => match wake {
@@ -210,7 +268,7 @@ pub(super) async fn pump<S: PlayerStream>(
                     }
                 }
             },
-            res = pipe.backend.readable(&mut pipe.down), if room > 0 => {
+            res = pipe.backend.readable(&mut pipe.down), if room > 0 && !backend_done => {
                 if let Err(e) = res {
                     if pipe.down.fail_over(LOST) {
                         continue;
@@ -222,16 +280,33 @@ pub(super) async fn pump<S: PlayerStream>(
                 // stream bytes, sharing the message's buffer (with moonbridge.v2.zstd the retained chunk is
                 // its own copy: resume counts and replays stream bytes).
                 let retain = v2.is_some();
+                // With lanes a batch goes at once only when nothing is queued and the window and the resume
+                // buffer take it whole (and, in online mode, never: it is encrypted as it leaves the queue).
+                let sent = link.counts().1;
+                let sealing = pipe.down.sealing();
+                let out = &mut pipe.out;
                 let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
+                    if d.is_empty() {
+                        // The end: no message (compressing nothing would move the zstd stream on for nothing).
+                        return Ok(Some((Bytes::new(), None, 0)));
+                    }
+                    if let Some(o) = out.as_mut() {
+                        if sealing || d.len() > retention || !o.direct(d.len(), sent) {
+                            o.push(d);
+                            return Ok(None);
+                        }
+                        o.pass(d);
+                    }
                     link.binary_frame(d).map(|(frame, at)| {
                         let kept = retain.then(|| match at {
                             Some(pieces) => pieces.into_iter().map(|p| frame.slice(p)).collect(),
                             None => vec![Bytes::copy_from_slice(d)],
                         });
-                        (frame, kept, d.len())
+                        Some((frame, kept, d.len()))
                     })
                 }) {
-                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Ok(Some(m)))) => m,
+                    Ok(Some(Ok(None))) => continue,
                     Ok(Some(Err(e))) => {
                         link.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
                         return StretchEnd::End(RelayEnd::Error(Side::Player, e));
@@ -247,6 +322,12 @@ pub(super) async fn pump<S: PlayerStream>(
                 if n == 0 && pipe.down.fail_over(LOST) {
                     continue;
                 }
+                if n == 0 && pipe.out.as_ref().is_some_and(|o| !o.is_empty()) {
+                    // Backend FIN with bytes queued: they go first, as the window lets them (sending them all at
+                    // once would park them in an edge's buffers, which the close could then reset).
+                    backend_done = true;
+                    continue;
+                }
                 if n == 0 {
                     // Backend FIN: close 1000, then the TCP close.
                     link.close(carriage::CLOSE_NORMAL, "").await;
@@ -258,12 +339,20 @@ pub(super) async fn pump<S: PlayerStream>(
                     }
                 }
                 link.count_sent(n);
+                if let Some(o) = pipe.out.as_mut() {
+                    o.sent(link.counts().1);
+                }
                 if let Err(end) = send_frames(link, &frame, v2.as_deref_mut()).await {
                     return end;
                 }
             }
             () = pipe.shutdown.cancelled() => {
-                inject_shutdown(link, &mut pipe.down, pipe.shutdown).await;
+                // What the lanes hold goes first, then the disconnect at a frame boundary.
+                let flushed = tokio::time::timeout(super::SHUTDOWN_FLUSH_TIMEOUT, pipe.flush_queued(link)).await;
+                let boundary = pipe.out.as_ref().is_none_or(Outbox::at_boundary);
+                if boundary && matches!(flushed, Ok(Ok(()))) {
+                    inject_shutdown(link, &mut pipe.down, pipe.shutdown).await;
+                }
                 // A kick (a duplicate login) ends the session for good: a normal close, nothing to resume.
                 let (code, reason) = match pipe.shutdown.kicked() {
                     Some(_) => (moonbridge_protocol::ws::CLOSE_NORMAL, "kicked"),
@@ -272,6 +361,49 @@ pub(super) async fn pump<S: PlayerStream>(
                 };
                 link.close(code, reason).await;
                 return StretchEnd::End(RelayEnd::Shutdown);
+            }
+        }
+    }
+}
+
+/// Sends bytes that left the lanes (encrypted already) as one message: retained (v2), counted, written while
+/// the backend is read into the lanes (so urgent frames behind bulk ones are found while the link is busy).
+async fn send_queued<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    mut v2: Option<&mut Resumable<WsLink<S>>>,
+    chunk: &[u8],
+) -> Result<(), StretchEnd<WsLink<S>>> {
+    let (frame, at) = match link.binary_frame(chunk) {
+        Ok(m) => m,
+        Err(e) => {
+            link.close(carriage::CLOSE_INTERNAL_ERROR, "compression failed").await;
+            return Err(StretchEnd::End(RelayEnd::Error(Side::Player, e)));
+        }
+    };
+    if let Some(r) = v2.as_deref_mut() {
+        match at {
+            Some(pieces) => pieces.into_iter().for_each(|p| r.retained.push(frame.slice(p))),
+            None => r.retained.push(Bytes::copy_from_slice(chunk)),
+        }
+    }
+    link.count_sent(chunk.len());
+    let Pipe { backend, down, out, .. } = pipe;
+    let Some(out) = out.as_mut() else { return send_frames(link, &frame, v2).await };
+    out.sent(link.counts().1);
+    let write = send_frames(link, &frame, v2);
+    tokio::pin!(write);
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            r = &mut write => return r,
+            res = backend.readable(down), if reading && out.room() > 0 && !down.handover_due() => {
+                // A failure or the end is seen again by the loop's own read once the write is done.
+                let pushed = res.and_then(|()| backend.read_batch(down, out.room(), |d| {
+                    out.push(d);
+                    d.len()
+                }));
+                reading = matches!(pushed, Ok(None) | Ok(Some(1..)));
             }
         }
     }

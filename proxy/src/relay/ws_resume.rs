@@ -50,6 +50,10 @@ pub(crate) async fn relay_resumable<S: PlayerStream>(
     let moved = resume.moved;
     let (received, sent) = link.counts();
     let mut r = Resumable::register(resume, sent, received);
+    // A client that acknowledges every message gets a window (docs/carriage.md, "Pacing").
+    if let (true, Some(out)) = (link.paced(), pipe.out.as_mut()) {
+        out.pace(sent, r.buffer);
+    }
     // As in v1: bytes sent ahead during the login stage first, then what is still buffered.
     let inbound = Inbound::first(link).await;
     let end = run(link, &mut pipe, &mut r, inbound, moved).await;
@@ -170,6 +174,10 @@ async fn park<S: PlayerStream>(
     r: &mut Resumable<WsLink<S>>,
 ) -> Result<Resumption<WsLink<S>>, RelayEnd> {
     let deadline = tokio::time::Instant::now() + r.window;
+    // What the lanes held goes to the resume buffer, in the order it would have gone.
+    for piece in pipe.take_queued() {
+        r.retained.push(piece);
+    }
     loop {
         // A switch may start while the player is away (a handover when one is due): the switchboard's output
         // is retained like the backend's bytes.
@@ -194,10 +202,18 @@ async fn park<S: PlayerStream>(
                 }
                 let room = r.buffer - r.retained.len();
                 let retained = &mut r.retained;
-                match pipe.backend.read_batch(&mut pipe.down, room, |d| {
-                    retained.push(Bytes::copy_from_slice(d));
+                let out = &mut pipe.out;
+                let read = pipe.backend.read_batch(&mut pipe.down, room, |d| {
+                    match out.as_mut() {
+                        Some(o) => o.push(d),
+                        None => retained.push(Bytes::copy_from_slice(d)),
+                    }
                     d.len()
-                }) {
+                });
+                for piece in pipe.take_queued() {
+                    r.retained.push(piece);
+                }
+                match read {
                     Ok(Some(0)) if pipe.down.fail_over(LOST) => {}
                     Ok(Some(0)) => r.backend_eof = true,
                     Ok(_) => {}

@@ -290,6 +290,7 @@ pub(super) async fn arrive<P: Player>(mut s: Session<'_, P>, moving: Control) ->
         })),
         max_frame_len: live.tunables.limits.max_play_frame_bytes,
         up_start: None,
+        lanes: crate::relay::lanes::LaneStart::from_tunables(&live.tunables),
     };
     let report = s.player.relay(BackendSide::Board(ticket.arrived(arrival)), start).await;
     summary.relay_ended(report, &stop);

@@ -406,8 +406,20 @@ pub(super) async fn login<P: Player>(mut s: Session<'_, P>, req: LoginRequest, s
     }
     drop(first);
     let max_frame_len = live.tunables.limits.max_play_frame_bytes;
-    let start =
-        RelayStart { shutdown: &stop, follow, up, down, write_stall, cipher, metrics, resume, max_frame_len, up_start };
+    let lanes = crate::relay::lanes::LaneStart::from_tunables(&live.tunables);
+    let start = RelayStart {
+        shutdown: &stop,
+        follow,
+        up,
+        down,
+        write_stall,
+        cipher,
+        metrics,
+        resume,
+        max_frame_len,
+        up_start,
+        lanes,
+    };
     let side = match board {
         Some((ticket, handed)) => BackendSide::Board((*ticket).board(stream, handed)),
         None => BackendSide::new(stream),

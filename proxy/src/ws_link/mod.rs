@@ -99,6 +99,8 @@ pub(crate) struct WsLink<S> {
     stopped_early: bool,
     /// The client offered moves (`MoonBridge-Move: 1`, carriage v2): a draining proxy may send it `move`.
     move_offered: bool,
+    /// The client acknowledges every message (`MoonBridge-Pace: 1`).
+    paced: bool,
 }
 
 /// What one decode turn turned up besides stream bytes: the event the relay acts on.
@@ -158,6 +160,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
             zstd: None,
             stopped_early: false,
             move_offered: false,
+            paced: false,
         }
     }
 
@@ -365,7 +368,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> WsLink<S> {
         self.v2
     }
 
-    /// The client offered moves (`MoonBridge-Move: 1`, carriage v2 only): a draining proxy may send it `move`.
+    /// The client said it acknowledges often enough to be paced (`MoonBridge-Pace: 1`).
+    pub(crate) fn set_paced(&mut self, paced: bool) {
+        self.paced = paced;
+    }
+
+    /// The client acknowledges every message (`MoonBridge-Pace: 1`, carriage v2 only): the relay keeps a window.
+    pub(crate) fn paced(&self) -> bool {
+        self.v2 && self.paced
+    }
+
+    /// The client offered moves (`MoonBridge-Move: 1`): a draining proxy may send it `move`.
     pub(crate) fn offer_moves(&mut self, offered: bool) {
         self.move_offered = offered;
     }

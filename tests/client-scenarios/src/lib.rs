@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, missing_docs)]
 
+pub mod flood;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

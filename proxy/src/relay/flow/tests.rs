@@ -21,6 +21,7 @@ fn a_direction_counts_scans_and_ciphers_in_place() {
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
         up_start: None,
+        lanes: None,
     };
     let (mut up, mut down) = Flow::pair(start);
     // Clientbound: two whole frames, scanned as plaintext, then encrypted.
@@ -84,6 +85,7 @@ async fn the_watch_holds_frame_heads_back_and_hands_over_at_a_connect_in_tiny_re
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
         up_start: None,
+        lanes: None,
     };
     let (mut up, mut down) = Flow::pair(start);
     // Serverbound: a Close Window (C0D), then the first bytes of a Chat Message, too few to tell what it is
@@ -138,6 +140,7 @@ fn switchable(shutdown: &crate::players::Stop, metrics: &BackendMetrics, failove
         resume: None,
         max_frame_len: moonbridge_protocol::MAX_FRAME_LEN,
         up_start: None,
+        lanes: None,
     })
 }
 
@@ -235,6 +238,7 @@ fn a_serverbound_head_held_back_is_decrypted_once_in_online_mode() {
         resume: None,
         max_frame_len: MAX_FRAME_LEN,
         up_start: None,
+        lanes: None,
     });
     let mut player = ClientCipher::new(&secret);
     // A chat line whose first two bytes end one batch (held back) and whose rest starts the next.

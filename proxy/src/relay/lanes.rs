@@ -1,0 +1,202 @@
+//! The relay's clientbound queue ([`Outbox`]): the player's urgent and bulk lanes
+//! ([`moonbridge_protocol::lanes`]), their bound (`limits.player_queue_bytes`), carriage v2's window for a
+//! paced client ([`moonbridge_protocol::pace`]), and the figures they publish (docs/lanes.md).
+//!
+//! Both relay loops use it the same way: a backend batch goes to the player at once when nothing is queued
+//! and the window allows ([`Outbox::direct`], then [`Outbox::pass`]: no copy); otherwise it is queued
+//! ([`Outbox::push`]) and the loop keeps reading the backend while the queue has room, sending
+//! [`Outbox::next`] whenever the player's socket (and the window) takes more. The player's socket keeps at most
+//! [`crate::wire::UNSENT_BYTES`] not yet sent in the kernel (`TCP_NOTSENT_LOWAT`), so the queue, and the choice of what goes
+//! first, stays here.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+use moonbridge_protocol::lanes::{Lane, LaneQueue, Sorter};
+use moonbridge_protocol::pace::Pacer;
+use prometheus::{Histogram, IntGauge};
+
+use crate::delivery::Delivery;
+use crate::metrics::BackendMetrics;
+
+/// What a relay's lanes start with (`[lanes]`, `limits.player_queue_bytes`).
+#[derive(Debug)]
+pub(crate) struct LaneStart {
+    pub(crate) sorter: Sorter,
+    /// `limits.player_queue_bytes`.
+    pub(crate) bound: usize,
+    /// Bytes left of the frame the stream sent so far ends inside (set by [`super::Flow::lanes`]).
+    pub(crate) rest: usize,
+}
+
+impl LaneStart {
+    /// The lanes' start when `[lanes]` is on.
+    pub(crate) fn from_tunables(t: &crate::config::Tunables) -> Option<Box<Self>> {
+        t.lanes.on().then(|| {
+            let sorter = Sorter::with_channels(&t.lanes.urgent_channels);
+            Box::new(Self { sorter, bound: t.limits.player_queue_bytes, rest: 0 })
+        })
+    }
+}
+
+/// At most this many bytes leave the queue per write when nothing paces them (TCP, carriage v1, an unpaced
+/// v2 client), and at least this many per message when the window does: small enough that an urgent frame
+/// waits behind little, large enough that a fast path costs few writes.
+pub(crate) const QUEUED_WRITE_BYTES: usize = 16 * 1024;
+
+/// A paced message carries about this much of the measured delivery rate (10 ms worth), at least
+/// [`PACED_MIN_MESSAGE_BYTES`].
+const PACED_SHARE_PER_SECOND: u64 = 100;
+
+/// The smallest paced message from the queue, bytes: 8 ms at 4 Mbit/s.
+const PACED_MIN_MESSAGE_BYTES: u64 = 4 * 1024;
+
+/// The clientbound queue of one relay.
+pub(crate) struct Outbox<'a> {
+    queue: LaneQueue,
+    bound: usize,
+    pacer: Option<Pacer>,
+    figures: &'a Delivery,
+    delay: Histogram,
+    gauge: IntGauge,
+    /// What this queue adds to `moonbridge_lane_queued_bytes` now.
+    counted: i64,
+}
+
+impl<'a> Outbox<'a> {
+    /// Lanes for a stream whose frames are followed from a boundary (frames longer than `max_frame_len`
+    /// stop the sorting).
+    pub(crate) fn new(start: LaneStart, max_frame_len: usize, figures: &'a Delivery, metrics: &BackendMetrics) -> Self {
+        figures.lanes.store(true, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            queue: LaneQueue::inside(start.sorter, max_frame_len, start.rest),
+            bound: start.bound,
+            pacer: None,
+            figures,
+            delay: metrics.urgent_delay.clone(),
+            gauge: metrics.lane_queued.clone(),
+            counted: 0,
+        }
+    }
+
+    /// Keeps carriage v2's window for a paced client that has acknowledged `acked` bytes; the window never
+    /// exceeds `cap` (the resume buffer).
+    pub(crate) fn pace(&mut self, acked: u64, cap: usize) {
+        self.pacer = Some(Pacer::new(acked, cap as u64));
+    }
+
+    /// How many bytes the next backend read may queue.
+    pub(crate) fn room(&self) -> usize {
+        self.bound.saturating_sub(self.queue.len())
+    }
+
+    /// True when a batch of `n` bytes may go to the player at once (nothing queued, and the window allows it
+    /// when `sent` bytes were sent in all).
+    pub(crate) fn direct(&self, n: usize, sent: u64) -> bool {
+        self.queue.is_empty() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) >= n as u64)
+    }
+
+    /// Follows plaintext bytes that went to the player at once.
+    pub(crate) fn pass(&mut self, data: &[u8]) {
+        self.queue.pass(data, Instant::now());
+    }
+
+    /// Queues plaintext bytes from the backend.
+    pub(crate) fn push(&mut self, data: &[u8]) {
+        let now = Instant::now();
+        self.queue.push(data, now);
+        self.publish(now);
+    }
+
+    /// True when [`Outbox::next`] would give bytes (`sent`: the carriage's count of bytes sent in all).
+    pub(crate) fn ready(&self, sent: u64) -> bool {
+        !self.queue.stalled() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) > 0)
+    }
+
+    /// The next plaintext bytes to send (empty when none may go), at most `cap`: urgent frames first, at most
+    /// [`QUEUED_WRITE_BYTES`] unpaced; paced, at most the window's room and about 10 ms of the delivery rate
+    /// (at least 4 KiB).
+    pub(crate) fn next(&mut self, sent: u64, cap: usize) -> BytesMut {
+        let max = match &self.pacer {
+            None => QUEUED_WRITE_BYTES,
+            Some(p) => {
+                let share = p.rate().map_or(0, |r| r / PACED_SHARE_PER_SECOND);
+                let want = share.clamp(PACED_MIN_MESSAGE_BYTES, crate::wire::RELAY_CHUNK as u64);
+                usize::try_from(want.min(p.room(sent, Instant::now()))).unwrap_or(QUEUED_WRITE_BYTES)
+            }
+        };
+        let max = max.min(cap);
+        let now = Instant::now();
+        let mut out = BytesMut::with_capacity(max.min(self.queue.len()));
+        let taken = self.queue.take(max, &mut out, now);
+        if let Some(waited) = taken.urgent_wait {
+            self.delay.observe(waited.as_secs_f64());
+            self.figures.urgent_waited(waited);
+        }
+        self.publish(now);
+        out
+    }
+
+    /// Everything queued, in the order it goes (a lost link's queue goes to the resume buffer; shutdown).
+    pub(crate) fn take_all(&mut self) -> BytesMut {
+        let now = Instant::now();
+        let (out, taken) = self.queue.take_all(now);
+        if let Some(waited) = taken.urgent_wait {
+            self.delay.observe(waited.as_secs_f64());
+        }
+        self.publish(now);
+        out
+    }
+
+    /// The carriage's count of bytes sent is `sent` after a send.
+    pub(crate) fn sent(&mut self, sent: u64) {
+        if let Some(p) = &mut self.pacer {
+            p.on_sent(sent, Instant::now());
+            self.figures.in_flight.store(sent.saturating_sub(p.acked()), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The client acknowledged `acked` bytes in all.
+    pub(crate) fn acked(&mut self, acked: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(p) = &mut self.pacer {
+            p.on_ack(acked, Instant::now());
+            let f = self.figures;
+            f.rate.store(p.rate().unwrap_or(0), Relaxed);
+            f.rtt_us.store(p.rtt().map_or(0, |r| u64::try_from(r.as_micros()).unwrap_or(u64::MAX)), Relaxed);
+            f.window.store(p.window_at(Instant::now()), Relaxed);
+        }
+    }
+
+    /// Nothing can leave the lanes whatever the window: they are empty, or the frame under way waits for
+    /// bytes not received.
+    pub(crate) fn stalled(&self) -> bool {
+        self.queue.stalled()
+    }
+
+    /// Nothing queued or held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The bytes sent so far end at a frame boundary.
+    pub(crate) fn at_boundary(&self) -> bool {
+        self.queue.at_boundary()
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let q = &self.queue;
+        let since = |lane| q.age(lane, now).map(|age| now - age);
+        self.figures.urgent.set(q.queued(Lane::Urgent), since(Lane::Urgent));
+        self.figures.bulk.set(q.queued(Lane::Bulk), since(Lane::Bulk));
+        let total = i64::try_from(q.len()).unwrap_or(i64::MAX);
+        self.gauge.add(total - self.counted);
+        self.counted = total;
+    }
+}
+
+impl Drop for Outbox<'_> {
+    fn drop(&mut self) {
+        self.gauge.sub(self.counted);
+    }
+}
