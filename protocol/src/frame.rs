@@ -426,6 +426,11 @@ impl FrameScanner {
         (self.prefix_len == 0).then_some(self.remaining)
     }
 
+    /// The bytes of a length prefix not finished yet (empty outside one).
+    pub fn prefix(&self) -> &[u8] {
+        self.prefix.get(..self.prefix_len).unwrap_or_default()
+    }
+
     /// Consumes the next bytes of the stream and returns how many frames they completed.
     ///
     /// # Errors

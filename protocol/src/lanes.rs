@@ -274,6 +274,30 @@ impl LaneQueue {
         };
     }
 
+    /// What [`LaneQueue::pass`] does, from where the caller's own frame scanner stands after bytes it sent at
+    /// once (only when the queue [`is_empty`]): `rest` bytes left of the frame under way, or `prefix`, the
+    /// start of a length prefix. No byte is looked at again.
+    ///
+    /// [`is_empty`]: LaneQueue::is_empty
+    pub fn resync(&mut self, rest: usize, prefix: &[u8]) {
+        if !self.sorting() {
+            return;
+        }
+        self.head_sent = !prefix.is_empty();
+        (self.cursor, self.under_way) = if self.head_sent {
+            (Cursor::Head(prefix.to_vec()), None)
+        } else if rest > 0 {
+            (Cursor::Body { lane: Lane::Bulk, rest }, Some(Lane::Bulk))
+        } else {
+            (Cursor::Head(Vec::new()), None)
+        };
+    }
+
+    /// The stream stopped being followed: from here on everything is bulk, in order.
+    pub fn lose(&mut self) {
+        self.cursor = Cursor::Lost;
+    }
+
     fn feed(&mut self, mut data: &[u8], now: Instant, keep: bool) {
         // A frame this batch continues ends its piece: what is under way is no more than that frame's rest.
         let mut continuing = matches!(self.cursor, Cursor::Body { .. }) || self.head_sent;

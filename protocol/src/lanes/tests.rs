@@ -232,3 +232,22 @@ fn a_head_sent_at_once_keeps_the_queue_stalled_until_its_lane_is_known() {
     let out = drain(&mut q, usize::MAX, t);
     assert_eq!(out, [chunk.get(1..).unwrap(), &chat].concat(), "the chunk under way first");
 }
+
+#[test]
+fn a_resync_from_the_callers_scanner_is_what_a_pass_would_have_left() {
+    let t = Instant::now();
+    let chunk = frame(0x21, 3_000);
+    let chat = frame(0x02, 2);
+    let stream = [chunk.clone(), chat.clone(), chunk.clone(), chat.clone()].concat();
+    for cut in 0..stream.len() {
+        let mut scanner = crate::FrameScanner::new();
+        scanner.scan(stream.get(..cut).unwrap()).unwrap();
+        let mut passed = LaneQueue::new(Sorter::default(), 2_097_151);
+        passed.pass(stream.get(..cut).unwrap(), t);
+        let mut synced = LaneQueue::new(Sorter::default(), 2_097_151);
+        synced.resync(scanner.remaining().unwrap_or(0), scanner.prefix());
+        passed.push(stream.get(cut..).unwrap(), t);
+        synced.push(stream.get(cut..).unwrap(), t);
+        assert_eq!(drain(&mut synced, 700, t), drain(&mut passed, 700, t), "cut {cut}");
+    }
+}

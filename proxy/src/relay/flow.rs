@@ -349,6 +349,16 @@ impl Flow {
         self.seal_now(data);
     }
 
+    /// Where a followed stream stands after the bytes processed so far: bytes left of the frame under way and
+    /// the start of a length prefix not finished (`None` when the stream is not followed).
+    pub(super) fn position(&self) -> Option<(usize, &[u8])> {
+        match &self.follow {
+            Follow::Frames(s) => Some((s.remaining().unwrap_or(0), s.prefix())),
+            Follow::Watch(w) => Some((w.watch.remaining(), &[])),
+            _ => None,
+        }
+    }
+
     /// True when this direction encrypts (online mode, clientbound).
     pub(super) fn sealing(&self) -> bool {
         matches!(self.transform, Some(Transform::Encrypt(_)))

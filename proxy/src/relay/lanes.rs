@@ -6,8 +6,8 @@
 //! and the window allows ([`Outbox::direct`], then [`Outbox::pass`]: no copy); otherwise it is queued
 //! ([`Outbox::push`]) and the loop keeps reading the backend while the queue has room, sending
 //! [`Outbox::next`] whenever the player's socket (and the window) takes more. The player's socket keeps at most
-//! [`crate::wire::UNSENT_BYTES`] not yet sent in the kernel (`TCP_NOTSENT_LOWAT`), so the queue, and the choice of what goes
-//! first, stays here.
+//! [`crate::wire::UNSENT_BYTES`] not yet sent in the kernel (`TCP_NOTSENT_LOWAT`, set at accept), so the
+//! queue, and the choice of what goes first, stays here.
 
 use std::time::Instant;
 
@@ -56,6 +56,9 @@ pub(crate) struct Outbox<'a> {
     queue: LaneQueue,
     bound: usize,
     pacer: Option<Pacer>,
+    /// Unpaced: how fast the link took the last message that made it wait, bytes per second (`None`: it took
+    /// the last one at once).
+    write_rate: Option<u64>,
     figures: &'a Delivery,
     delay: Histogram,
     gauge: IntGauge,
@@ -72,6 +75,7 @@ impl<'a> Outbox<'a> {
             queue: LaneQueue::inside(start.sorter, max_frame_len, start.rest),
             bound: start.bound,
             pacer: None,
+            write_rate: None,
             figures,
             delay: metrics.urgent_delay.clone(),
             gauge: metrics.lane_queued.clone(),
@@ -96,9 +100,39 @@ impl<'a> Outbox<'a> {
         self.queue.is_empty() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) >= n as u64)
     }
 
+    /// How many of `n` bytes may go at once in one message: all of them when paced (the window decided) or when
+    /// the link takes messages at once; otherwise about 10 ms of the rate it took the last one at.
+    pub(crate) fn direct_len(&self, n: usize) -> usize {
+        match (&self.pacer, self.write_rate) {
+            (None, Some(rate)) => n.min(share(rate)),
+            _ => n,
+        }
+    }
+
+    /// A message of `n` bytes took `took` to write (the socket keeps at most 16 KiB unsent, so a write waits
+    /// about as long as the path needs for it). A small one written at once says nothing (it fit the kernel's
+    /// 16 KiB); a large one written at once says the link is fast.
+    pub(crate) fn wrote(&mut self, n: usize, took: std::time::Duration) {
+        if took >= std::time::Duration::from_millis(2) {
+            self.write_rate = Some(u64::try_from(n as u128 * 1_000_000 / took.as_micros().max(1)).unwrap_or(u64::MAX));
+        } else if n >= 4 * QUEUED_WRITE_BYTES {
+            self.write_rate = None;
+        }
+    }
+
     /// Follows plaintext bytes that went to the player at once.
     pub(crate) fn pass(&mut self, data: &[u8]) {
         self.queue.pass(data, Instant::now());
+    }
+
+    /// Follows a whole batch that went to the player at once from where the relay's own frame scanner stands
+    /// after it (`Some((rest, prefix))`, see [`super::Flow::position`]), without looking at its bytes again;
+    /// `None`: the stream is no longer followed, and the lanes keep its order from here.
+    pub(crate) fn passed(&mut self, position: Option<(usize, &[u8])>) {
+        match position {
+            Some((rest, prefix)) => self.queue.resync(rest, prefix),
+            None => self.queue.lose(),
+        }
     }
 
     /// Queues plaintext bytes from the backend.
@@ -118,7 +152,7 @@ impl<'a> Outbox<'a> {
     /// (at least 4 KiB).
     pub(crate) fn next(&mut self, sent: u64, cap: usize) -> BytesMut {
         let max = match &self.pacer {
-            None => QUEUED_WRITE_BYTES,
+            None => self.write_rate.map_or(QUEUED_WRITE_BYTES, share),
             Some(p) => {
                 let share = p.rate().map_or(0, |r| r / PACED_SHARE_PER_SECOND);
                 let want = share.clamp(PACED_MIN_MESSAGE_BYTES, crate::wire::RELAY_CHUNK as u64);
@@ -193,6 +227,12 @@ impl<'a> Outbox<'a> {
         self.gauge.add(total - self.counted);
         self.counted = total;
     }
+}
+
+/// About 10 ms of `rate` (bytes per second), between [`QUEUED_WRITE_BYTES`] and a relay batch.
+fn share(rate: u64) -> usize {
+    let want = (rate / PACED_SHARE_PER_SECOND).clamp(QUEUED_WRITE_BYTES as u64, crate::wire::RELAY_CHUNK as u64);
+    usize::try_from(want).unwrap_or(QUEUED_WRITE_BYTES)
 }
 
 impl Drop for Outbox<'_> {

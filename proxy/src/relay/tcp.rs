@@ -64,17 +64,19 @@ fn forward_batch(
     from: &TcpStream,
     to: &TcpStream,
     dir: &mut Flow,
-    out: Option<&mut Outbox<'_>>,
+    mut out: Option<&mut Outbox<'_>>,
 ) -> Result<Batch, PumpError> {
     let mut pending = std::mem::take(&mut dir.pending);
     let direct = !dir.sealing() && pending.is_empty();
     let max = out.as_deref().map_or(RELAY_CHUNK, Outbox::room);
+    let mut whole = false;
     let r = read_batch(from, dir, max, |data| {
         if data.is_empty() {
             return Ok(Batch::Eof);
         }
-        if let Some(o) = out {
-            return write_or_queue(to, data, direct, o).map(|()| Batch::Forwarded).map_err(PumpError::Write);
+        if let Some(o) = out.as_deref_mut() {
+            whole = write_or_queue(to, data, direct, o).map_err(PumpError::Write)?;
+            return Ok(Batch::Forwarded);
         }
         match to.try_write(data) {
             Ok(m) => pending.extend_from_slice(data.get(m..).unwrap_or_default()),
@@ -84,6 +86,9 @@ fn forward_batch(
         Ok(Batch::Forwarded)
     });
     dir.pending = pending;
+    if let (true, Some(o)) = (whole, out) {
+        o.passed(dir.position());
+    }
     match r {
         Ok(Some(b)) => b,
         Ok(None) => Ok(Batch::WouldBlock),
@@ -175,23 +180,25 @@ async fn queued_turn(
 }
 
 /// A plaintext batch with lanes: written at once as far as the socket takes it when nothing is queued and
-/// `direct` (not encrypted, nothing pending), the rest queued.
-fn write_or_queue(to: &TcpStream, data: &[u8], direct: bool, o: &mut Outbox<'_>) -> io::Result<()> {
+/// `direct` (not encrypted, nothing pending), the rest queued. True when all of it went.
+fn write_or_queue(to: &TcpStream, data: &[u8], direct: bool, o: &mut Outbox<'_>) -> io::Result<bool> {
     if !(direct && o.direct(data.len(), 0)) {
         o.push(data);
-        return Ok(());
+        return Ok(false);
     }
     let m = match to.try_write(data) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(e) => return Err(e),
     };
-    let (sent, rest) = data.split_at(m.min(data.len()));
-    o.pass(sent);
-    if !rest.is_empty() {
-        o.push(rest);
+    if m >= data.len() {
+        // All of it went: the caller tells the lanes where the relay's scanner stands (no second parse).
+        return Ok(true);
     }
-    Ok(())
+    let (sent, rest) = data.split_at(m);
+    o.pass(sent);
+    o.push(rest);
+    Ok(false)
 }
 
 /// Moves everything the lanes hold (encrypted in online mode) behind what is pending, and writes it all.
@@ -368,12 +375,13 @@ async fn board_relay(
                 let mut pending = std::mem::take(&mut down.pending);
                 let direct = !down.sealing() && pending.is_empty();
                 let lanes = out.as_deref_mut();
+                let mut whole = false;
                 let r = backend.read_batch(down, room, |data| {
                     if data.is_empty() {
                         return Ok(true);
                     }
                     if let Some(o) = lanes {
-                        write_or_queue(player, data, direct, o)?;
+                        whole = write_or_queue(player, data, direct, o)?;
                         return Ok(false);
                     }
                     match player.try_write(data) {
@@ -384,6 +392,9 @@ async fn board_relay(
                     Ok(false)
                 });
                 down.pending = pending;
+                if let (true, Some(o)) = (whole, out.as_deref_mut()) {
+                    o.passed(down.position());
+                }
                 let eof = match r {
                     Ok(Some(Ok(eof))) => eof,
                     Ok(Some(Err(e))) => return RelayEnd::Error(Side::Player, e),

@@ -285,17 +285,28 @@ pub(super) async fn pump<S: PlayerStream>(
                 let sent = link.counts().1;
                 let sealing = pipe.down.sealing();
                 let out = &mut pipe.out;
+                let mut whole = false;
                 let msg = match pipe.backend.read_batch(&mut pipe.down, room, |d| {
                     if d.is_empty() {
                         // The end: no message (compressing nothing would move the zstd stream on for nothing).
                         return Ok(Some((Bytes::new(), None, 0)));
                     }
+                    let mut d: &[u8] = d;
                     if let Some(o) = out.as_mut() {
                         if sealing || d.len() > retention || !o.direct(d.len(), sent) {
                             o.push(d);
                             return Ok(None);
                         }
-                        o.pass(d);
+                        // As much as the link took quickly of late goes at once; the rest is queued. A whole
+                        // batch is followed from the relay's own scanner below (no second parse).
+                        let (now, rest) = d.split_at(o.direct_len(d.len()));
+                        if !rest.is_empty() {
+                            o.pass(now);
+                            o.push(rest);
+                            d = now;
+                        } else {
+                            whole = true;
+                        }
                     }
                     link.binary_frame(d).map(|(frame, at)| {
                         let kept = retain.then(|| match at {
@@ -319,6 +330,11 @@ pub(super) async fn pump<S: PlayerStream>(
                     }
                 };
                 let (frame, kept, n) = msg;
+                if whole {
+                    if let Some(o) = pipe.out.as_mut() {
+                        o.passed(pipe.down.position());
+                    }
+                }
                 if n == 0 && pipe.down.fail_over(LOST) {
                     continue;
                 }
@@ -339,10 +355,7 @@ pub(super) async fn pump<S: PlayerStream>(
                     }
                 }
                 link.count_sent(n);
-                if let Some(o) = pipe.out.as_mut() {
-                    o.sent(link.counts().1);
-                }
-                if let Err(end) = send_frames(link, &frame, v2.as_deref_mut()).await {
+                if let Err(end) = write_reading(link, pipe, v2.as_deref_mut(), &frame).await {
                     return end;
                 }
             }
@@ -388,15 +401,31 @@ async fn send_queued<S: PlayerStream>(
         }
     }
     link.count_sent(chunk.len());
+    write_reading(link, pipe, v2, &frame).await
+}
+
+/// Writes a message of stream bytes already counted: with lanes, timed (how fast the link takes it sizes the
+/// next messages) and while the backend is read into the lanes (so urgent frames behind bulk ones are found
+/// while the link is busy).
+async fn write_reading<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    pipe: &mut Pipe<'_>,
+    v2: Option<&mut Resumable<WsLink<S>>>,
+    frame: &[u8],
+) -> Result<(), StretchEnd<WsLink<S>>> {
     let Pipe { backend, down, out, .. } = pipe;
-    let Some(out) = out.as_mut() else { return send_frames(link, &frame, v2).await };
+    let Some(out) = out.as_mut() else { return send_frames(link, frame, v2).await };
     out.sent(link.counts().1);
-    let write = send_frames(link, &frame, v2);
+    let began = std::time::Instant::now();
+    let write = send_frames(link, frame, v2);
     tokio::pin!(write);
     let mut reading = true;
     loop {
         tokio::select! {
-            r = &mut write => return r,
+            r = &mut write => {
+                out.wrote(frame.len(), began.elapsed());
+                return r;
+            }
             res = backend.readable(down), if reading && out.room() > 0 && !down.handover_due() => {
                 // A failure or the end is seen again by the loop's own read once the write is done.
                 let pushed = res.and_then(|()| backend.read_batch(down, out.room(), |d| {
