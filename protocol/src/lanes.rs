@@ -10,6 +10,8 @@
 //! [`URGENT_PACKETS`], and why each is there: `docs/lanes.md`. A Plugin Message (S3F: `String channel`, data) is
 //! urgent only when its channel is one the operator named ([`Sorter::with_channels`]).
 //!
+//! While a Join Game or a Respawn is queued ([`BARRIER_PACKETS`]) nothing overtakes it: frames after it are bulk.
+//!
 //! When the stream stops parsing (a length past the limit, a malformed VarInt), the queue stops sorting: from
 //! there on every byte goes to the bulk lane, in order ([`LaneQueue::sorting`] turns false).
 
@@ -32,6 +34,12 @@ pub enum Lane {
 /// Packet ids (Play, clientbound, protocol 5) of the urgent lane: Keep Alive S00, Chat Message S02, Time Update
 /// S03, Update Health S06, Player List Item S38, Tab-Complete S3A, Disconnect S40.
 pub const URGENT_PACKETS: [i32; 7] = [0x00, 0x02, 0x03, 0x06, 0x38, 0x3a, 0x40];
+
+/// Packet ids (Play, clientbound) that no frame may overtake while they are queued: Join Game S01 and Respawn
+/// S07. Before Join Game the client has no world and no player (a Time Update or an Update Health then would
+/// dereference them); a Respawn replaces the player, so an Update Health meant for the new one must not reach
+/// the old one.
+pub const BARRIER_PACKETS: [i32; 2] = [0x01, 0x07];
 
 /// The Plugin Message packet id (Play, clientbound).
 const PLUGIN_MESSAGE: i32 = 0x3f;
@@ -103,6 +111,8 @@ struct Piece {
     complete: bool,
     /// When it was queued.
     at: Instant,
+    /// Barrier frames (Join Game, Respawn) that end in it.
+    barriers: usize,
 }
 
 /// One lane's queue.
@@ -112,6 +122,8 @@ struct LaneBuf {
     bytes: usize,
     /// Frames sorted into this lane in the batch being pushed, not yet cut into a piece.
     open: BytesMut,
+    /// Barrier frames that end in `open`.
+    open_barriers: usize,
 }
 
 impl LaneBuf {
@@ -121,7 +133,8 @@ impl LaneBuf {
         }
         let bytes = self.open.split().freeze();
         self.bytes += bytes.len();
-        self.pieces.push_back(Piece { bytes, complete, at });
+        let barriers = std::mem::take(&mut self.open_barriers);
+        self.pieces.push_back(Piece { bytes, complete, at, barriers });
     }
 }
 
@@ -130,8 +143,8 @@ impl LaneBuf {
 enum Cursor {
     /// Collecting a frame's head (at most [`MAX_HEAD`] bytes) until its lane is known.
     Head(Vec<u8>),
-    /// Inside a frame of `lane` with `rest` bytes to go.
-    Body { lane: Lane, rest: usize },
+    /// Inside a frame of `lane` with `rest` bytes to go; `barrier`: a Join Game or Respawn being queued.
+    Body { lane: Lane, rest: usize, barrier: bool },
     /// The stream stopped parsing: everything is bulk.
     Lost,
 }
@@ -155,8 +168,12 @@ pub struct LaneQueue {
     cursor: Cursor,
     /// The lane whose frame the output is inside (its next bytes must go before anything else).
     under_way: Option<Lane>,
-    /// The held frame head was sent already ([`LaneQueue::pass`]): its frame is under way, lane not known yet.
-    head_sent: bool,
+    /// How many bytes of the held frame head were sent already ([`LaneQueue::pass`]): its frame is under way,
+    /// lane not known yet.
+    head_sent: usize,
+    /// Barrier frames queued and not yet sent whole: while there are any, no frame overtakes (see
+    /// [`BARRIER_PACKETS`]).
+    barriers: usize,
 }
 
 impl LaneQueue {
@@ -169,7 +186,8 @@ impl LaneQueue {
             bulk: LaneBuf::default(),
             cursor: Cursor::Head(Vec::new()),
             under_way: None,
-            head_sent: false,
+            head_sent: 0,
+            barriers: 0,
         }
     }
 
@@ -178,7 +196,7 @@ impl LaneQueue {
     pub fn inside(sorter: Sorter, max_frame_len: usize, rest: usize) -> Self {
         let mut q = Self::new(sorter, max_frame_len);
         if rest > 0 {
-            q.cursor = Cursor::Body { lane: Lane::Bulk, rest };
+            q.cursor = Cursor::Body { lane: Lane::Bulk, rest, barrier: false };
             q.under_way = Some(Lane::Bulk);
         }
         q
@@ -238,13 +256,13 @@ impl LaneQueue {
 
     /// True when the bytes sent so far end at a frame boundary (something may be inserted into the stream).
     pub fn at_boundary(&self) -> bool {
-        self.under_way.is_none() && !self.head_sent
+        self.under_way.is_none() && self.head_sent == 0
     }
 
     /// True when [`LaneQueue::take`] would give nothing: both lanes are empty, or the frame under way waits for
     /// bytes the backend has not sent yet.
     pub fn stalled(&self) -> bool {
-        if self.head_sent {
+        if self.head_sent > 0 {
             return true;
         }
         match self.under_way {
@@ -268,7 +286,7 @@ impl LaneQueue {
             Cursor::Body { lane, .. } => Some(*lane),
             Cursor::Lost => Some(Lane::Bulk),
             Cursor::Head(h) => {
-                self.head_sent = !h.is_empty();
+                self.head_sent = h.len();
                 None
             }
         };
@@ -283,11 +301,11 @@ impl LaneQueue {
         if !self.sorting() {
             return;
         }
-        self.head_sent = !prefix.is_empty();
-        (self.cursor, self.under_way) = if self.head_sent {
+        self.head_sent = prefix.len();
+        (self.cursor, self.under_way) = if self.head_sent > 0 {
             (Cursor::Head(prefix.to_vec()), None)
         } else if rest > 0 {
-            (Cursor::Body { lane: Lane::Bulk, rest }, Some(Lane::Bulk))
+            (Cursor::Body { lane: Lane::Bulk, rest, barrier: false }, Some(Lane::Bulk))
         } else {
             (Cursor::Head(Vec::new()), None)
         };
@@ -300,7 +318,7 @@ impl LaneQueue {
 
     fn feed(&mut self, mut data: &[u8], now: Instant, keep: bool) {
         // A frame this batch continues ends its piece: what is under way is no more than that frame's rest.
-        let mut continuing = matches!(self.cursor, Cursor::Body { .. }) || self.head_sent;
+        let mut continuing = matches!(self.cursor, Cursor::Body { .. }) || self.head_sent > 0;
         while !data.is_empty() {
             match &mut self.cursor {
                 Cursor::Lost => {
@@ -309,7 +327,7 @@ impl LaneQueue {
                     }
                     data = &[];
                 }
-                Cursor::Body { lane, rest } => {
+                Cursor::Body { lane, rest, barrier } => {
                     let n = (*rest).min(data.len());
                     let (part, tail) = data.split_at(n);
                     let buf = match lane {
@@ -322,6 +340,9 @@ impl LaneQueue {
                     *rest -= n;
                     data = tail;
                     if *rest == 0 {
+                        if *barrier {
+                            buf.open_barriers += 1;
+                        }
                         if buf.open.len() >= PIECE_BYTES || std::mem::take(&mut continuing) {
                             buf.cut(true, now);
                         }
@@ -349,9 +370,13 @@ impl LaneQueue {
                             self.queue_head(Lane::Bulk, &held, keep);
                             self.cursor = Cursor::Lost;
                         }
-                        HeadStep::Frame { lane, total } => {
+                        HeadStep::Frame { lane, total, barrier } => {
+                            // Behind a queued Join Game or Respawn nothing overtakes.
+                            let lane = if self.barriers > 0 { Lane::Bulk } else { lane };
+                            let barrier = barrier && keep;
+                            self.barriers += usize::from(barrier);
                             self.queue_head(lane, &held, keep);
-                            self.cursor = Cursor::Body { lane, rest: total - held.len() };
+                            self.cursor = Cursor::Body { lane, rest: total - held.len(), barrier };
                         }
                     }
                 }
@@ -370,10 +395,12 @@ impl LaneQueue {
     /// A frame head held until its lane was known goes into `lane` (when it was not sent already; then the
     /// frame is under way in `lane`).
     fn queue_head(&mut self, lane: Lane, held: &[u8], keep: bool) {
-        if std::mem::take(&mut self.head_sent) {
+        let sent = std::mem::take(&mut self.head_sent).min(held.len());
+        if sent > 0 {
             self.under_way = Some(lane);
-        } else if keep {
-            self.lane_mut(lane).open.extend_from_slice(held);
+        }
+        if keep {
+            self.lane_mut(lane).open.extend_from_slice(held.get(sent..).unwrap_or_default());
         }
     }
 
@@ -398,8 +425,9 @@ impl LaneQueue {
             taken.bytes += n;
             buf.bytes -= n;
             if n == piece.bytes.len() {
-                let complete = piece.complete;
+                let (complete, barriers) = (piece.complete, piece.barriers);
                 buf.pieces.pop_front();
+                self.barriers = self.barriers.saturating_sub(barriers);
                 self.under_way = (!complete).then_some(lane);
             } else {
                 piece.bytes.advance(n);
@@ -424,8 +452,8 @@ enum HeadStep {
     Wait,
     /// The stream does not parse here.
     Lost,
-    /// A frame of `total` bytes (its length prefix included) for `lane`.
-    Frame { lane: Lane, total: usize },
+    /// A frame of `total` bytes (its length prefix included) for `lane`; `barrier`: a Join Game or Respawn.
+    Frame { lane: Lane, total: usize, barrier: bool },
 }
 
 /// Reads a frame head from `view` (it starts at a frame boundary).
@@ -441,9 +469,10 @@ fn classify(sorter: &Sorter, max_frame_len: usize, view: &[u8]) -> HeadStep {
     }
     let body = view.get(n..).unwrap_or_default();
     let body = body.get(..len.min(body.len())).unwrap_or_default();
+    let barrier = matches!(VarInt::decode_partial(body), Ok((id, _)) if BARRIER_PACKETS.contains(&id));
     match sorter.lane(body, len) {
         None => HeadStep::Wait,
-        Some(lane) => HeadStep::Frame { lane, total: n + len },
+        Some(lane) => HeadStep::Frame { lane, total: n + len, barrier },
     }
 }
 

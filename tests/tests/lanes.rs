@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use moonbridge_client::{Connection, Options};
 use moonbridge_protocol::FrameDecoder;
-use testbed::mc::flood::{end_marker, frame, Kind, Schedule, CHAT, KEEP_ALIVE, LOAD_EVERY, PLUGIN, TICK};
+use testbed::mc::flood::{end_marker, frame, Kind, Schedule, CHAT, CHAT_EVERY, KEEP_ALIVE, LOAD_EVERY, PLUGIN, TICK};
 use testbed::network::Haproxy;
 use testbed::nginx::Nginx;
 use testbed::shaped::{in_namespace, Shape, ShapedPath};
@@ -41,6 +41,8 @@ struct Written {
     keep_alives: Vec<Instant>,
     urgent: Vec<u8>,
     bulk: Vec<u8>,
+    /// When each Chat Message from the player (C01) arrived.
+    player_chats: Vec<Instant>,
 }
 
 /// A backend that answers one login and then writes the schedule through a queue of its own (its writer task
@@ -73,7 +75,19 @@ async fn flood_backend() -> (SocketAddr, Arc<Mutex<Written>>, tokio::sync::onesh
         };
         let (mut rd, mut wr) = s.into_split();
         // Whatever the player sends afterwards is read and dropped.
-        tokio::spawn(async move { while rd.read(&mut buf).await.is_ok_and(|n| n > 0) {} });
+        // What the player sends afterwards: its Chat Messages' arrival times are recorded.
+        let heard = Arc::clone(&w);
+        tokio::spawn(async move {
+            let mut dec = FrameDecoder::new(moonbridge_protocol::MAX_FRAME_LEN);
+            while let Ok(n @ 1..) = rd.read(&mut buf).await {
+                dec.queue_slice(&buf[..n]);
+                while let Ok(Some(f)) = dec.try_next_frame() {
+                    if f.id == 0x01 {
+                        heard.lock().unwrap().player_chats.push(Instant::now());
+                    }
+                }
+            }
+        });
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
         let writer = tokio::spawn(async move {
             while let Some(f) = rx.recv().await {
@@ -124,6 +138,8 @@ struct Read {
     last_bulk: Option<Instant>,
     /// What the backend wrote, to find the first byte that differs as it happens.
     written: Option<Arc<Mutex<Written>>>,
+    /// When it sent each of its own Chat Messages (`Way::WsV1`).
+    sent_chats: Vec<Instant>,
 }
 
 impl Read {
@@ -192,6 +208,8 @@ enum Way {
     Library,
     /// A plain TCP socket.
     Tcp,
+    /// A plain WebSocket (carriage v1) that also sends a Chat Message every 500 ms.
+    WsV1,
 }
 
 /// Runs one player through `to` (inside the shaped path's namespace) for the whole schedule.
@@ -217,6 +235,30 @@ async fn run_player(path: &ShapedPath, way: Way, to: SocketAddr, written: Arc<Mu
                     }
                 }
                 conn.close();
+            }
+            Way::WsV1 => {
+                use tokio_tungstenite::tungstenite::{self, Message};
+                let s = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                let (mut ws, _) = tungstenite::client(format!("ws://{to}/mc"), s).unwrap();
+                ws.send(Message::Binary(hello.into())).unwrap();
+                let mut next_chat = Instant::now() + CHAT_EVERY;
+                while Instant::now() < deadline {
+                    if Instant::now() >= next_chat {
+                        let text = b"hi";
+                        ws.send(Message::Binary([&[4u8, 0x01, 2][..], text].concat().into())).unwrap();
+                        read.sent_chats.push(Instant::now());
+                        next_chat += CHAT_EVERY;
+                    }
+                    match ws.read() {
+                        Ok(Message::Binary(b)) if read.take(&mut dec, &b, &mut login_done) => break,
+                        Ok(Message::Close(c)) => panic!("closed: {c:?}"),
+                        Ok(_) => {}
+                        Err(tungstenite::Error::Io(e))
+                            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                        Err(e) => panic!("read: {e}"),
+                    }
+                }
             }
             Way::Tcp => {
                 use std::io::{Read as _, Write as _};
@@ -372,6 +414,22 @@ async fn chat_and_keep_alive_overtake_view_loads_on_a_slow_path() {
     row("TCP → moonbridge", &tcp);
     drop(done);
     proxy.shutdown().await;
+
+    // A plain WebSocket (carriage v1): the lanes and the kernel bound; what the player sends reaches the backend
+    // while its queue drains (the relay reads the player between two messages, however long the queue).
+    let (backend, written, done) = flood_backend().await;
+    let proxy = Proxy::start(&proxy_config(bound(outside), bound(outside), backend, &token)).await;
+    let read =
+        run_player(&path, Way::WsV1, proxy.addr(moonbridge_proxy::config::Transport::Ws), Arc::clone(&written)).await;
+    let v1 = measure("plain websocket", &written.lock().unwrap(), &read);
+    row("WebSocket v1 → moonbridge", &v1);
+    let heard = written.lock().unwrap().player_chats.clone();
+    drop(done);
+    proxy.shutdown().await;
+    assert!(read.sent_chats.len() >= 30, "the player chatted throughout ({})", read.sent_chats.len());
+    assert_eq!(heard.len(), read.sent_chats.len(), "every chat of the player reached the backend");
+    let slowest = read.sent_chats.iter().zip(&heard).map(|(s, h)| h.saturating_duration_since(*s)).max().unwrap();
+    assert!(slowest < Duration::from_secs(1), "a player's chat reached the backend {slowest:?} after it was sent");
 
     // What players have without it: TCP through HAProxy to the backend.
     let (backend, written, done) = flood_backend().await;

@@ -251,3 +251,46 @@ fn a_resync_from_the_callers_scanner_is_what_a_pass_would_have_left() {
         assert_eq!(drain(&mut synced, 700, t), drain(&mut passed, 700, t), "cut {cut}");
     }
 }
+
+#[test]
+fn nothing_overtakes_a_queued_join_game_or_respawn() {
+    let t = Instant::now();
+    let chunk = frame(0x21, 100);
+    let join = frame(0x01, 12);
+    let respawn = frame(0x07, 10);
+    let time = frame(0x03, 16);
+    let health = frame(0x06, 10);
+    let chat = frame(0x02, 3);
+    // A chat before the Join Game may overtake the chunk before it; the Time Update after it may not overtake
+    // it; once the Join Game left, a later Update Health overtakes bulk again until the Respawn.
+    let mut q = LaneQueue::new(Sorter::default(), 2_097_151);
+    q.push(&[chunk.clone(), chat.clone(), join.clone(), time.clone(), chunk.clone()].concat(), t);
+    let first = drain(&mut q, usize::MAX, t);
+    assert_eq!(first, [chat.clone(), chunk.clone(), join.clone(), time.clone(), chunk.clone()].concat());
+    q.push(&[chunk.clone(), health.clone(), respawn.clone(), health.clone()].concat(), t);
+    let second = drain(&mut q, usize::MAX, t);
+    assert_eq!(second, [health.clone(), chunk.clone(), respawn.clone(), health.clone()].concat());
+    assert!(q.is_empty() && q.at_boundary());
+}
+
+#[test]
+fn a_head_sent_at_once_and_completed_over_several_batches_loses_no_byte() {
+    let t = Instant::now();
+    let chunk = frame(0x21, 200);
+    let chat = frame(0x02, 2);
+    for first in 1..4 {
+        for second in first + 1..6 {
+            let mut q = LaneQueue::new(Sorter::default(), 2_097_151);
+            q.pass(chunk.get(..first).unwrap(), t);
+            q.push(chunk.get(first..second).unwrap(), t);
+            q.push(&[chunk.get(second..).unwrap(), &chat].concat(), t);
+            let out = [chunk.get(..first).unwrap().to_vec(), drain(&mut q, usize::MAX, t)].concat();
+            assert_eq!(out, [chunk.clone(), chat.clone()].concat(), "{first} then {second}");
+        }
+    }
+    let mut q = LaneQueue::new(Sorter::default(), 2_097_151);
+    q.resync(0, chunk.get(..1).unwrap());
+    q.push(chunk.get(1..2).unwrap(), t);
+    q.push(chunk.get(2..).unwrap(), t);
+    assert_eq!(drain(&mut q, usize::MAX, t), chunk.get(1..).unwrap());
+}

@@ -144,7 +144,10 @@ impl<'a> Outbox<'a> {
 
     /// True when [`Outbox::next`] would give bytes (`sent`: the carriage's count of bytes sent in all).
     pub(crate) fn ready(&self, sent: u64) -> bool {
-        !self.queue.stalled() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) > 0)
+        // Paced: room for a message worth sending (not a few bytes at a time as acks trickle in).
+        let worth =
+            (PACED_MIN_MESSAGE_BYTES as usize).min(self.queue.queued(Lane::Urgent) + self.queue.queued(Lane::Bulk));
+        !self.queue.stalled() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) >= worth.max(1) as u64)
     }
 
     /// The next plaintext bytes to send (empty when none may go), at most `cap`: urgent frames first, at most

@@ -206,22 +206,12 @@ pub(super) async fn pump<S: PlayerStream>(
             pending = link.decode(&mut batch, RELAY_CHUNK).await;
             continue;
         }
-        // Queued bytes, when the link and the window take more: the backend is read while they are written.
+        // Queued bytes go when the link and the window take more: one of the select's branches, so the player,
+        // shutdown and a resume get their turns between two messages however long the queue.
         let retention = v2.as_deref().map_or(RELAY_CHUNK, Resumable::room);
-        if let Some(out) = pipe.out.as_mut() {
-            if retention > 0 && out.ready(link.counts().1) {
-                let mut chunk = out.next(link.counts().1, retention);
-                if !chunk.is_empty() {
-                    pipe.down.seal(&mut chunk);
-                    if let Err(end) = send_queued(link, pipe, v2.as_deref_mut(), &chunk).await {
-                        return end;
-                    }
-                    continue;
-                }
-            }
-        }
+        let can_send = retention > 0 && pipe.out.as_ref().is_some_and(|o| o.ready(link.counts().1));
         if backend_done && pipe.out.as_ref().is_none_or(Outbox::stalled) {
-            // Everything went, but for the head of a frame the backend never finished (sent as it is).
+            // Everything went (the head of a frame the backend never finished stays unsent: the stream ends).
             if let Err(e) = pipe.flush_queued(link).await {
                 return StretchEnd::End(RelayEnd::Error(Side::Player, e));
             }
@@ -236,6 +226,18 @@ pub(super) async fn pump<S: PlayerStream>(
         let room = pipe.read_room(retention);
         tokio::select! {
             Some(h) = next_resumption(v2.as_deref_mut()) => return StretchEnd::TakenOver(h),
+            () = std::future::ready(()), if can_send => {
+                // The backend is read into the lanes while the message is written.
+                if let Some(out) = pipe.out.as_mut() {
+                    let mut chunk = out.next(link.counts().1, retention);
+                    if !chunk.is_empty() {
+                        pipe.down.seal(&mut chunk);
+                        if let Err(end) = send_queued(link, pipe, v2.as_deref_mut(), &chunk).await {
+                            return end;
+                        }
+                    }
+                }
+            }
             wake = link.wait() => match wake {
                 Wake::Read(res) => {
                     match res {
