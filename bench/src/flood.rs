@@ -284,7 +284,7 @@ pub fn main(args: &FloodArgs) -> anyhow::Result<()> {
                     &config,
                     format!(
                         "[[listener]]\ntransport = \"{transport}\"\nbind = \"{listen}\"\n\n\
-                         [[backend]]\nname = \"flood\"\naddress = \"{backend_addr}\"\n"
+                         [[backend]]\nname = \"flood\"\naddress = \"{backend_addr}\"\n\n[lanes]\nenabled = true\n"
                     ),
                 )?;
                 let p = spawn_moonbridge(&args.proxy_bin, &config, "warn", Output::File(&log))?;

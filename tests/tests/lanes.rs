@@ -335,7 +335,7 @@ fn proxy_config(ws: SocketAddr, tcp: SocketAddr, backend: SocketAddr, token: &st
     format!(
         "[[listener]]\ntransport = \"ws\"\nbind = \"{ws}\"\n\n[[listener]]\ntransport = \"tcp\"\nbind = \"{tcp}\"\n\n\
          [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n\n[metrics]\nbind = \"127.0.0.1:0\"\n\
-         admin_token_file = {:?}\n",
+         admin_token_file = {:?}\n\n[lanes]\nenabled = true\n",
         token.display().to_string()
     )
 }
