@@ -10,7 +10,8 @@
 //! [`URGENT_PACKETS`], and why each is there: `docs/lanes.md`. A Plugin Message (S3F: `String channel`, data) is
 //! urgent only when its channel is one the operator named ([`Sorter::with_channels`]).
 //!
-//! While a Join Game or a Respawn is queued ([`BARRIER_PACKETS`]) nothing overtakes it: frames after it are bulk.
+//! While a Join Game or a Respawn is queued ([`BARRIER_PACKETS`]) nothing overtakes it: frames after it are bulk,
+//! and an urgent frame so held back is itself a barrier until it has left (urgent frames keep their order).
 //!
 //! When the stream stops parsing (a length past the limit, a malformed VarInt), the queue stops sorting: from
 //! there on every byte goes to the bulk lane, in order ([`LaneQueue::sorting`] turns false).
@@ -111,7 +112,7 @@ struct Piece {
     complete: bool,
     /// When it was queued.
     at: Instant,
-    /// Barrier frames (Join Game, Respawn) that end in it.
+    /// Barrier frames (Join Game, Respawn, and urgent frames held back behind one) that end in it.
     barriers: usize,
 }
 
@@ -172,7 +173,7 @@ pub struct LaneQueue {
     /// lane not known yet.
     head_sent: usize,
     /// Barrier frames queued and not yet sent whole: while there are any, no frame overtakes (see
-    /// [`BARRIER_PACKETS`]).
+    /// [`BARRIER_PACKETS`]; urgent frames held back behind one count too).
     barriers: usize,
 }
 
@@ -371,9 +372,12 @@ impl LaneQueue {
                             self.cursor = Cursor::Lost;
                         }
                         HeadStep::Frame { lane, total, barrier } => {
-                            // Behind a queued Join Game or Respawn nothing overtakes.
-                            let lane = if self.barriers > 0 { Lane::Bulk } else { lane };
-                            let barrier = barrier && keep;
+                            // Behind a queued Join Game or Respawn nothing overtakes, and an urgent frame
+                            // held back by one is a barrier itself until it has left: a later urgent frame
+                            // must not overtake it (two chats keep their order).
+                            let held_back = self.barriers > 0 && lane == Lane::Urgent;
+                            let lane = if held_back { Lane::Bulk } else { lane };
+                            let barrier = (barrier || held_back) && keep;
                             self.barriers += usize::from(barrier);
                             self.queue_head(lane, &held, keep);
                             self.cursor = Cursor::Body { lane, rest: total - held.len(), barrier };

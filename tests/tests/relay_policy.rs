@@ -143,34 +143,59 @@ async fn shutdown_sends_a_disconnect_at_a_frame_boundary_over_both_transports() 
     }
 }
 
+/// A player that stops reading is dropped after the write-stall limit, and the backend that flooded it sees
+/// the end of its stream (a FIN), not a reset of the bytes the proxy had not read yet (with the lanes on, the
+/// proxy reads ahead into the player's queue; off, it stops reading at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_that_stops_reading_is_dropped_after_the_stall_limit_over_both_transports() {
-    for transport in TRANSPORTS {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let backend_addr = listener.local_addr().unwrap();
-        let proxy = Proxy::start(&config(backend_addr, "[limits]\nwrite_stall_timeout_seconds = 2\n")).await;
-        let flood = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut hello = vec![0u8; testbed::hs_ls().len()];
-            s.read_exact(&mut hello).await.unwrap();
-            s.write_all(&login_success("Steve")).await.unwrap();
-            let chunk = vec![0u8; 64 * 1024];
-            // Flood until the proxy gives up on the player and closes this side.
-            let started = Instant::now();
-            loop {
-                match timeout(Duration::from_secs(30), s.write_all(&chunk)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return started.elapsed(),
-                    Err(_) => panic!("the proxy kept the stalled session"),
-                }
+    // A Map Chunk Bulk frame (bulk) of 64 KiB: 0x80 0x80 0x04 is the VarInt 65,536.
+    let mut chunk = vec![0x80, 0x80, 0x04, 0x26];
+    chunk.resize(3 + 65_536, 0);
+    for lanes in [false, true] {
+        for transport in TRANSPORTS {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let backend_addr = listener.local_addr().unwrap();
+            let extra = format!("[limits]\nwrite_stall_timeout_seconds = 2\n[lanes]\nenabled = {lanes}\n");
+            let proxy = Proxy::start(&config(backend_addr, &extra)).await;
+            let chunk = chunk.clone();
+            let flood = tokio::spawn(async move {
+                let (s, _) = listener.accept().await.unwrap();
+                let (mut r, mut w) = s.into_split();
+                let mut hello = vec![0u8; testbed::hs_ls().len()];
+                r.read_exact(&mut hello).await.unwrap();
+                w.write_all(&login_success("Steve")).await.unwrap();
+                let started = Instant::now();
+                // Flood while reading, as a server does, until the proxy ends the stream.
+                let writer = async {
+                    while w.write_all(&chunk).await.is_ok() {}
+                    std::future::pending::<()>().await;
+                };
+                let reader = async {
+                    let mut b = [0u8; 4096];
+                    loop {
+                        match r.read(&mut b).await {
+                            Ok(0) => return Ok(()),
+                            Ok(_) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                };
+                let end = tokio::select! {
+                    () = writer => unreachable!(),
+                    r = timeout(Duration::from_secs(30), reader) => r.expect("the proxy kept the stalled session"),
+                };
+                (started.elapsed(), end)
+            });
+            let player = Player::log_in(&proxy, transport).await;
+            // Never read.
+            let (flooded_for, end) = timeout(Duration::from_secs(40), flood).await.unwrap().unwrap();
+            assert!(flooded_for < Duration::from_secs(20), "{transport}, lanes {lanes}: {flooded_for:?}");
+            if let Err(e) = end {
+                panic!("{transport}, lanes {lanes}: the backend's stream was broken, not ended: {e}");
             }
-        });
-        let player = Player::log_in(&proxy, transport).await;
-        // Never read.
-        let flooded_for = timeout(Duration::from_secs(40), flood).await.unwrap().unwrap();
-        assert!(flooded_for < Duration::from_secs(20), "{transport}: {flooded_for:?}");
-        proxy.wait_connections(0, STEP).await;
-        drop(player);
-        proxy.shutdown().await;
+            proxy.wait_connections(0, STEP).await;
+            drop(player);
+            proxy.shutdown().await;
+        }
     }
 }

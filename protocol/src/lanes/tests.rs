@@ -274,6 +274,24 @@ fn nothing_overtakes_a_queued_join_game_or_respawn() {
 }
 
 #[test]
+fn an_urgent_frame_held_back_by_a_barrier_is_not_overtaken_by_a_later_one() {
+    let t = Instant::now();
+    let join = frame(0x01, 12);
+    let chunk = frame(0x21, PIECE_BYTES);
+    let (chat1, chat2) = (frame(0x02, 5), frame(0x02, 7));
+    let mut q = LaneQueue::new(Sorter::default(), 2_097_151);
+    // The Join Game and the chunk fill a piece; chat1, held back behind the Join Game, starts the next one.
+    q.push(&[join.clone(), chunk.clone(), chat1.clone()].concat(), t);
+    let mut out = BytesMut::new();
+    q.take(join.len() + chunk.len(), &mut out, t);
+    assert_eq!(out.to_vec(), [join.clone(), chunk.clone()].concat());
+    // The Join Game has left; chat1 has not, so chat2 goes behind it.
+    q.push(&[chat2.clone(), frame(0x00, 4)].concat(), t);
+    assert_eq!(drain(&mut q, usize::MAX, t), [chat1, chat2, frame(0x00, 4)].concat());
+    assert!(q.is_empty() && q.at_boundary());
+}
+
+#[test]
 fn a_head_sent_at_once_and_completed_over_several_batches_loses_no_byte() {
     let t = Instant::now();
     let chunk = frame(0x21, 200);

@@ -184,7 +184,7 @@ impl Default for CompressionConfig {
 #[non_exhaustive]
 pub struct LanesConfig {
     /// `enabled`: sort Play frames into the urgent and bulk lanes, keep the queue in the proxy (the kernel's
-    /// unsent bytes bounded, carriage v2's window). Default false (see docs/lanes.md, "Turning it on").
+    /// unsent bytes bounded, carriage v2's window). Default true (docs/lanes.md, "Turning it off").
     pub enabled: Option<bool>,
     /// `urgent_channels`: Plugin Message channels (each at most 20 bytes; at most 32) whose messages go in
     /// the urgent lane. Default none: mod channels are bulk.
@@ -192,9 +192,9 @@ pub struct LanesConfig {
 }
 
 impl LanesConfig {
-    /// Whether the lanes are on (`enabled`, default false).
+    /// Whether the lanes are on (`enabled`, default true).
     pub fn on(&self) -> bool {
-        self.enabled.unwrap_or(false)
+        self.enabled.unwrap_or(true)
     }
 }
 

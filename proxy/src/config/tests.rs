@@ -451,10 +451,12 @@ fn lanes_keys_and_the_player_queue_bound() {
         ]
     );
     let t = Config::from_toml("").unwrap().settings().unwrap().tunables;
-    assert!(!t.lanes.on(), "off by default");
+    assert!(t.lanes.on(), "on by default");
     assert_eq!(t.limits.player_queue_bytes, 8 * 1024 * 1024);
     let on = Config::from_toml("[lanes]\nenabled = true\nurgent_channels = [\"MyChatMod\"]\n").unwrap();
     let t = on.settings().unwrap().tunables;
     assert!(t.lanes.on());
     assert_eq!(t.lanes.urgent_channels, ["MyChatMod"]);
+    let off = Config::from_toml("[lanes]\nenabled = false\n").unwrap();
+    assert!(!off.settings().unwrap().tunables.lanes.on());
 }

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::proxy_header::{read_header, read_header_exactly, ProxyHeaderError};
-use crate::relay::{BackendSide, RelayReport, RelayStart};
+use crate::relay::{close_backend, BackendSide, RelayReport, RelayStart};
 use crate::session::{Finish, Player};
 use crate::trusted::TrustedProxies;
 use crate::wire::{discard_until_eof, PlayerGone, EARLY_DATA_LIMIT, LINGER};
@@ -120,12 +120,14 @@ impl Player for TcpPlayer {
         let early = self.prefix.split().to_vec();
         let mut report = crate::relay::tcp::run(&self.stream, &mut backend, start, early).await;
         report.visited = backend.visited().map(<[String]>::to_vec);
-        drop(backend);
         // A lingering close, whatever ended the relay: FIN, then read (and drop) what the player still sends
         // for a moment, so closing with unread bytes does not turn into a reset that could discard the last
-        // bytes sent to the player.
-        let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write);
-        discard_until_eof(&self.stream, LINGER).await;
+        // bytes sent to the player. The backend's close (when it did not end the stream itself) meanwhile.
+        let player = async {
+            let _ = socket2::SockRef::from(&self.stream).shutdown(std::net::Shutdown::Write);
+            discard_until_eof(&self.stream, LINGER).await;
+        };
+        tokio::join!(Box::pin(close_backend(&mut backend, &report.end)), player);
         report
     }
 }

@@ -25,7 +25,7 @@ use crate::network::CarriedResume;
 use crate::rate::Bucket;
 use crate::relay::ws_resume::Delivered;
 use crate::relay::ws_resume::{deliver_resumption, relay_resumable};
-use crate::relay::{BackendSide, RelayReport, RelayStart};
+use crate::relay::{close_backend, BackendSide, RelayReport, RelayStart};
 use crate::resume::{hex_id, PlayerStream, Refusal};
 use crate::session::{Finish, Player};
 use crate::state::{Live, ProxyState};
@@ -289,6 +289,7 @@ impl<S: PlayerStream> Player for WsLink<S> {
             _ => crate::relay::ws::relay(self, &mut backend, start).await,
         };
         report.visited = backend.visited().map(<[String]>::to_vec);
+        Box::pin(close_backend(&mut backend, &report.end)).await;
         report
     }
 }

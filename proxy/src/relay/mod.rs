@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use moonbridge_protocol::packets::{chat_text, Packet, PlayDisconnect};
 
-use crate::wire::Side;
+use crate::wire::{Side, LINGER};
 
 mod flow;
 mod handover;
@@ -77,6 +77,18 @@ pub(crate) enum RelayEnd {
     NotResumed { window: u64 },
     /// The player moved to another instance of the network (a drain).
     Moved,
+}
+
+/// Ends the backend connection once the relay is over. When the relay ended for the player's sake (its error
+/// or write stall, a connection not resumed) or a shutdown, the backend has not ended its stream: a FIN, then
+/// what it still sends is read and dropped for at most [`LINGER`], so it sees the end of its stream rather than
+/// a reset of the bytes the proxy had not read yet. Otherwise (the backend closed or failed, the player closed
+/// and the relay already passed that on, the player moved) nothing.
+pub(crate) async fn close_backend(backend: &mut BackendSide, end: &RelayEnd) {
+    if matches!(end, RelayEnd::Error(Side::Player, _) | RelayEnd::NotResumed { .. } | RelayEnd::Shutdown) {
+        backend.shutdown_write();
+        backend.linger(LINGER).await;
+    }
 }
 
 impl std::fmt::Display for RelayEnd {
