@@ -203,11 +203,6 @@ impl LaneQueue {
         q
     }
 
-    /// A queue that does not sort (the stream is not followed): every byte is bulk.
-    pub fn unsorted() -> Self {
-        Self { cursor: Cursor::Lost, ..Self::new(Sorter::default(), 0) }
-    }
-
     fn lane(&self, lane: Lane) -> &LaneBuf {
         match lane {
             Lane::Urgent => &self.urgent,

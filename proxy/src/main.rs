@@ -108,6 +108,10 @@ enum Verb {
         #[arg(required = true)]
         text: Vec<String>,
     },
+    /// Show the delivery figures of the players on the instance at --url: bytes queued in each lane and the age
+    /// of the oldest, the longest an urgent frame waited, and for paced players (the client library) the
+    /// delivery rate, round trip, window and bytes in flight (docs/lanes.md).
+    Delivery,
     /// Drain the instance at --url: what SIGTERM does (players move to the other instances).
     Drain {
         /// Keep the process up once drained (until SIGTERM), for maintenance.
@@ -214,6 +218,10 @@ fn ctl_run(ctl: &Ctl) -> Result<(String, bool), CtlError> {
                 None => serde_json::json!({ "text": text.join(" ") }),
             };
             acted("messaged", client.act("message", &body)?, false)
+        }
+        Verb::Delivery => {
+            let rows = client.delivery()?;
+            (as_json(ctl.json, &rows).unwrap_or_else(|| admin::client::delivery_table(&rows)), true)
         }
         Verb::Drain { stay } => {
             let answer = client.drain(!stay)?;

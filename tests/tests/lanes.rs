@@ -335,21 +335,24 @@ fn proxy_config(ws: SocketAddr, tcp: SocketAddr, backend: SocketAddr, token: &st
     format!(
         "[[listener]]\ntransport = \"ws\"\nbind = \"{ws}\"\n\n[[listener]]\ntransport = \"tcp\"\nbind = \"{tcp}\"\n\n\
          [[backend]]\nname = \"survival\"\naddress = \"{backend}\"\n\n[metrics]\nbind = \"127.0.0.1:0\"\n\
-         admin_token_file = {:?}\n\n[lanes]\nenabled = true\n",
+         admin_token_file = {:?}\n",
         token.display().to_string()
     )
 }
 
-/// `GET /admin/delivery` until `Flood`'s row shows a measured window (within 20 s): the figures while its
-/// view load is under way.
-async fn delivery_figures(metrics: SocketAddr) -> serde_json::Value {
-    let request = format!("GET /admin/delivery HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n");
+/// `moonbridge ctl --json delivery` (`GET /admin/delivery`) until `Flood`'s row shows a measured window
+/// (within 20 s): the figures while its view load is under way.
+async fn delivery_figures(metrics: SocketAddr, token: &std::path::Path) -> serde_json::Value {
+    let url = format!("http://{metrics}");
+    let args =
+        ["ctl", "--json", "--url", &url, "--token-file", &token.display().to_string(), "delivery"].map(String::from);
     tokio::time::timeout(Duration::from_secs(20), async {
         loop {
-            let answer = testbed::raw_http(metrics, &request).await;
-            let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
-                let row = v["players"].as_array().and_then(|p| p.iter().find(|r| r["name"] == "Flood")).cloned();
+            let args = args.clone();
+            let ctl = move || std::process::Command::new(testbed::moonbridge_bin()).args(args).output();
+            let out = tokio::task::spawn_blocking(ctl).await.unwrap().unwrap();
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                let row = v.as_array().and_then(|p| p.iter().find(|r| r["name"] == "Flood")).cloned();
                 // Once the window has found the path (the rate climbs from the first window's over a few round trips).
                 let found = |r: &serde_json::Value| {
                     r["bulk_bytes"].as_u64() > Some(0) && r["rate_bytes_per_second"].as_u64() > Some(300_000)
@@ -386,7 +389,7 @@ async fn chat_and_keep_alive_overtake_view_loads_on_a_slow_path() {
     let proxy = Proxy::start(&proxy_config(bound(outside), bound(outside), backend, &token)).await;
     let player =
         run_player(&path, Way::Library, proxy.addr(moonbridge_proxy::config::Transport::Ws), Arc::clone(&written));
-    let (read, figures) = tokio::join!(player, delivery_figures(proxy.metrics.unwrap()));
+    let (read, figures) = tokio::join!(player, delivery_figures(proxy.metrics.unwrap(), &token));
     let direct = measure("client library", &written.lock().unwrap(), &read);
     row("client library (v2) → moonbridge", &direct);
     drop(done);

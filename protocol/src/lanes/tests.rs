@@ -182,10 +182,12 @@ fn pieces_keep_consecutive_small_frames_together_up_to_the_piece_size() {
 }
 
 #[test]
-fn an_unsorted_queue_keeps_the_order() {
+fn a_stream_no_longer_followed_keeps_the_order() {
     let t = Instant::now();
     let stream = [frame(0x21, 10), frame(0x02, 1)].concat();
-    let mut q = LaneQueue::unsorted();
+    let mut q = LaneQueue::new(Sorter::default(), 2_097_151);
+    q.lose();
+    assert!(!q.sorting());
     q.push(&stream, t);
     assert_eq!(q.queued(Lane::Urgent), 0);
     assert_eq!(drain(&mut q, 7, t), stream);

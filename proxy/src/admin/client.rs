@@ -1,12 +1,12 @@
 //! `moonbridge ctl`'s side of the admin API: one HTTP/1.1 request per call over plain TCP (the operations
 //! listener has no TLS: reach it over a private network, an SSH tunnel or `kubectl port-forward`), and the
-//! human-readable table of players.
+//! human-readable tables of players and of their delivery figures.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::row::PlayerRow;
+use super::row::{DeliveryRow, PlayerRow};
 use crate::players::Reach;
 
 /// How long one call may take, connect to close: 10 seconds (the operations listener answers within 4).
@@ -127,6 +127,19 @@ impl Client {
         self.call("GET", &format!("/admin/players/{name}"), None)
     }
 
+    /// `GET /admin/delivery`: the delivery figures of the players on this instance.
+    ///
+    /// # Errors
+    /// [`CtlError`].
+    pub fn delivery(&self) -> Result<Vec<DeliveryRow>, CtlError> {
+        #[derive(serde::Deserialize)]
+        struct Rows {
+            players: Vec<DeliveryRow>,
+        }
+        let answer: Rows = self.call("GET", "/admin/delivery", None)?;
+        Ok(answer.players)
+    }
+
     /// `POST /admin/<verb>` with `body` (`kick`, `send`, `message`): what it came to.
     ///
     /// # Errors
@@ -228,21 +241,61 @@ fn split_answer(got: &[u8]) -> Option<(u16, &[u8])> {
 /// `rows` as a table for people: one line per player, columns aligned, a count at the end.
 pub fn table(rows: &[PlayerRow]) -> String {
     let dash = |o: Option<String>| o.map_or_else(|| "-".into(), |s| printable(&s));
-    let lines: Vec<[String; 7]> = rows
-        .iter()
-        .map(|r| {
-            [
-                printable(&r.name),
-                dash(r.instance.clone()),
-                printable(&r.backend),
-                dash(r.address.map(|a| a.to_string())),
-                dash(r.transport.map(|t| t.to_string())),
-                dash(r.carriage.map(|c| c.to_string())),
-                dash(r.session_seconds.map(age)),
-            ]
-        })
-        .collect();
-    let head = ["NAME", "INSTANCE", "BACKEND", "ADDRESS", "TRANSPORT", "CARRIAGE", "SESSION"].map(String::from);
+    let lines = rows.iter().map(|r| {
+        [
+            printable(&r.name),
+            dash(r.instance.clone()),
+            printable(&r.backend),
+            dash(r.address.map(|a| a.to_string())),
+            dash(r.transport.map(|t| t.to_string())),
+            dash(r.carriage.map(|c| c.to_string())),
+            dash(r.session_seconds.map(age)),
+        ]
+    });
+    grid(["NAME", "INSTANCE", "BACKEND", "ADDRESS", "TRANSPORT", "CARRIAGE", "SESSION"], lines)
+}
+
+/// The players' delivery figures as `moonbridge ctl delivery` prints them: one line per player (a lane's
+/// queued bytes and the age of its oldest; `-` for what is not measured: the window's figures of a player
+/// that is not paced), then the count.
+pub fn delivery_table(rows: &[DeliveryRow]) -> String {
+    let queue = |b: u64, age_ms: f64| if b == 0 { "0 B".to_string() } else { format!("{} {}", size(b), ms(age_ms)) };
+    let dash = |o: Option<String>| o.unwrap_or_else(|| "-".into());
+    let lines = rows.iter().map(|r| {
+        [
+            printable(&r.name),
+            r.transport.to_string(),
+            r.carriage.to_string(),
+            (if r.lanes { "on" } else { "off" }).to_string(),
+            queue(r.urgent_bytes, r.urgent_age_ms),
+            queue(r.bulk_bytes, r.bulk_age_ms),
+            ms(r.urgent_max_wait_ms),
+            dash(r.rate_bytes_per_second.map(|b| format!("{}/s", size(b)))),
+            dash(r.rtt_ms.map(ms)),
+            dash(r.window_bytes.map(size)),
+            dash(r.in_flight_bytes.map(size)),
+        ]
+    });
+    let head = [
+        "NAME",
+        "TRANSPORT",
+        "CARRIAGE",
+        "LANES",
+        "URGENT",
+        "BULK",
+        "URGENT-MAX",
+        "RATE",
+        "RTT",
+        "WINDOW",
+        "IN-FLIGHT",
+    ];
+    grid(head, lines)
+}
+
+/// Aligned columns under `head`, then `N player(s)`.
+fn grid<const N: usize>(head: [&str; N], lines: impl Iterator<Item = [String; N]>) -> String {
+    let lines: Vec<[String; N]> = lines.collect();
+    let head = head.map(String::from);
     let mut widths = head.clone().map(|h| h.len());
     for line in &lines {
         for (w, cell) in widths.iter_mut().zip(line) {
@@ -255,8 +308,26 @@ pub fn table(rows: &[PlayerRow]) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
-    out.push_str(&format!("{} player(s)\n", rows.len()));
+    out.push_str(&format!("{} player(s)\n", lines.len()));
     out
+}
+
+/// A byte count as people read it: `812 B`, `16.0 KiB`, `3.4 MiB`.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1 << 20 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
+    }
+}
+
+/// Milliseconds as people read them: `41 ms`, `8.1 s`.
+fn ms(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
 }
 
 /// `text` with control characters escaped (`\u{1b}`): what another instance wrote to Redis cannot drive the
@@ -310,6 +381,49 @@ mod tests {
         assert_eq!(lines[1], "Alex  00000000000000aa  lobby    203.0.113.7:50000  wss        v2.zstd   1h02m");
         assert_eq!(lines[2], "1 player(s)");
         assert_eq!((age(5), age(425)), ("5s".to_string(), "7m05s".to_string()));
+        let paced = DeliveryRow {
+            name: "Alex".into(),
+            transport: Transport::Wss,
+            carriage: Carriage::V2,
+            lanes: true,
+            urgent_bytes: 0,
+            urgent_age_ms: 0.0,
+            bulk_bytes: 3_565_158,
+            bulk_age_ms: 8_130.0,
+            urgent_max_wait_ms: 131.4,
+            rate_bytes_per_second: Some(491_520),
+            rtt_ms: Some(41.2),
+            window_bytes: Some(94_208),
+            in_flight_bytes: Some(61_440),
+        };
+        let unpaced = DeliveryRow {
+            name: "Steve".into(),
+            transport: Transport::Tcp,
+            carriage: Carriage::None,
+            lanes: false,
+            rate_bytes_per_second: None,
+            rtt_ms: None,
+            window_bytes: None,
+            in_flight_bytes: None,
+            urgent_max_wait_ms: 0.0,
+            bulk_bytes: 0,
+            ..paced.clone()
+        };
+        let t = delivery_table(&[paced, unpaced]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAME   TRANSPORT  CARRIAGE  LANES  URGENT  BULK           URGENT-MAX  RATE         RTT    WINDOW    IN-FLIGHT"
+        );
+        assert_eq!(
+            lines[1],
+            "Alex   wss        v2        on     0 B     3.4 MiB 8.1 s  131 ms      480.0 KiB/s  41 ms  92.0 KiB  60.0 KiB"
+        );
+        assert_eq!(
+            lines[2],
+            "Steve  tcp        none      off    0 B     0 B            0 ms        -            -      -         -"
+        );
+        assert_eq!(lines[3], "2 player(s)");
         assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
     }
 }

@@ -272,11 +272,10 @@ pub(super) async fn pump<S: PlayerStream>(
             },
             res = pipe.backend.readable(&mut pipe.down), if room > 0 && !backend_done => {
                 if let Err(e) = res {
-                    if pipe.down.fail_over(LOST) {
-                        continue;
+                    match backend_failed(link, &mut pipe.down, e).await {
+                        None => continue,
+                        Some(end) => return end,
                     }
-                    link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                    return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
                 }
                 // One copy, out of the scratch buffer into the message (header in front); v2 retains the
                 // stream bytes, sharing the message's buffer (with moonbridge.v2.zstd the retained chunk is
@@ -325,11 +324,10 @@ pub(super) async fn pump<S: PlayerStream>(
                         return StretchEnd::End(RelayEnd::Error(Side::Player, e));
                     }
                     Ok(None) => continue,
-                    Err(_) if pipe.down.fail_over(LOST) => continue,
-                    Err(e) => {
-                        link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
-                        return StretchEnd::End(RelayEnd::Error(Side::Backend, e));
-                    }
+                    Err(e) => match backend_failed(link, &mut pipe.down, e).await {
+                        None => continue,
+                        Some(end) => return end,
+                    },
                 };
                 let (frame, kept, n) = msg;
                 if whole {
@@ -408,7 +406,8 @@ async fn send_queued<S: PlayerStream>(
 
 /// Writes a message of stream bytes already counted: with lanes, timed (how fast the link takes it sizes the
 /// next messages) and while the backend is read into the lanes (so urgent frames behind bulk ones are found
-/// while the link is busy).
+/// while the link is busy). A backend that fails meanwhile ends the relay (or fails over) once the message is
+/// written, as the loop's own read would.
 async fn write_reading<S: PlayerStream>(
     link: &mut WsLink<S>,
     pipe: &mut Pipe<'_>,
@@ -419,25 +418,54 @@ async fn write_reading<S: PlayerStream>(
     let Some(out) = out.as_mut() else { return send_frames(link, frame, v2).await };
     out.sent(link.counts().1);
     let began = std::time::Instant::now();
-    let write = send_frames(link, frame, v2);
-    tokio::pin!(write);
-    let mut reading = true;
-    loop {
-        tokio::select! {
-            r = &mut write => {
-                out.wrote(frame.len(), began.elapsed());
-                return r;
-            }
-            res = backend.readable(down), if reading && out.room() > 0 && !down.handover_due() => {
-                // A failure or the end is seen again by the loop's own read once the write is done.
-                let pushed = res.and_then(|()| backend.read_batch(down, out.room(), |d| {
-                    out.push(d);
-                    d.len()
-                }));
-                reading = matches!(pushed, Ok(None) | Ok(Some(1..)));
+    let failed = {
+        let write = send_frames(link, frame, v2);
+        tokio::pin!(write);
+        let mut reading = true;
+        let mut failed = None;
+        loop {
+            tokio::select! {
+                r = &mut write => {
+                    out.wrote(frame.len(), began.elapsed());
+                    r?;
+                    break;
+                }
+                res = backend.readable(down), if reading && out.room() > 0 && !down.handover_due() => {
+                    // The end is seen again by the loop's own read once the write is done; a failure is kept.
+                    match res.and_then(|()| backend.read_batch(down, out.room(), |d| {
+                        out.push(d);
+                        d.len()
+                    })) {
+                        Ok(None | Some(1..)) => {}
+                        Ok(Some(_)) => reading = false,
+                        Err(e) => {
+                            reading = false;
+                            failed = Some(e);
+                        }
+                    }
+                }
             }
         }
+        failed
+    };
+    match failed {
+        Some(e) => backend_failed(link, down, e).await.map_or(Ok(()), Err),
+        None => Ok(()),
     }
+}
+
+/// A backend connection that failed (a read or its readiness): a failover when one is due (`None`: the relay
+/// goes on and hands over), otherwise the end, the player told with Close 1011.
+async fn backend_failed<S: PlayerStream>(
+    link: &mut WsLink<S>,
+    down: &mut Flow,
+    e: io::Error,
+) -> Option<StretchEnd<WsLink<S>>> {
+    if down.fail_over(LOST) {
+        return None;
+    }
+    link.close(carriage::CLOSE_INTERNAL_ERROR, "server connection lost").await;
+    Some(StretchEnd::End(RelayEnd::Error(Side::Backend, e)))
 }
 
 /// A keepalive tick in the relay: a Ping, or the end of a silent player (a lost link with `v2`); the
