@@ -83,7 +83,7 @@
 //! | `relay/lanes.rs` | the relay's clientbound queue (`Outbox`): urgent and bulk lanes, their bound, carriage v2's window, the figures |
 //! | `relay/flow.rs` | a relay direction (`relay::Flow`: counting, frame boundaries, the transfer watch, CFB8) and the batch read |
 //! | `relay/handover.rs` | the relay's backend side: the backend connection, or the switchboard in its place |
-//! | `relay/mod.rs` | how a relay ends, and the shutdown step shared by all transports |
+//! | `relay/mod.rs` | how a relay ends, the shutdown step shared by all transports, and the backend's close after it |
 //! | `relay/tcp.rs` | the TCP relay loop |
 //! | `relay/v2.rs` | what carriage v2 adds to the WebSocket relay loop: retention, acks, the resume registration |
 //! | `relay/ws.rs` | the one WebSocket relay loop, for carriage v1 and v2 |
