@@ -144,10 +144,17 @@ impl<'a> Outbox<'a> {
 
     /// True when [`Outbox::next`] would give bytes (`sent`: the carriage's count of bytes sent in all).
     pub(crate) fn ready(&self, sent: u64) -> bool {
-        // Paced: room for a message worth sending (not a few bytes at a time as acks trickle in).
-        let worth =
-            (PACED_MIN_MESSAGE_BYTES as usize).min(self.queue.queued(Lane::Urgent) + self.queue.queued(Lane::Bulk));
-        !self.queue.stalled() && self.pacer.as_ref().is_none_or(|p| p.room(sent, Instant::now()) >= worth.max(1) as u64)
+        if self.queue.stalled() {
+            return false;
+        }
+        let Some(p) = &self.pacer else { return true };
+        // Paced: room for a message worth sending, not a few bytes at a time as acks trickle in (each ack
+        // freeing one small message would keep every later message as small): about 10 ms of the rate, at
+        // most a quarter of the window, at least 4 KiB; less when less is queued.
+        let now = Instant::now();
+        let worth = paced_len(p).min(p.window_at(now) / 4).max(PACED_MIN_MESSAGE_BYTES);
+        let queued = (self.queue.queued(Lane::Urgent) + self.queue.queued(Lane::Bulk)) as u64;
+        p.room(sent, now) >= worth.min(queued).max(1)
     }
 
     /// The next plaintext bytes to send (empty when none may go), at most `cap`: urgent frames first, at most
@@ -156,11 +163,7 @@ impl<'a> Outbox<'a> {
     pub(crate) fn next(&mut self, sent: u64, cap: usize) -> BytesMut {
         let max = match &self.pacer {
             None => self.write_rate.map_or(QUEUED_WRITE_BYTES, share),
-            Some(p) => {
-                let share = p.rate().map_or(0, |r| r / PACED_SHARE_PER_SECOND);
-                let want = share.clamp(PACED_MIN_MESSAGE_BYTES, crate::wire::RELAY_CHUNK as u64);
-                usize::try_from(want.min(p.room(sent, Instant::now()))).unwrap_or(QUEUED_WRITE_BYTES)
-            }
+            Some(p) => usize::try_from(paced_len(p).min(p.room(sent, Instant::now()))).unwrap_or(QUEUED_WRITE_BYTES),
         };
         let max = max.min(cap);
         let now = Instant::now();
@@ -230,6 +233,13 @@ impl<'a> Outbox<'a> {
         self.gauge.add(total - self.counted);
         self.counted = total;
     }
+}
+
+/// A paced message's length: about 10 ms of the delivery rate, between [`PACED_MIN_MESSAGE_BYTES`] and a relay
+/// batch.
+fn paced_len(p: &Pacer) -> u64 {
+    let share = p.rate().map_or(0, |r| r / PACED_SHARE_PER_SECOND);
+    share.clamp(PACED_MIN_MESSAGE_BYTES, crate::wire::RELAY_CHUNK as u64)
 }
 
 /// About 10 ms of `rate` (bytes per second), between [`QUEUED_WRITE_BYTES`] and a relay batch.
