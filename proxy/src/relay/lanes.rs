@@ -104,7 +104,7 @@ impl<'a> Outbox<'a> {
     /// the link takes messages at once; otherwise about 10 ms of the rate it took the last one at.
     pub(crate) fn direct_len(&self, n: usize) -> usize {
         match (&self.pacer, self.write_rate) {
-            (None, Some(rate)) => n.min(share(rate)),
+            (None, Some(rate)) => n.min(unpaced_len(rate)),
             _ => n,
         }
     }
@@ -162,7 +162,7 @@ impl<'a> Outbox<'a> {
     /// (at least 4 KiB).
     pub(crate) fn next(&mut self, sent: u64, cap: usize) -> BytesMut {
         let max = match &self.pacer {
-            None => self.write_rate.map_or(QUEUED_WRITE_BYTES, share),
+            None => self.write_rate.map_or(QUEUED_WRITE_BYTES, unpaced_len),
             Some(p) => usize::try_from(paced_len(p).min(p.room(sent, Instant::now()))).unwrap_or(QUEUED_WRITE_BYTES),
         };
         let max = max.min(cap);
@@ -238,14 +238,18 @@ impl<'a> Outbox<'a> {
 /// A paced message's length: about 10 ms of the delivery rate, between [`PACED_MIN_MESSAGE_BYTES`] and a relay
 /// batch.
 fn paced_len(p: &Pacer) -> u64 {
-    let share = p.rate().map_or(0, |r| r / PACED_SHARE_PER_SECOND);
-    share.clamp(PACED_MIN_MESSAGE_BYTES, crate::wire::RELAY_CHUNK as u64)
+    share(p.rate().unwrap_or(0), PACED_MIN_MESSAGE_BYTES)
 }
 
-/// About 10 ms of `rate` (bytes per second), between [`QUEUED_WRITE_BYTES`] and a relay batch.
-fn share(rate: u64) -> usize {
-    let want = (rate / PACED_SHARE_PER_SECOND).clamp(QUEUED_WRITE_BYTES as u64, crate::wire::RELAY_CHUNK as u64);
-    usize::try_from(want).unwrap_or(QUEUED_WRITE_BYTES)
+/// An unpaced write's length from the rate the link took the last one at: about 10 ms of it, at least
+/// [`QUEUED_WRITE_BYTES`].
+fn unpaced_len(rate: u64) -> usize {
+    usize::try_from(share(rate, QUEUED_WRITE_BYTES as u64)).unwrap_or(QUEUED_WRITE_BYTES)
+}
+
+/// About 10 ms of `rate` (bytes per second), between `at_least` and a relay batch.
+fn share(rate: u64, at_least: u64) -> u64 {
+    (rate / PACED_SHARE_PER_SECOND).clamp(at_least, crate::wire::RELAY_CHUNK as u64)
 }
 
 impl Drop for Outbox<'_> {
